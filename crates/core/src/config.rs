@@ -1,0 +1,86 @@
+//! Tunables, read once from the environment so that a benchmark or a test
+//! can change them without recompiling. Every setting has a default that was
+//! measured on the project's machine (see docs/tuning.md).
+
+use std::sync::OnceLock;
+
+/// Settings of the shared-memory device and the waiting policy.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// How long a Wait spins (polling memory) before it blocks, in ns.
+    /// `OPENVIA_SPIN_NS`; 0 blocks at once.
+    pub spin_ns: u64,
+    /// Messages up to this many bytes travel inside the ring (two copies);
+    /// larger ones use one copy (CMA) or the chunked bounce path.
+    /// `OPENVIA_INLINE_MAX`.
+    pub inline_max: usize,
+    /// Bytes of each ring direction (power of two). `OPENVIA_RING_BYTES`.
+    pub ring_bytes: usize,
+    /// Largest chunk of a bounced message in one record. `OPENVIA_CHUNK_BYTES`.
+    pub chunk_bytes: usize,
+    /// Allow cross-memory attach. `OPENVIA_CMA=0` forces the bounce path.
+    pub cma: bool,
+    /// While the application is active, the progress thread looks in this
+    /// often (µs) instead of asking peers to wake it. `OPENVIA_PROGRESS_US`.
+    pub progress_interval_us: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            spin_ns: 50_000,
+            inline_max: 16 * 1024,
+            ring_bytes: 1 << 20,
+            chunk_bytes: 128 * 1024,
+            cma: true,
+            progress_interval_us: 2000,
+        }
+    }
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    let v = std::env::var(name).ok()?;
+    let v = v.trim();
+    let (num, mul) = match v.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&v[..i], 1024),
+        Some((i, 'M' | 'm')) => (&v[..i], 1024 * 1024),
+        _ => (v, 1),
+    };
+    num.parse::<u64>().ok().map(|n| n * mul)
+}
+
+impl Config {
+    /// Defaults overridden by the OPENVIA_* environment variables.
+    pub fn from_env() -> Self {
+        let mut c = Self::default();
+        if let Some(v) = env_u64("OPENVIA_SPIN_NS") {
+            c.spin_ns = v;
+        }
+        if let Some(v) = env_u64("OPENVIA_INLINE_MAX") {
+            c.inline_max = v as usize;
+        }
+        if let Some(v) = env_u64("OPENVIA_RING_BYTES") {
+            c.ring_bytes = (v as usize).next_power_of_two().clamp(64 * 1024, 1 << 28);
+        }
+        if let Some(v) = env_u64("OPENVIA_CHUNK_BYTES") {
+            c.chunk_bytes = (v as usize).max(4096);
+        }
+        if let Some(v) = env_u64("OPENVIA_CMA") {
+            c.cma = v != 0;
+        }
+        if let Some(v) = env_u64("OPENVIA_PROGRESS_US") {
+            c.progress_interval_us = v.max(10);
+        }
+        // A record must always fit in a quarter ring, so the ring never
+        // deadlocks on one oversized record.
+        c.chunk_bytes = c.chunk_bytes.min(c.ring_bytes / 4);
+        c.inline_max = c.inline_max.min(c.chunk_bytes);
+        c
+    }
+
+    /// The process-wide settings.
+    pub fn global() -> &'static Config {
+        static C: OnceLock<Config> = OnceLock::new();
+        C.get_or_init(Config::from_env)
+    }
+}

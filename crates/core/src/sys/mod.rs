@@ -1,0 +1,85 @@
+//! Thin wrappers over the Linux system calls the core needs.
+//!
+//! Everything that touches libc lives here, so the rest of the core reads as
+//! plain Rust: shared mappings of a memfd, futexes on shared words, Unix
+//! sequenced-packet sockets that carry file descriptors, cross-memory copies
+//! (CMA), eventfd/epoll and a random source for unguessable handles.
+
+pub mod cma;
+pub mod futex;
+pub mod mapping;
+pub mod poll;
+pub mod seqpacket;
+
+use std::io;
+
+/// Fills `buf` from the kernel's random source (getrandom never blocks after boot).
+pub fn random_bytes(buf: &mut [u8]) {
+    let mut filled = 0;
+    while filled < buf.len() {
+        // SAFETY: the pointer and length describe the unfilled tail of `buf`.
+        let n = unsafe {
+            libc::getrandom(
+                buf[filled..].as_mut_ptr().cast(),
+                buf.len() - filled,
+                0,
+            )
+        };
+        if n > 0 {
+            filled += n as usize;
+        } else if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            // getrandom cannot fail on a supported kernel with valid arguments;
+            // fall back to mixing the clock so handles still differ.
+            let t = now_ns();
+            for (i, b) in buf[filled..].iter_mut().enumerate() {
+                *b = (t >> ((i % 8) * 8)) as u8 ^ (i as u8).wrapping_mul(151);
+            }
+            return;
+        }
+    }
+}
+
+/// A random 64-bit value.
+pub fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    random_bytes(&mut b);
+    u64::from_ne_bytes(b)
+}
+
+/// CLOCK_MONOTONIC in nanoseconds.
+pub fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer for the duration of the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The calling process's id.
+pub fn pid() -> i32 {
+    // SAFETY: getpid has no preconditions.
+    unsafe { libc::getpid() }
+}
+
+/// The calling process's real user id.
+pub fn uid() -> u32 {
+    // SAFETY: getuid has no preconditions.
+    unsafe { libc::getuid() }
+}
+
+/// Converts a libc return value into an `io::Result`.
+pub(crate) fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// A hint to the CPU that we are spinning.
+#[inline(always)]
+pub fn cpu_relax() {
+    std::hint::spin_loop();
+}

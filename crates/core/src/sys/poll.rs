@@ -1,0 +1,95 @@
+//! epoll and eventfd: how the progress thread sleeps until a peer rings it
+//! or a connection socket hangs up.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+use super::cvt;
+
+/// An eventfd counter (non-blocking, close-on-exec).
+pub struct EventFd(OwnedFd);
+
+impl EventFd {
+    pub fn new() -> io::Result<Self> {
+        // SAFETY: plain syscall with constant flags.
+        let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
+        // SAFETY: a fresh descriptor we own.
+        Ok(Self(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    pub fn from_owned(fd: OwnedFd) -> Self {
+        Self(fd)
+    }
+
+    /// Adds one to the counter; wakes a poller.
+    pub fn signal(&self) {
+        signal_raw(self.0.as_raw_fd());
+    }
+
+    /// Resets the counter to zero.
+    pub fn drain(&self) {
+        let mut v = 0u64;
+        // SAFETY: reading 8 bytes into a u64 we own; the fd is non-blocking.
+        unsafe { libc::read(self.0.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+    }
+
+    pub fn fd(&self) -> &OwnedFd {
+        &self.0
+    }
+}
+
+/// Signals an eventfd given by raw descriptor.
+pub fn signal_raw(fd: RawFd) {
+    let one = 1u64;
+    // SAFETY: writing 8 bytes from a u64 we own; an error (counter overflow)
+    // only means the poller is already signalled.
+    unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+}
+
+/// An epoll instance.
+pub struct Epoll(OwnedFd);
+
+impl Epoll {
+    pub fn new() -> io::Result<Self> {
+        // SAFETY: plain syscall.
+        let fd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+        // SAFETY: a fresh descriptor we own.
+        Ok(Self(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Watches `fd` for input and hang-up, tagging events with `token`.
+    pub fn add(&self, fd: RawFd, token: u64) -> io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLHUP) as u32,
+            u64: token,
+        };
+        // SAFETY: `ev` is a valid event struct for the call.
+        cvt(unsafe { libc::epoll_ctl(self.0.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) })?;
+        Ok(())
+    }
+
+    pub fn remove(&self, fd: RawFd) {
+        // SAFETY: removing an fd; an error means it was not registered.
+        unsafe {
+            libc::epoll_ctl(
+                self.0.as_raw_fd(),
+                libc::EPOLL_CTL_DEL,
+                fd,
+                std::ptr::null_mut(),
+            )
+        };
+    }
+
+    /// Waits for events; returns the tokens that fired.
+    pub fn wait(&self, timeout: Option<Duration>, out: &mut Vec<u64>) {
+        let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 32];
+        let ms = timeout.map_or(-1, |d| d.as_millis().clamp(0, i32::MAX as u128) as i32);
+        // SAFETY: `evs` has room for 32 events.
+        let n = unsafe { libc::epoll_wait(self.0.as_raw_fd(), evs.as_mut_ptr(), 32, ms) };
+        out.clear();
+        for ev in evs.iter().take(n.max(0) as usize) {
+            out.push(ev.u64);
+        }
+    }
+}

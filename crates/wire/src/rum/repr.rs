@@ -1,0 +1,257 @@
+//! High-level form of a RUM packet: what the protocol core builds and reads.
+//! Parsing goes through [`Packet::new_checked`], so a `Repr` only ever
+//! describes a datagram that passed every check.
+
+use super::error::{EmitError, ParseError};
+use super::handshake::HandshakeRepr;
+use super::packet::{Packet, PacketType, HEADER_LEN};
+use super::{DATA_HEADER_LEN, FLAG_ACK_REQUEST, MAGIC, MAX_DATAGRAM, MAX_SACK_BLOCKS, VERSION};
+
+/// The VIA operation a message carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum ViaOp {
+    Send = 0,
+    RdmaWrite = 1,
+    RdmaReadRequest = 2,
+    RdmaReadResponse = 3,
+}
+
+impl ViaOp {
+    pub fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            0 => Self::Send,
+            1 => Self::RdmaWrite,
+            2 => Self::RdmaReadRequest,
+            3 => Self::RdmaReadResponse,
+            _ => return None,
+        })
+    }
+}
+
+/// Fields of the fixed header (magic, version, type and length are implied).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HeaderRepr {
+    pub conn_id: u64,
+    pub ack_request: bool,
+    pub seq: u32,
+    pub ack: u32,
+    pub consumed: u32,
+    pub window: u32,
+}
+
+/// One DATA segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataRepr<'a> {
+    pub msg_id: u32,
+    pub offset: u32,
+    pub total_len: u32,
+    pub op: ViaOp,
+    pub immediate: Option<u32>,
+    pub mem_handle: u32,
+    pub remote_addr: u64,
+    pub payload: &'a [u8],
+}
+
+/// A range of received segments beyond the cumulative ack, end exclusive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SackBlock {
+    pub start: u32,
+    pub end: u32,
+}
+
+/// An ACK body: up to [`MAX_SACK_BLOCKS`] SACK blocks, stored inline so
+/// building one never allocates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AckRepr {
+    blocks: [SackBlock; MAX_SACK_BLOCKS],
+    count: u8,
+}
+
+impl AckRepr {
+    /// Adds a block; returns false when full.
+    pub fn push(&mut self, block: SackBlock) -> bool {
+        if (self.count as usize) < MAX_SACK_BLOCKS {
+            self.blocks[self.count as usize] = block;
+            self.count += 1;
+            true
+        } else {
+            false
+        }
+    }
+    pub fn blocks(&self) -> &[SackBlock] {
+        &self.blocks[..self.count as usize]
+    }
+}
+
+/// The type-specific part of a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Body<'a> {
+    Data(DataRepr<'a>),
+    Ack(AckRepr),
+    ConnectRequest(HandshakeRepr<'a>),
+    ConnectAccept(HandshakeRepr<'a>),
+    ConnectReject(HandshakeRepr<'a>),
+    Keepalive,
+    Disconnect { reason: u32 },
+}
+
+/// A whole packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Repr<'a> {
+    pub header: HeaderRepr,
+    pub body: Body<'a>,
+}
+
+impl<'a> Repr<'a> {
+    /// Checks and decodes one datagram.
+    pub fn parse(bytes: &'a [u8]) -> Result<Self, ParseError> {
+        let p = Packet::new_checked(bytes)?;
+        let header = HeaderRepr {
+            conn_id: p.conn_id(),
+            ack_request: p.ack_requested(),
+            seq: p.seq(),
+            ack: p.ack(),
+            consumed: p.consumed(),
+            window: p.window(),
+        };
+        let body = match p.packet_type() {
+            PacketType::Data => Body::Data(DataRepr {
+                msg_id: p.msg_id(),
+                offset: p.msg_offset(),
+                total_len: p.msg_total_len(),
+                op: ViaOp::from_u8(p.op_code()).ok_or(ParseError::BadField("via op"))?,
+                immediate: p.has_immediate().then(|| p.immediate()),
+                mem_handle: p.mem_handle(),
+                remote_addr: p.remote_addr(),
+                payload: &bytes[HEADER_LEN + DATA_HEADER_LEN..],
+            }),
+            PacketType::Ack => {
+                let mut ack = AckRepr::default();
+                for i in 0..p.sack_count() {
+                    if let Some((start, end)) = p.sack_block(i) {
+                        ack.push(SackBlock { start, end });
+                    }
+                }
+                Body::Ack(ack)
+            }
+            PacketType::ConnectRequest => {
+                Body::ConnectRequest(HandshakeRepr::parse(&bytes[HEADER_LEN..]))
+            }
+            PacketType::ConnectAccept => {
+                Body::ConnectAccept(HandshakeRepr::parse(&bytes[HEADER_LEN..]))
+            }
+            PacketType::ConnectReject => {
+                Body::ConnectReject(HandshakeRepr::parse(&bytes[HEADER_LEN..]))
+            }
+            PacketType::Keepalive => Body::Keepalive,
+            PacketType::Disconnect => Body::Disconnect {
+                reason: p.disconnect_reason(),
+            },
+        };
+        Ok(Self { header, body })
+    }
+
+    pub fn packet_type(&self) -> PacketType {
+        match self.body {
+            Body::Data(_) => PacketType::Data,
+            Body::Ack(_) => PacketType::Ack,
+            Body::ConnectRequest(_) => PacketType::ConnectRequest,
+            Body::ConnectAccept(_) => PacketType::ConnectAccept,
+            Body::ConnectReject(_) => PacketType::ConnectReject,
+            Body::Keepalive => PacketType::Keepalive,
+            Body::Disconnect { .. } => PacketType::Disconnect,
+        }
+    }
+
+    fn body_len(&self) -> usize {
+        match &self.body {
+            Body::Data(d) => DATA_HEADER_LEN + d.payload.len(),
+            Body::Ack(a) => 4 + 8 * a.blocks().len(),
+            Body::ConnectRequest(h) | Body::ConnectAccept(h) | Body::ConnectReject(h) => {
+                h.body_len()
+            }
+            Body::Keepalive => 0,
+            Body::Disconnect { .. } => 4,
+        }
+    }
+
+    /// Bytes [`Self::emit`] writes.
+    pub fn buffer_len(&self) -> usize {
+        HEADER_LEN + self.body_len()
+    }
+
+    /// Writes the packet at the start of `buf`; returns its length.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<usize, EmitError> {
+        let len = self.buffer_len();
+        if len > MAX_DATAGRAM {
+            return Err(EmitError::FieldRange("datagram length"));
+        }
+        if buf.len() < len {
+            return Err(EmitError::BufferTooSmall {
+                need: len,
+                have: buf.len(),
+            });
+        }
+        let ty = self.packet_type();
+        if self.header.conn_id == 0 && ty != PacketType::ConnectRequest {
+            return Err(EmitError::FieldRange("connection id"));
+        }
+        let b = &mut buf[..len];
+        let h = &self.header;
+        b[0..2].copy_from_slice(&MAGIC.to_be_bytes());
+        b[2] = VERSION;
+        b[3] = ty as u8;
+        b[4] = if h.ack_request { FLAG_ACK_REQUEST } else { 0 };
+        b[5] = 0;
+        b[6..8].copy_from_slice(&(self.body_len() as u16).to_be_bytes());
+        b[8..16].copy_from_slice(&h.conn_id.to_be_bytes());
+        b[16..20].copy_from_slice(&h.seq.to_be_bytes());
+        b[20..24].copy_from_slice(&h.ack.to_be_bytes());
+        b[24..28].copy_from_slice(&h.consumed.to_be_bytes());
+        b[28..32].copy_from_slice(&h.window.to_be_bytes());
+        let body = &mut b[HEADER_LEN..];
+        match &self.body {
+            Body::Data(d) => emit_data(d, body)?,
+            Body::Ack(a) => {
+                body[0] = a.blocks().len() as u8;
+                body[1..4].fill(0);
+                for (i, blk) in a.blocks().iter().enumerate() {
+                    let span = blk.end.wrapping_sub(blk.start);
+                    if span == 0 || span > u32::MAX / 2 {
+                        return Err(EmitError::FieldRange("sack block"));
+                    }
+                    body[4 + 8 * i..8 + 8 * i].copy_from_slice(&blk.start.to_be_bytes());
+                    body[8 + 8 * i..12 + 8 * i].copy_from_slice(&blk.end.to_be_bytes());
+                }
+            }
+            Body::ConnectRequest(hs) | Body::ConnectAccept(hs) | Body::ConnectReject(hs) => {
+                hs.emit(body)?
+            }
+            Body::Keepalive => {}
+            Body::Disconnect { reason } => body.copy_from_slice(&reason.to_be_bytes()),
+        }
+        Ok(len)
+    }
+}
+
+fn emit_data(d: &DataRepr<'_>, body: &mut [u8]) -> Result<(), EmitError> {
+    let n = d.payload.len() as u64;
+    if d.offset as u64 + n > d.total_len as u64 {
+        return Err(EmitError::FieldRange("segment past message end"));
+    }
+    if n == 0 && d.total_len != 0 {
+        return Err(EmitError::FieldRange("empty segment"));
+    }
+    body[0..4].copy_from_slice(&d.msg_id.to_be_bytes());
+    body[4..8].copy_from_slice(&d.offset.to_be_bytes());
+    body[8..12].copy_from_slice(&d.total_len.to_be_bytes());
+    body[12] = d.op as u8;
+    body[13] = u8::from(d.immediate.is_some());
+    body[14..16].fill(0);
+    body[16..20].copy_from_slice(&d.immediate.unwrap_or(0).to_be_bytes());
+    body[20..24].copy_from_slice(&d.mem_handle.to_be_bytes());
+    body[24..32].copy_from_slice(&d.remote_addr.to_be_bytes());
+    body[DATA_HEADER_LEN..].copy_from_slice(d.payload);
+    Ok(())
+}
