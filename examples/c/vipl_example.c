@@ -215,6 +215,30 @@ void example_expect_done(const VIP_DESCRIPTOR *desc, VIP_UINT32 status_op, const
                     (unsigned)(status & VIP_STATUS_OP_MASK), (unsigned)status_op);
 }
 
+void example_drain_vi(VIP_VI_HANDLE vi)
+{
+    VIP_DESCRIPTOR *desc;
+    VIP_RETURN ret;
+
+    while ((ret = VipRecvDone(vi, &desc)) == VIP_SUCCESS)
+        ;
+    if (ret != VIP_NOT_DONE)
+        example_check(ret, "VipRecvDone (drain)", __FILE__, __LINE__);
+    while ((ret = VipSendDone(vi, &desc)) == VIP_SUCCESS)
+        ;
+    if (ret != VIP_NOT_DONE)
+        example_check(ret, "VipSendDone (drain)", __FILE__, __LINE__);
+}
+
+unsigned long example_elapsed_ms(const struct timespec *start)
+{
+    struct timespec now;
+
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (unsigned long)((now.tv_sec - start->tv_sec) * 1000L +
+                           (now.tv_nsec - start->tv_nsec) / 1000000L);
+}
+
 /* Bytes of a position- and seed-dependent sequence: a shifted or stale
  * buffer does not match. */
 static unsigned char pattern_byte(size_t i, unsigned seed)

@@ -11,6 +11,7 @@
 #define VIPL_EXAMPLE_H
 
 #include <stddef.h>
+#include <time.h>
 
 #include "vipl.h"
 
@@ -67,6 +68,15 @@ void example_fill_desc(VIP_DESCRIPTOR *desc, void *buf, VIP_MEM_HANDLE buf_handl
 
 /* Exits unless the descriptor is done without error and its op code matches. */
 void example_expect_done(const VIP_DESCRIPTOR *desc, VIP_UINT32 status_op, const char *what);
+
+/*
+ * After VipDisconnect the provider completes what is still posted (flushed);
+ * VIA destroys only a VI with empty queues, so collect those descriptors.
+ */
+void example_drain_vi(VIP_VI_HANDLE vi);
+
+/* Milliseconds elapsed since *start (CLOCK_MONOTONIC), for bounded polling. */
+unsigned long example_elapsed_ms(const struct timespec *start);
 
 /* Fills / checks `len` bytes with a pattern that depends on seed. */
 void example_fill_pattern(unsigned char *buf, size_t len, unsigned seed);

@@ -55,7 +55,10 @@ impl fmt::Display for BenchError {
             BenchError::Protocol(msg) => write!(f, "protocol error: {msg}"),
             BenchError::PeerClosed(msg) => write!(f, "peer closed the connection: {msg}"),
             BenchError::VerifyFailed { mismatches, detail } => {
-                write!(f, "verification failed: {mismatches} corrupted message part(s); {detail}")
+                write!(
+                    f,
+                    "verification failed: {mismatches} corrupted message part(s); {detail}"
+                )
             }
             BenchError::Server(msg) => write!(f, "server: {msg}"),
         }

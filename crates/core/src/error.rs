@@ -21,6 +21,9 @@ pub enum ViaError {
     /// The two ends asked for different reliability levels, or an unsupported one.
     #[error("invalid reliability level")]
     InvalidReliability,
+    /// MaxTransferSize larger than the NIC allows.
+    #[error("invalid maximum transfer size")]
+    InvalidMtu,
     /// The protection tag does not belong to this NIC or does not match.
     #[error("invalid protection tag")]
     InvalidPtag,

@@ -1,1 +1,45 @@
-//! placeholder
+//! openvia's core: the VI Architecture in user space.
+//!
+//! The objects of VIA map onto modules one to one: a [`nic::Nic`] owns
+//! protection tags and [registered memory](mem), [VIs](vi) with their send
+//! and receive queues of [descriptors](descriptor), and
+//! [completion queues](cq). A VI moves data through a
+//! [`transport::Channel`]; the shared-memory device lives in
+//! [`transport::shm`]. Everything below is plain Rust; the C interface
+//! (`libvipl.so`) is a thin shell over it.
+//!
+//! ```no_run
+//! use openvia_core::nic::Nic;
+//! use openvia_core::vi::{reliability, ViAttributes};
+//!
+//! let nic = Nic::open(Some("/dev/via_lo")).unwrap();
+//! let ptag = nic.create_ptag().unwrap();
+//! let attrs = ViAttributes {
+//!     reliability: reliability::RELIABLE_DELIVERY,
+//!     max_transfer: 1 << 20,
+//!     ptag,
+//!     rdma_write: true,
+//!     rdma_read: false,
+//! };
+//! let vi = nic.create_vi(attrs, None, None).unwrap();
+//! # let _ = vi;
+//! ```
+
+pub mod config;
+pub mod cq;
+pub mod descriptor;
+pub mod error;
+pub mod mem;
+pub mod nic;
+pub mod ns;
+pub mod ranges;
+pub mod sys;
+pub mod transport;
+pub mod vi;
+mod wait;
+
+pub use error::{Result, ViaError};
+pub use openvia_wire::handshake::{Address, ViAttrs};
+pub use transport::shm::connect::{
+    connect_request, connect_wait, peer_done, peer_request, peer_wait, ConnRequest,
+};

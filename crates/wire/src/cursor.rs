@@ -32,7 +32,10 @@ impl<'a> Reader<'a> {
     pub fn bytes(&mut self, n: usize) -> Result<&'a [u8], WireError> {
         let available = self.buf.len() - self.pos;
         if n > available {
-            return Err(WireError::Truncated { needed: n, available });
+            return Err(WireError::Truncated {
+                needed: n,
+                available,
+            });
         }
         let s = &self.buf[self.pos..self.pos + n];
         self.pos += n;
@@ -64,7 +67,10 @@ impl<'a> Reader<'a> {
     pub fn short_bytes(&mut self, what: &'static str, max: usize) -> Result<&'a [u8], WireError> {
         let n = self.u16()? as usize;
         if n > max {
-            return Err(WireError::OutOfRange { what, value: n as u64 });
+            return Err(WireError::OutOfRange {
+                what,
+                value: n as u64,
+            });
         }
         self.bytes(n)
     }

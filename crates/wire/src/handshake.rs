@@ -61,6 +61,8 @@ pub struct Accept {
     pub nic_region_len: u32,
     pub probe_addr: u64,
     pub probe_value: u64,
+    /// The server could copy from/to the client's memory (CMA probe passed).
+    pub peer_cma: bool,
 }
 
 /// Why a connection was refused or ended.
@@ -79,12 +81,18 @@ pub enum Message {
     Accept(Accept),
     Reject(Reason),
     Disconnect(Reason),
+    /// The client's confirmation after an Accept; `peer_cma`: the client
+    /// could copy from/to the server's memory.
+    Ready {
+        peer_cma: bool,
+    },
 }
 
 const T_REQUEST: u8 = 1;
 const T_ACCEPT: u8 = 2;
 const T_REJECT: u8 = 3;
 const T_DISCONNECT: u8 = 4;
+const T_READY: u8 = 5;
 
 fn put_attrs(w: &mut Writer, a: &ViAttrs) {
     w.u16(a.reliability)
@@ -96,19 +104,30 @@ fn put_attrs(w: &mut Writer, a: &ViAttrs) {
 fn get_attrs(r: &mut Reader) -> Result<ViAttrs, WireError> {
     let reliability = r.u16()?;
     if reliability == 0 || reliability & !0x7 != 0 || reliability.count_ones() != 1 {
-        return Err(WireError::OutOfRange { what: "reliability", value: reliability as u64 });
+        return Err(WireError::OutOfRange {
+            what: "reliability",
+            value: reliability as u64,
+        });
     }
     let max_transfer = r.u64()?;
     let rdma_write = get_bool(r)?;
     let rdma_read = get_bool(r)?;
-    Ok(ViAttrs { reliability, max_transfer, rdma_write, rdma_read })
+    Ok(ViAttrs {
+        reliability,
+        max_transfer,
+        rdma_write,
+        rdma_read,
+    })
 }
 
 fn get_bool(r: &mut Reader) -> Result<bool, WireError> {
     match r.u8()? {
         0 => Ok(false),
         1 => Ok(true),
-        v => Err(WireError::OutOfRange { what: "bool", value: v as u64 }),
+        v => Err(WireError::OutOfRange {
+            what: "bool",
+            value: v as u64,
+        }),
     }
 }
 
@@ -118,8 +137,13 @@ fn put_addr(w: &mut Writer, a: &Address) {
 
 fn get_addr(r: &mut Reader) -> Result<Address, WireError> {
     let host = r.short_bytes("host address", MAX_HOST_LEN)?.to_vec();
-    let discriminator = r.short_bytes("discriminator", MAX_DISCRIMINATOR_LEN)?.to_vec();
-    Ok(Address { host, discriminator })
+    let discriminator = r
+        .short_bytes("discriminator", MAX_DISCRIMINATOR_LEN)?
+        .to_vec();
+    Ok(Address {
+        host,
+        discriminator,
+    })
 }
 
 fn get_reason(r: &mut Reader) -> Result<Reason, WireError> {
@@ -129,7 +153,12 @@ fn get_reason(r: &mut Reader) -> Result<Reason, WireError> {
         3 => Reason::Disconnected,
         4 => Reason::Broken,
         5 => Reason::BadRequest,
-        v => return Err(WireError::Unknown { what: "reason", value: v as u64 }),
+        v => {
+            return Err(WireError::Unknown {
+                what: "reason",
+                value: v as u64,
+            })
+        }
     })
 }
 
@@ -152,13 +181,17 @@ impl Message {
                     .u32(a.ring_bytes)
                     .u32(a.nic_region_len)
                     .u64(a.probe_addr)
-                    .u64(a.probe_value);
+                    .u64(a.probe_value)
+                    .u8(a.peer_cma as u8);
             }
             Message::Reject(r) => {
                 w.u8(T_REJECT).u8(*r as u8);
             }
             Message::Disconnect(r) => {
                 w.u8(T_DISCONNECT).u8(*r as u8);
+            }
+            Message::Ready { peer_cma } => {
+                w.u8(T_READY).u8(*peer_cma as u8);
             }
         }
         w.buf
@@ -174,7 +207,12 @@ impl Message {
                 let mode = match r.u8()? {
                     0 => Mode::ClientServer,
                     1 => Mode::Peer,
-                    v => return Err(WireError::Unknown { what: "mode", value: v as u64 }),
+                    v => {
+                        return Err(WireError::Unknown {
+                            what: "mode",
+                            value: v as u64,
+                        })
+                    }
                 };
                 Message::Request(Request {
                     mode,
@@ -193,10 +231,19 @@ impl Message {
                 nic_region_len: r.u32()?,
                 probe_addr: r.u64()?,
                 probe_value: r.u64()?,
+                peer_cma: get_bool(&mut r)?,
             }),
             T_REJECT => Message::Reject(get_reason(&mut r)?),
             T_DISCONNECT => Message::Disconnect(get_reason(&mut r)?),
-            v => return Err(WireError::Unknown { what: "message type", value: v as u64 }),
+            T_READY => Message::Ready {
+                peer_cma: get_bool(&mut r)?,
+            },
+            v => {
+                return Err(WireError::Unknown {
+                    what: "message type",
+                    value: v as u64,
+                })
+            }
         };
         r.finish()?;
         Ok(msg)
@@ -208,13 +255,24 @@ mod tests {
     use super::*;
 
     fn samples() -> Vec<Message> {
-        let attrs = ViAttrs { reliability: 2, max_transfer: 1 << 20, rdma_write: true, rdma_read: false };
+        let attrs = ViAttrs {
+            reliability: 2,
+            max_transfer: 1 << 20,
+            rdma_write: true,
+            rdma_read: false,
+        };
         vec![
             Message::Request(Request {
                 mode: Mode::Peer,
                 attrs,
-                local: Address { host: vec![127, 0, 0, 1], discriminator: b"abc".to_vec() },
-                remote: Address { host: vec![1; 16], discriminator: vec![] },
+                local: Address {
+                    host: vec![127, 0, 0, 1],
+                    discriminator: b"abc".to_vec(),
+                },
+                remote: Address {
+                    host: vec![1; 16],
+                    discriminator: vec![],
+                },
                 nic_region_len: 4096,
                 probe_addr: 0x7fff_0000,
                 probe_value: 99,
@@ -226,7 +284,9 @@ mod tests {
                 nic_region_len: 4096,
                 probe_addr: 5,
                 probe_value: 6,
+                peer_cma: true,
             }),
+            Message::Ready { peer_cma: false },
             Message::Reject(Reason::ReliabilityMismatch),
             Message::Disconnect(Reason::Broken),
         ]

@@ -70,10 +70,10 @@
 
 mod error;
 mod handshake;
-mod packet;
-mod repr;
 #[cfg(test)]
 mod mutation_tests;
+mod packet;
+mod repr;
 #[cfg(test)]
 mod tests;
 

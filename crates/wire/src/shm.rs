@@ -126,7 +126,8 @@ impl RecordHeader {
     /// Parses a header line copied out of the ring. `max_payload` is the
     /// most a record can hold in this ring.
     pub fn parse(line: &[u8; LINE], max_payload: usize) -> Result<Self, WireError> {
-        let u32_at = |o: usize| u32::from_ne_bytes([line[o], line[o + 1], line[o + 2], line[o + 3]]);
+        let u32_at =
+            |o: usize| u32::from_ne_bytes([line[o], line[o + 1], line[o + 2], line[o + 3]]);
         let u64_at = |o: usize| {
             let mut a = [0u8; 8];
             a.copy_from_slice(&line[o..o + 8]);
@@ -138,30 +139,54 @@ impl RecordHeader {
             3 => RecordKind::Pad,
             4 => RecordKind::Nack,
             5 => RecordKind::ReadDone,
-            v => return Err(WireError::Unknown { what: "record kind", value: v as u64 }),
+            v => {
+                return Err(WireError::Unknown {
+                    what: "record kind",
+                    value: v as u64,
+                })
+            }
         };
         let op = match line[9] {
             0 => Op::Send,
             1 => Op::RdmaWrite,
             2 => Op::ReadRequest,
             3 => Op::ReadResponse,
-            v => return Err(WireError::Unknown { what: "op", value: v as u64 }),
+            v => {
+                return Err(WireError::Unknown {
+                    what: "op",
+                    value: v as u64,
+                })
+            }
         };
         let flags = line[10];
         if flags & !(FLAG_IMMEDIATE | FLAG_CMA) != 0 {
-            return Err(WireError::Unknown { what: "flags", value: flags as u64 });
+            return Err(WireError::Unknown {
+                what: "flags",
+                value: flags as u64,
+            });
         }
         let payload_len = u32_at(12);
         if payload_len as usize > max_payload.min(MAX_RECORD_PAYLOAD) {
-            return Err(WireError::OutOfRange { what: "payload_len", value: payload_len as u64 });
+            return Err(WireError::OutOfRange {
+                what: "payload_len",
+                value: payload_len as u64,
+            });
         }
         let iov_count = u32_at(52);
         if flags & FLAG_CMA != 0 {
-            if iov_count as usize > MAX_IOVS || iov_count as usize * IOV_ENTRY != payload_len as usize {
-                return Err(WireError::OutOfRange { what: "iov_count", value: iov_count as u64 });
+            if iov_count as usize > MAX_IOVS
+                || iov_count as usize * IOV_ENTRY != payload_len as usize
+            {
+                return Err(WireError::OutOfRange {
+                    what: "iov_count",
+                    value: iov_count as u64,
+                });
             }
         } else if iov_count != 0 {
-            return Err(WireError::OutOfRange { what: "iov_count", value: iov_count as u64 });
+            return Err(WireError::OutOfRange {
+                what: "iov_count",
+                value: iov_count as u64,
+            });
         }
         let h = Self {
             kind,
@@ -176,8 +201,14 @@ impl RecordHeader {
             status: u32_at(48),
             iov_count,
         };
-        if h.kind == RecordKind::First && h.flags & FLAG_CMA == 0 && h.payload_len as u64 > h.total_len {
-            return Err(WireError::OutOfRange { what: "payload_len", value: payload_len as u64 });
+        if h.kind == RecordKind::First
+            && h.flags & FLAG_CMA == 0
+            && h.payload_len as u64 > h.total_len
+        {
+            return Err(WireError::OutOfRange {
+                what: "payload_len",
+                value: payload_len as u64,
+            });
         }
         Ok(h)
     }
@@ -192,7 +223,10 @@ pub const fn record_len(payload: usize) -> usize {
 /// whose sum overflows.
 pub fn parse_iovs(payload: &[u8]) -> Result<Vec<(u64, u64)>, WireError> {
     if payload.len() % IOV_ENTRY != 0 || payload.len() / IOV_ENTRY > MAX_IOVS {
-        return Err(WireError::OutOfRange { what: "iov payload", value: payload.len() as u64 });
+        return Err(WireError::OutOfRange {
+            what: "iov payload",
+            value: payload.len() as u64,
+        });
     }
     let mut out = Vec::with_capacity(payload.len() / IOV_ENTRY);
     let mut total = 0u64;
@@ -202,11 +236,14 @@ pub fn parse_iovs(payload: &[u8]) -> Result<Vec<(u64, u64)>, WireError> {
         let addr = u64::from_ne_bytes(a);
         a.copy_from_slice(&e[8..]);
         let len = u64::from_ne_bytes(a);
-        total = total
-            .checked_add(len)
-            .ok_or(WireError::OutOfRange { what: "iov length", value: len })?;
-        addr.checked_add(len)
-            .ok_or(WireError::OutOfRange { what: "iov address", value: addr })?;
+        total = total.checked_add(len).ok_or(WireError::OutOfRange {
+            what: "iov length",
+            value: len,
+        })?;
+        addr.checked_add(len).ok_or(WireError::OutOfRange {
+            what: "iov address",
+            value: addr,
+        })?;
         out.push((addr, len));
     }
     Ok(out)
@@ -259,13 +296,19 @@ mod tests {
         let mut bad = line;
         bad[10] = 0x80;
         assert!(RecordHeader::parse(&bad, 4096).is_err());
-        assert!(RecordHeader::parse(&line, 64).is_err(), "payload larger than ring allows");
+        assert!(
+            RecordHeader::parse(&line, 64).is_err(),
+            "payload larger than ring allows"
+        );
         let mut h = sample();
         h.flags = FLAG_CMA;
         h.iov_count = 3;
         h.payload_len = 40;
         h.emit(&mut line);
-        assert!(RecordHeader::parse(&line, 4096).is_err(), "iov count mismatch");
+        assert!(
+            RecordHeader::parse(&line, 4096).is_err(),
+            "iov count mismatch"
+        );
     }
 
     #[test]

@@ -6,7 +6,10 @@
 //! window protocol is the generic one from [`super::Endpoint`].
 
 use super::socket_io::{recv_exact, send_all};
-use super::{split_host_port, BindScope, Endpoint, EndpointOptions, ListenOptions, Listener, Transport, WaitMode};
+use super::{
+    split_host_port, BindScope, Endpoint, EndpointOptions, ListenOptions, Listener, Transport,
+    WaitMode,
+};
 use crate::error::{BenchError, Result};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
@@ -45,8 +48,14 @@ impl Transport for KernelTcp {
         };
         let listener = TcpListener::bind((ip, opts.port))
             .map_err(|e| BenchError::io(format!("tcp bind {ip}:{}", opts.port), e))?;
-        let local = listener.local_addr().map_err(|e| BenchError::io("tcp local_addr", e))?;
-        Ok(Box::new(TcpServer { listener, local, mode: opts.endpoint.mode }))
+        let local = listener
+            .local_addr()
+            .map_err(|e| BenchError::io("tcp local_addr", e))?;
+        Ok(Box::new(TcpServer {
+            listener,
+            local,
+            mode: opts.endpoint.mode,
+        }))
     }
 
     fn connect(&self, address: &str, opts: &EndpointOptions) -> Result<Box<dyn Endpoint>> {
@@ -55,8 +64,9 @@ impl Transport for KernelTcp {
             .to_socket_addrs()
             .map_err(|e| BenchError::io(format!("resolve {host}"), e))?
             .collect();
-        let stream = TcpStream::connect(&addrs[..]).map_err(|e| BenchError::io(format!("tcp connect {address}"), e))?;
-        TcpEndpoint::new(stream, opts.mode)
+        let stream = TcpStream::connect(&addrs[..])
+            .map_err(|e| BenchError::io(format!("tcp connect {address}"), e))?;
+        TcpEndpoint::boxed(stream, opts.mode)
     }
 }
 
@@ -72,8 +82,11 @@ impl Listener for TcpServer {
     }
 
     fn accept(&mut self) -> Result<Box<dyn Endpoint>> {
-        let (stream, _) = self.listener.accept().map_err(|e| BenchError::io("tcp accept", e))?;
-        TcpEndpoint::new(stream, self.mode)
+        let (stream, _) = self
+            .listener
+            .accept()
+            .map_err(|e| BenchError::io("tcp accept", e))?;
+        TcpEndpoint::boxed(stream, self.mode)
     }
 }
 
@@ -83,8 +96,10 @@ struct TcpEndpoint {
 }
 
 impl TcpEndpoint {
-    fn new(stream: TcpStream, mode: WaitMode) -> Result<Box<dyn Endpoint>> {
-        stream.set_nodelay(true).map_err(|e| BenchError::io("TCP_NODELAY", e))?;
+    fn boxed(stream: TcpStream, mode: WaitMode) -> Result<Box<dyn Endpoint>> {
+        stream
+            .set_nodelay(true)
+            .map_err(|e| BenchError::io("TCP_NODELAY", e))?;
         Ok(Box::new(TcpEndpoint { stream, mode }))
     }
 }

@@ -178,7 +178,12 @@ pub trait Endpoint {
     /// receiver's acknowledgement after each window; returns once the last
     /// window is acknowledged. `buf` (len = size) is scratch the driver owns,
     /// already touched; an override may ignore it and use its own memory.
-    fn stream_send(&mut self, plan: &StreamPlan, buf: &mut [u8], mut fill: Option<FillHook<'_>>) -> Result<()> {
+    fn stream_send(
+        &mut self,
+        plan: &StreamPlan,
+        buf: &mut [u8],
+        mut fill: Option<FillHook<'_>>,
+    ) -> Result<()> {
         let mut ack = [0u8; WINDOW_ACK_LEN];
         let mut index = plan.first_index;
         for w in 0..plan.windows() {
@@ -202,7 +207,12 @@ pub trait Endpoint {
 
     /// The receiving half of [`Endpoint::stream_send`]: receives the plan's
     /// messages, acknowledging each full window with a small message.
-    fn stream_recv(&mut self, plan: &StreamPlan, buf: &mut [u8], mut check: Option<CheckHook<'_>>) -> Result<StreamReceipt> {
+    fn stream_recv(
+        &mut self,
+        plan: &StreamPlan,
+        buf: &mut [u8],
+        mut check: Option<CheckHook<'_>>,
+    ) -> Result<StreamReceipt> {
         let mut receipt = StreamReceipt::default();
         let mut index = plan.first_index;
         for w in 0..plan.windows() {
@@ -225,9 +235,15 @@ pub trait Endpoint {
 pub fn registry() -> Vec<Box<dyn Transport>> {
     vec![
         Box::new(kernel_tcp::KernelTcp::new("kernel-tcp", WaitMode::Block)),
-        Box::new(kernel_tcp::KernelTcp::new("kernel-tcp-spin", WaitMode::Spin)),
+        Box::new(kernel_tcp::KernelTcp::new(
+            "kernel-tcp-spin",
+            WaitMode::Spin,
+        )),
         Box::new(kernel_udp::KernelUdp::new("kernel-udp", WaitMode::Block)),
-        Box::new(kernel_udp::KernelUdp::new("kernel-udp-spin", WaitMode::Spin)),
+        Box::new(kernel_udp::KernelUdp::new(
+            "kernel-udp-spin",
+            WaitMode::Spin,
+        )),
     ]
 }
 
@@ -260,7 +276,9 @@ pub fn split_host_port(address: &str, default_port: u16) -> Result<(String, u16)
         return Ok((host.to_string(), port));
     }
     match address.rsplit_once(':') {
-        Some((host, port)) if !host.contains(':') => Ok((host.to_string(), port.parse().map_err(|_| bad())?)),
+        Some((host, port)) if !host.contains(':') => {
+            Ok((host.to_string(), port.parse().map_err(|_| bad())?))
+        }
         _ if address.is_empty() => Err(bad()),
         _ => Ok((address.to_string(), default_port)),
     }
@@ -272,7 +290,12 @@ mod tests {
 
     #[test]
     fn plan_windows_cover_count() {
-        let plan = StreamPlan { size: 8, count: 130, window: 64, first_index: 0 };
+        let plan = StreamPlan {
+            size: 8,
+            count: 130,
+            window: 64,
+            first_index: 0,
+        };
         assert_eq!(plan.windows(), 3);
         assert_eq!(plan.window_len(0), 64);
         assert_eq!(plan.window_len(2), 2);

@@ -36,7 +36,9 @@ pub fn send_all(fd: RawFd, mut buf: &[u8], mode: WaitMode) -> Result<()> {
                 std::hint::spin_loop();
                 continue;
             }
-            if err.raw_os_error() == Some(libc::EPIPE) || err.raw_os_error() == Some(libc::ECONNRESET) {
+            if err.raw_os_error() == Some(libc::EPIPE)
+                || err.raw_os_error() == Some(libc::ECONNRESET)
+            {
                 return Err(BenchError::PeerClosed(format!("send: {err}")));
             }
             return Err(BenchError::io("send", err));
@@ -83,8 +85,14 @@ pub fn recv_exact(fd: RawFd, buf: &mut [u8], mode: WaitMode) -> Result<()> {
 /// kernel, so the payload is never copied in user space).
 pub fn send_datagram(fd: RawFd, header: &[u8], payload: &[u8], mode: WaitMode) -> Result<()> {
     let mut iov = [
-        libc::iovec { iov_base: header.as_ptr() as *mut _, iov_len: header.len() },
-        libc::iovec { iov_base: payload.as_ptr() as *mut _, iov_len: payload.len() },
+        libc::iovec {
+            iov_base: header.as_ptr() as *mut _,
+            iov_len: header.len(),
+        },
+        libc::iovec {
+            iov_base: payload.as_ptr() as *mut _,
+            iov_len: payload.len(),
+        },
     ];
     // SAFETY: an all-zero msghdr is valid (no name, no control data).
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
@@ -111,19 +119,26 @@ pub fn send_datagram(fd: RawFd, header: &[u8], payload: &[u8], mode: WaitMode) -
 }
 
 /// Receives one datagram, scattering its first `header.len()` bytes into
-/// `header` and the rest into `payload`. Returns the datagram's total length,
-/// or `None` if nothing arrived by `deadline` (blocking sockets must carry a
-/// short SO_RCVTIMEO so the deadline is re-checked).
+/// `header` and the rest into `payload`. Returns the bytes stored and whether
+/// the datagram was cut short (larger than both buffers), or `None` if
+/// nothing arrived by `deadline` (blocking sockets must carry a short
+/// SO_RCVTIMEO so the deadline is re-checked).
 pub fn recv_datagram(
     fd: RawFd,
     header: &mut [u8],
     payload: &mut [u8],
     mode: WaitMode,
     deadline: Instant,
-) -> Result<Option<usize>> {
+) -> Result<Option<(usize, bool)>> {
     let mut iov = [
-        libc::iovec { iov_base: header.as_mut_ptr().cast(), iov_len: header.len() },
-        libc::iovec { iov_base: payload.as_mut_ptr().cast(), iov_len: payload.len() },
+        libc::iovec {
+            iov_base: header.as_mut_ptr().cast(),
+            iov_len: header.len(),
+        },
+        libc::iovec {
+            iov_base: payload.as_mut_ptr().cast(),
+            iov_len: payload.len(),
+        },
     ];
     // SAFETY: an all-zero msghdr is valid (no name, no control data).
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
@@ -135,13 +150,7 @@ pub fn recv_datagram(
         // SAFETY: msg points at two iovecs over live, writable slices.
         let n = unsafe { libc::recvmsg(fd, &mut msg, flags) };
         if n >= 0 {
-            if msg.msg_flags & libc::MSG_TRUNC != 0 {
-                return Err(BenchError::Protocol(format!(
-                    "datagram larger than the {} byte buffer",
-                    header.len() + payload.len()
-                )));
-            }
-            return Ok(Some(n as usize));
+            return Ok(Some((n as usize, msg.msg_flags & libc::MSG_TRUNC != 0)));
         }
         let err = io::Error::last_os_error();
         if err.raw_os_error() == Some(libc::ECONNREFUSED) {
@@ -153,7 +162,7 @@ pub fn recv_datagram(
         // Reading the clock costs far less than the system call, but there is
         // no need to read it on every spin.
         polls = polls.wrapping_add(1);
-        if (mode == WaitMode::Block || polls % 64 == 0) && Instant::now() >= deadline {
+        if (mode == WaitMode::Block || polls & 63 == 0) && Instant::now() >= deadline {
             return Ok(None);
         }
         std::hint::spin_loop();
@@ -161,7 +170,13 @@ pub fn recv_datagram(
 }
 
 /// Sets an integer socket option.
-pub fn set_int_option(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int, what: &str) -> Result<()> {
+pub fn set_int_option(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+    what: &str,
+) -> Result<()> {
     // SAFETY: passes a pointer to a live c_int and its exact size.
     let rc = unsafe {
         libc::setsockopt(

@@ -45,7 +45,11 @@ fn advance(iov: &mut Vec<libc::iovec>, mut done: usize) {
 fn transfer(pid: i32, local: &[Range], remote: &[Range], write: bool) -> io::Result<u64> {
     let mut l = to_iovecs(local);
     let mut r = to_iovecs(remote);
-    let want: u64 = local.iter().map(|x| x.len).sum::<u64>().min(remote.iter().map(|x| x.len).sum());
+    let want: u64 = local
+        .iter()
+        .map(|x| x.len)
+        .sum::<u64>()
+        .min(remote.iter().map(|x| x.len).sum());
     let mut total = 0u64;
     while total < want {
         let lcount = l.len().min(1024);
@@ -97,12 +101,24 @@ mod tests {
         let mut a = vec![0u8; 3333];
         let mut b = vec![0u8; 10_000 - 3333];
         let local = [
-            Range { addr: a.as_mut_ptr() as u64, len: a.len() as u64 },
-            Range { addr: b.as_mut_ptr() as u64, len: b.len() as u64 },
+            Range {
+                addr: a.as_mut_ptr() as u64,
+                len: a.len() as u64,
+            },
+            Range {
+                addr: b.as_mut_ptr() as u64,
+                len: b.len() as u64,
+            },
         ];
         let remote = [
-            Range { addr: src.as_ptr() as u64, len: 5000 },
-            Range { addr: src.as_ptr() as u64 + 5000, len: 5000 },
+            Range {
+                addr: src.as_ptr() as u64,
+                len: 5000,
+            },
+            Range {
+                addr: src.as_ptr() as u64 + 5000,
+                len: 5000,
+            },
         ];
         match read_from(crate::sys::pid(), &local, &remote) {
             Ok(n) => {

@@ -27,7 +27,10 @@ fn abstract_addr(name: &[u8]) -> io::Result<(libc::sockaddr_un, libc::socklen_t)
     let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
     addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
     if name.len() + 1 > addr.sun_path.len() {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "socket name too long"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "socket name too long",
+        ));
     }
     // sun_path[0] stays 0: the abstract namespace.
     for (i, b) in name.iter().enumerate() {
@@ -39,13 +42,8 @@ fn abstract_addr(name: &[u8]) -> io::Result<(libc::sockaddr_un, libc::socklen_t)
 
 fn new_socket() -> io::Result<OwnedFd> {
     // SAFETY: plain syscall with constant arguments.
-    let fd = cvt(unsafe {
-        libc::socket(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-            0,
-        )
-    })?;
+    let fd =
+        cvt(unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0) })?;
     // SAFETY: a fresh descriptor we own.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
@@ -86,7 +84,11 @@ impl SeqPacket {
         let (addr, len) = abstract_addr(name)?;
         // SAFETY: `addr` is a valid sockaddr_un of length `len`.
         cvt(unsafe {
-            libc::bind(fd.as_raw_fd(), (&addr as *const libc::sockaddr_un).cast(), len)
+            libc::bind(
+                fd.as_raw_fd(),
+                (&addr as *const libc::sockaddr_un).cast(),
+                len,
+            )
         })?;
         // SAFETY: `fd` is a bound socket.
         cvt(unsafe { libc::listen(fd.as_raw_fd(), 64) })?;
@@ -124,7 +126,11 @@ impl SeqPacket {
         let (addr, len) = abstract_addr(name)?;
         // SAFETY: `addr` is a valid sockaddr_un of length `len`.
         cvt(unsafe {
-            libc::connect(fd.as_raw_fd(), (&addr as *const libc::sockaddr_un).cast(), len)
+            libc::connect(
+                fd.as_raw_fd(),
+                (&addr as *const libc::sockaddr_un).cast(),
+                len,
+            )
         })?;
         Ok(Self(fd))
     }
@@ -239,7 +245,10 @@ impl SeqPacket {
             }
         }
         if msg.msg_flags & libc::MSG_TRUNC != 0 {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, "message truncated"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "message truncated",
+            ));
         }
         Ok(n)
     }
@@ -274,9 +283,16 @@ mod tests {
 
     #[test]
     fn passes_descriptors_and_credentials() {
-        let name = format!("openvia-test-{}-{}", crate::sys::pid(), crate::sys::random_u64());
+        let name = format!(
+            "openvia-test-{}-{}",
+            crate::sys::pid(),
+            crate::sys::random_u64()
+        );
         let l = SeqPacket::listen(name.as_bytes()).unwrap();
-        assert!(SeqPacket::listen(name.as_bytes()).is_err(), "name is exclusive");
+        assert!(
+            SeqPacket::listen(name.as_bytes()).is_err(),
+            "name is exclusive"
+        );
         let c = SeqPacket::connect(name.as_bytes()).unwrap();
         let s = l.accept(Some(Duration::from_secs(5))).unwrap().unwrap();
         let ev = crate::sys::poll::EventFd::new().unwrap();

@@ -3,7 +3,7 @@
 
 use super::error::ParseError;
 use super::handshake::{
-    check_handshake, AUTHENTICATOR_LEN, HS_ATTR_FLAGS, HS_USER_LEN, HS_USER_OFF, ATTR_AUTH,
+    check_handshake, ATTR_AUTH, AUTHENTICATOR_LEN, HS_ATTR_FLAGS, HS_USER_LEN, HS_USER_OFF,
 };
 use super::{DATA_HEADER_LEN, FLAG_ACK_REQUEST, MAGIC, MAX_SACK_BLOCKS, VERSION};
 

@@ -262,7 +262,10 @@ fn random_bytes_never_panic() {
             let mut out = vec![0u8; r.buffer_len()];
             r.emit(&mut out).expect("a parsed packet re-emits");
             let mut expect = buf[..len].to_vec();
-            if let Some(range) = Packet::new_checked(&buf[..len]).unwrap().authenticator_range() {
+            if let Some(range) = Packet::new_checked(&buf[..len])
+                .unwrap()
+                .authenticator_range()
+            {
                 expect[range].fill(0);
             }
             assert_eq!(out, expect);

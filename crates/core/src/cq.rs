@@ -1,0 +1,152 @@
+//! Completion queues: one place to learn which VI (and which of its two
+//! queues) has a completed descriptor, so a server with many VIs waits on
+//! one object instead of polling each.
+//!
+//! An entry only names the VI and the queue; the program then takes the
+//! descriptor with SendDone/RecvDone on that VI, as VIA specifies.
+//! Completions are produced by whoever drives a VI's progress, so polling a
+//! CQ first drives the VIs attached to it.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use crate::error::{Result, ViaError};
+use crate::vi::Vi;
+
+/// Most entries a CQ may be created with.
+pub const MAX_CQ_ENTRIES: usize = 1 << 20;
+
+/// One completion notice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CqEntry {
+    pub vi_id: u64,
+    pub recv: bool,
+}
+
+/// A one-shot handler run when the CQ next has an entry: (vi id, recv).
+pub type CqNotify = Box<dyn FnOnce(u64, bool) + Send>;
+
+pub struct CompletionQueue {
+    pub(crate) id: u64,
+    entries: Mutex<VecDeque<CqEntry>>,
+    /// Cheap emptiness check for pollers (avoids the lock when empty).
+    count: AtomicUsize,
+    capacity: AtomicUsize,
+    vis: Mutex<Vec<Weak<Vi>>>,
+    notify: Mutex<Option<CqNotify>>,
+    /// Opaque value for the C shell (its handle).
+    pub token: AtomicU64,
+}
+
+impl CompletionQueue {
+    pub(crate) fn new(id: u64, capacity: usize) -> Result<Self> {
+        if capacity == 0 || capacity > MAX_CQ_ENTRIES {
+            return Err(ViaError::InvalidParameter("CQ entries"));
+        }
+        Ok(Self {
+            id,
+            entries: Mutex::new(VecDeque::with_capacity(capacity.min(4096))),
+            count: AtomicUsize::new(0),
+            capacity: AtomicUsize::new(capacity),
+            vis: Mutex::new(Vec::new()),
+            notify: Mutex::new(None),
+            token: AtomicU64::new(0),
+        })
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity.load(Ordering::Relaxed)
+    }
+
+    /// Appends an entry (called with the producing VI's lock held).
+    pub(crate) fn push(&self, vi_id: u64, recv: bool) {
+        let mut q = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        q.push_back(CqEntry { vi_id, recv });
+        self.count.store(q.len(), Ordering::Release);
+    }
+
+    /// Takes the oldest entry, if any.
+    pub(crate) fn pop(&self) -> Option<CqEntry> {
+        if self.count.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let mut q = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let e = q.pop_front();
+        self.count.store(q.len(), Ordering::Release);
+        e
+    }
+
+    pub fn len(&self) -> usize {
+        self.count.load(Ordering::Acquire)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Changes the number of entries; fails if more are queued than fit.
+    pub fn resize(&self, capacity: usize) -> Result<()> {
+        if capacity == 0 || capacity > MAX_CQ_ENTRIES {
+            return Err(ViaError::InvalidParameter("CQ entries"));
+        }
+        if self.len() > capacity {
+            return Err(ViaError::Resource(
+                "CQ holds more entries than the new size",
+            ));
+        }
+        self.capacity.store(capacity, Ordering::Relaxed);
+        Ok(())
+    }
+
+    pub(crate) fn attach(&self, vi: &Arc<Vi>) {
+        let mut v = self.vis.lock().unwrap_or_else(|e| e.into_inner());
+        v.retain(|w| w.strong_count() > 0);
+        v.push(Arc::downgrade(vi));
+    }
+
+    pub(crate) fn detach(&self, vi_id: u64) {
+        let mut v = self.vis.lock().unwrap_or_else(|e| e.into_inner());
+        v.retain(|w| w.upgrade().is_some_and(|vi| vi.id() != vi_id));
+        let mut q = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        q.retain(|e| e.vi_id != vi_id);
+        self.count.store(q.len(), Ordering::Release);
+    }
+
+    /// Whether any VI still uses this CQ.
+    pub fn in_use(&self) -> bool {
+        let v = self.vis.lock().unwrap_or_else(|e| e.into_inner());
+        v.iter().any(|w| w.strong_count() > 0)
+    }
+
+    /// The VIs feeding this CQ (for driving their progress).
+    pub(crate) fn members(&self) -> Vec<Arc<Vi>> {
+        let v = self.vis.lock().unwrap_or_else(|e| e.into_inner());
+        v.iter().filter_map(|w| w.upgrade()).collect()
+    }
+
+    pub(crate) fn set_notify(&self, f: CqNotify) {
+        *self.notify.lock().unwrap_or_else(|e| e.into_inner()) = Some(f);
+    }
+
+    pub(crate) fn take_notify_if_ready(&self) -> Option<(CqNotify, CqEntry)> {
+        if self.is_empty() {
+            return None;
+        }
+        let mut n = self.notify.lock().unwrap_or_else(|e| e.into_inner());
+        n.as_ref()?;
+        let e = self.pop()?;
+        n.take().map(|f| (f, e))
+    }
+
+    pub(crate) fn has_notify(&self) -> bool {
+        self.notify
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+}

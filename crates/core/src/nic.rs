@@ -1,0 +1,721 @@
+//! The NIC: what a process opens to use a device. It owns the protection
+//! tags, the registered memory, the VIs and CQs created on it, the doorbell
+//! page peers ring, and a progress thread.
+//!
+//! The progress thread is what makes a posted descriptor complete even if
+//! the application never calls in again (VIA semantics: the NIC works on
+//! its own). It stays out of the way of an application that polls: while
+//! the application is active it only looks in every few milliseconds; when
+//! the application goes quiet it arms the doorbell and sleeps in epoll
+//! until a peer writes, a connection socket hangs up, or a CQ/VI notify
+//! handler is installed.
+
+use std::collections::{HashMap, HashSet};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use crate::config::Config;
+use crate::cq::{CompletionQueue, CqNotify};
+use crate::descriptor::{DescPtr, MAX_SEGMENTS};
+use crate::error::{Result, ViaError};
+use crate::mem::{MemoryRegistry, PtagId, MAX_REGIONS, MAX_REGISTER_BLOCK};
+use crate::sys::poll::Epoll;
+use crate::transport::shm::doorbell::LocalDoorbell;
+use crate::vi::{reliability, Vi, ViAttributes, ViState, MAX_DESCRIPTORS_PER_QUEUE};
+
+/// Largest transfer one descriptor may carry on this provider.
+pub const MAX_TRANSFER_SIZE: u64 = 1 << 30;
+/// Most VIs / CQs per NIC.
+pub const MAX_VI: usize = 4096;
+pub const MAX_CQ: usize = 4096;
+pub const MAX_PTAGS: usize = 1024;
+/// Host addresses are 16 bytes: IPv6, or IPv4 mapped into IPv6.
+pub const NIC_ADDRESS_LEN: usize = 16;
+pub const MAX_DISCRIMINATOR_LEN: usize = openvia_wire::handshake::MAX_DISCRIMINATOR_LEN;
+
+/// `VIP_RESOURCE_CODE`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResourceCode {
+    Nic = 0,
+    Vi = 1,
+    Cq = 2,
+    Descriptor = 3,
+}
+
+/// `VIP_ERROR_CODE`, in the order of the spec.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorCode {
+    PostDesc = 0,
+    ConnLost = 1,
+    RecvqEmpty = 2,
+    ViOverrun = 3,
+    RdmawProt = 4,
+    RdmawData = 5,
+    RdmawAbort = 6,
+    RdmarProt = 7,
+    CompProt = 8,
+    RdmaTransport = 9,
+    Catastrophic = 10,
+}
+
+/// An asynchronous error, as given to the error callback.
+#[derive(Clone, Debug)]
+pub struct AsyncError {
+    pub vi_id: Option<u64>,
+    /// The C shell's handle of the VI (0 if none).
+    pub vi_token: u64,
+    pub cq_token: u64,
+    pub desc: Option<DescPtr>,
+    pub op_code: u64,
+    pub resource: ResourceCode,
+    pub code: ErrorCode,
+}
+
+pub type ErrorHandler = Arc<dyn Fn(&AsyncError) + Send + Sync>;
+
+/// Which device a NIC drives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Device {
+    /// Processes on this host, over shared memory (`/dev/via_lo`).
+    SharedMemory,
+}
+
+/// What `VipQueryNic` reports.
+#[derive(Clone, Debug)]
+pub struct NicAttributes {
+    pub name: String,
+    pub hardware_version: u64,
+    pub provider_version: u64,
+    pub address: [u8; NIC_ADDRESS_LEN],
+    pub thread_safe: bool,
+    pub max_discriminator_len: u16,
+    pub max_register_bytes: u64,
+    pub max_register_regions: u64,
+    pub max_register_block_bytes: u64,
+    pub max_vi: u64,
+    pub max_descriptors_per_queue: u64,
+    pub max_segments_per_desc: u64,
+    pub max_cq: u64,
+    pub max_cq_entries: u64,
+    pub max_transfer_size: u64,
+    pub native_mtu: u64,
+    pub max_ptags: u64,
+    pub reliability_support: u16,
+    pub rdma_read_support: u16,
+}
+
+/// Bumped in a fork() child, so handles inherited from the parent refuse.
+static FORK_GENERATION: AtomicU64 = AtomicU64::new(0);
+static ATFORK: std::sync::Once = std::sync::Once::new();
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+extern "C" fn after_fork_in_child() {
+    FORK_GENERATION.fetch_add(1, Ordering::SeqCst);
+}
+
+pub(crate) fn next_id() -> u64 {
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Epoll token of the NIC's own eventfd.
+const TOKEN_EVENT: u64 = 0;
+
+pub struct NicShared {
+    pub device: Device,
+    pub name: String,
+    pub address: [u8; NIC_ADDRESS_LEN],
+    pub config: &'static Config,
+    spin_ns: AtomicU64,
+    pub registry: MemoryRegistry,
+    ptags: Mutex<HashSet<u32>>,
+    next_ptag: AtomicU32,
+    vis: Mutex<HashMap<u64, Weak<Vi>>>,
+    cqs: Mutex<Vec<Weak<CompletionQueue>>>,
+    pub(crate) doorbell: LocalDoorbell,
+    epoll: Arc<Epoll>,
+    activity: AtomicU64,
+    closed: AtomicBool,
+    error_handler: Mutex<Option<ErrorHandler>>,
+    pub(crate) listeners: Mutex<HashMap<Vec<u8>, Arc<crate::sys::seqpacket::SeqPacket>>>,
+    fork_generation: u64,
+    progress: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Opaque value for the C shell (its handle).
+    pub token: AtomicU64,
+}
+
+/// An open NIC. Dropping the last handle closes it.
+#[derive(Clone)]
+pub struct Nic {
+    pub(crate) shared: Arc<NicShared>,
+}
+
+fn parse_device(name: Option<&str>) -> Result<Device> {
+    match name.map(str::trim) {
+        None | Some("") | Some("/dev/via_lo") | Some("via_lo") | Some("lo") | Some("/dev/via_shm") => {
+            Ok(Device::SharedMemory)
+        }
+        Some(n) if n.starts_with("/dev/via_") => Err(ViaError::InvalidParameter(
+            "network devices (/dev/via_<ifname>) come with the UDP transport; only /dev/via_lo is available",
+        )),
+        Some(_) => Err(ViaError::InvalidParameter("unknown device name")),
+    }
+}
+
+impl Nic {
+    /// `VipOpenNic`: NULL, "" and "/dev/via_lo" open the shared-memory device.
+    pub fn open(device_name: Option<&str>) -> Result<Nic> {
+        let device = parse_device(device_name)?;
+        ATFORK.call_once(|| {
+            // SAFETY: registering a plain extern "C" function with no
+            // captured state; it only touches an atomic.
+            unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+        });
+        let config = Config::global();
+        let doorbell = LocalDoorbell::new().map_err(|_| ViaError::Resource("shared memory"))?;
+        let epoll = Arc::new(Epoll::new().map_err(|_| ViaError::Resource("epoll"))?);
+        epoll
+            .add(doorbell.event().fd().as_raw_fd(), TOKEN_EVENT)
+            .map_err(|_| ViaError::Resource("epoll"))?;
+        let shared = Arc::new(NicShared {
+            device,
+            name: "/dev/via_lo".to_string(),
+            address: local_host_address(),
+            config,
+            spin_ns: AtomicU64::new(config.spin_ns),
+            registry: MemoryRegistry::new(),
+            ptags: Mutex::new(HashSet::new()),
+            next_ptag: AtomicU32::new((crate::sys::random_u64() as u32 & 0xffff) | 1),
+            vis: Mutex::new(HashMap::new()),
+            cqs: Mutex::new(Vec::new()),
+            doorbell,
+            epoll: epoll.clone(),
+            activity: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
+            error_handler: Mutex::new(None),
+            listeners: Mutex::new(HashMap::new()),
+            fork_generation: FORK_GENERATION.load(Ordering::SeqCst),
+            progress: Mutex::new(None),
+            token: AtomicU64::new(0),
+        });
+        let weak = Arc::downgrade(&shared);
+        let handle = std::thread::Builder::new()
+            .name("openvia-progress".into())
+            .spawn(move || progress_loop(weak, epoll))
+            .map_err(|_| ViaError::Resource("progress thread"))?;
+        *shared.progress.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
+        Ok(Nic { shared })
+    }
+
+    pub fn shared(&self) -> &Arc<NicShared> {
+        &self.shared
+    }
+
+    /// `VipCloseNic`: closes every VI and stops the progress thread.
+    pub fn close(&self) -> Result<()> {
+        self.shared.check_owner()?;
+        self.shared.shutdown();
+        Ok(())
+    }
+
+    pub fn query(&self) -> NicAttributes {
+        NicAttributes {
+            name: self.shared.name.clone(),
+            hardware_version: 1,
+            provider_version: 0x0001_0000,
+            address: self.shared.address,
+            thread_safe: true,
+            max_discriminator_len: MAX_DISCRIMINATOR_LEN as u16,
+            max_register_bytes: MAX_REGISTER_BLOCK,
+            max_register_regions: (MAX_REGIONS - 1) as u64,
+            max_register_block_bytes: MAX_REGISTER_BLOCK,
+            max_vi: MAX_VI as u64,
+            max_descriptors_per_queue: MAX_DESCRIPTORS_PER_QUEUE as u64,
+            max_segments_per_desc: MAX_SEGMENTS as u64,
+            max_cq: MAX_CQ as u64,
+            max_cq_entries: crate::cq::MAX_CQ_ENTRIES as u64,
+            max_transfer_size: MAX_TRANSFER_SIZE,
+            native_mtu: self.shared.config.inline_max as u64,
+            max_ptags: MAX_PTAGS as u64,
+            reliability_support: reliability::UNRELIABLE
+                | reliability::RELIABLE_DELIVERY
+                | reliability::RELIABLE_RECEPTION,
+            rdma_read_support: reliability::RELIABLE_DELIVERY | reliability::RELIABLE_RECEPTION,
+        }
+    }
+
+    /// Sets how long Waits spin before blocking (ns); `u64::MAX` never blocks.
+    pub fn set_spin_ns(&self, ns: u64) {
+        self.shared.spin_ns.store(ns, Ordering::Relaxed);
+    }
+
+    pub fn create_ptag(&self) -> Result<PtagId> {
+        self.shared.check_owner()?;
+        let mut tags = self.shared.ptags.lock().unwrap_or_else(|e| e.into_inner());
+        if tags.len() >= MAX_PTAGS {
+            return Err(ViaError::Resource("protection tags"));
+        }
+        loop {
+            let id = self.shared.next_ptag.fetch_add(1, Ordering::Relaxed);
+            if id != 0 && tags.insert(id) {
+                return Ok(PtagId(id));
+            }
+        }
+    }
+
+    pub fn destroy_ptag(&self, ptag: PtagId) -> Result<()> {
+        self.shared.check_owner()?;
+        if !self.shared.ptag_valid(ptag) {
+            return Err(ViaError::InvalidPtag);
+        }
+        let in_use_by_vi = self
+            .shared
+            .live_vis()
+            .iter()
+            .any(|vi| vi.attributes().ptag == ptag);
+        if in_use_by_vi || self.shared.registry.uses_ptag(ptag) {
+            return Err(ViaError::Resource("protection tag in use"));
+        }
+        self.shared
+            .ptags
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&ptag.0);
+        Ok(())
+    }
+
+    /// `VipRegisterMem`.
+    pub fn register_mem(
+        &self,
+        addr: u64,
+        len: u64,
+        ptag: PtagId,
+        rdma_write: bool,
+        rdma_read: bool,
+    ) -> Result<u32> {
+        self.shared.check_owner()?;
+        if !self.shared.ptag_valid(ptag) {
+            return Err(ViaError::InvalidPtag);
+        }
+        self.shared
+            .registry
+            .register(addr, len, ptag, rdma_write, rdma_read)
+    }
+
+    pub fn deregister_mem(&self, addr: u64, handle: u32) -> Result<()> {
+        self.shared.check_owner()?;
+        self.shared.registry.deregister(addr, handle)
+    }
+
+    /// `VipQueryMem`: (ptag, rdma write, rdma read).
+    pub fn query_mem(&self, addr: u64, handle: u32) -> Result<(PtagId, bool, bool)> {
+        self.shared.check_owner()?;
+        let r = self
+            .shared
+            .registry
+            .lookup(handle)
+            .ok_or(ViaError::InvalidParameter("memory handle"))?;
+        if r.addr != addr {
+            return Err(ViaError::InvalidParameter("address does not match handle"));
+        }
+        Ok((r.ptag, r.rdma_write, r.rdma_read))
+    }
+
+    pub fn set_mem_attributes(
+        &self,
+        addr: u64,
+        handle: u32,
+        ptag: PtagId,
+        rdma_write: bool,
+        rdma_read: bool,
+    ) -> Result<()> {
+        self.shared.check_owner()?;
+        if !self.shared.ptag_valid(ptag) {
+            return Err(ViaError::InvalidPtag);
+        }
+        self.shared
+            .registry
+            .set_attributes(addr, handle, ptag, rdma_write, rdma_read)
+    }
+
+    /// `VipCreateCQ`.
+    pub fn create_cq(&self, entries: usize) -> Result<Arc<CompletionQueue>> {
+        self.shared.check_owner()?;
+        let mut cqs = self.shared.cqs.lock().unwrap_or_else(|e| e.into_inner());
+        cqs.retain(|w| w.strong_count() > 0);
+        if cqs.len() >= MAX_CQ {
+            return Err(ViaError::Resource("completion queues"));
+        }
+        let cq = Arc::new(CompletionQueue::new(next_id(), entries)?);
+        cqs.push(Arc::downgrade(&cq));
+        Ok(cq)
+    }
+
+    /// `VipDestroyCQ`: refused while a VI still uses it.
+    pub fn destroy_cq(&self, cq: &Arc<CompletionQueue>) -> Result<()> {
+        self.shared.check_owner()?;
+        if cq.in_use() {
+            return Err(ViaError::InvalidState("CQ still attached to a VI"));
+        }
+        let mut cqs = self.shared.cqs.lock().unwrap_or_else(|e| e.into_inner());
+        cqs.retain(|w| w.upgrade().is_some_and(|c| c.id() != cq.id()));
+        Ok(())
+    }
+
+    /// `VipCreateVi`.
+    pub fn create_vi(
+        &self,
+        attrs: ViAttributes,
+        send_cq: Option<Arc<CompletionQueue>>,
+        recv_cq: Option<Arc<CompletionQueue>>,
+    ) -> Result<Arc<Vi>> {
+        self.shared.check_owner()?;
+        self.shared.check_vi_attrs(&attrs)?;
+        for cq in [&send_cq, &recv_cq].into_iter().flatten() {
+            if !self.shared.owns_cq(cq) {
+                return Err(ViaError::InvalidParameter("CQ of another NIC"));
+            }
+        }
+        let mut vis = self.shared.vis.lock().unwrap_or_else(|e| e.into_inner());
+        vis.retain(|_, w| w.strong_count() > 0);
+        if vis.len() >= MAX_VI {
+            return Err(ViaError::Resource("VIs"));
+        }
+        let vi = Arc::new(Vi::new(
+            next_id(),
+            self.shared.clone(),
+            attrs,
+            send_cq.clone(),
+            recv_cq.clone(),
+        ));
+        vis.insert(vi.id(), Arc::downgrade(&vi));
+        drop(vis);
+        if let Some(cq) = &send_cq {
+            cq.attach(&vi);
+        }
+        if let Some(cq) = &recv_cq {
+            if send_cq.as_ref().is_none_or(|s| s.id() != cq.id()) {
+                cq.attach(&vi);
+            }
+        }
+        Ok(vi)
+    }
+
+    /// `VipDestroyVi`: refused while connected.
+    pub fn destroy_vi(&self, vi: &Arc<Vi>) -> Result<()> {
+        self.shared.check_owner()?;
+        match vi.state() {
+            ViState::Connected | ViState::ConnectPending => {
+                return Err(ViaError::InvalidState("VI is connected"))
+            }
+            _ => {}
+        }
+        if vi.state() == ViState::Error {
+            vi.disconnect()?;
+        }
+        self.shared.forget_vi(vi);
+        Ok(())
+    }
+
+    /// `VipErrorCallback`: None restores the default (log to stderr).
+    pub fn set_error_handler(&self, h: Option<ErrorHandler>) -> Result<()> {
+        self.shared.check_owner()?;
+        *self
+            .shared
+            .error_handler
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = h;
+        Ok(())
+    }
+
+    /// `VipCQNotify`: `f` runs once with the next CQ entry (vi id, recv).
+    pub fn cq_notify(&self, cq: &Arc<CompletionQueue>, f: CqNotify) -> Result<()> {
+        self.shared.check_owner()?;
+        cq.set_notify(f);
+        self.shared.fire_cq_notify(cq);
+        self.shared.wake_progress();
+        Ok(())
+    }
+
+    /// `VipCQDone`: the oldest entry, after driving the CQ's VIs.
+    pub fn cq_done(&self, cq: &Arc<CompletionQueue>) -> Result<crate::cq::CqEntry> {
+        self.shared.check_owner()?;
+        self.shared.touch();
+        self.shared.cq_poll(cq).ok_or(ViaError::NotDone)
+    }
+
+    /// `VipCQWait`.
+    pub fn cq_wait(
+        &self,
+        cq: &Arc<CompletionQueue>,
+        timeout: Option<Duration>,
+    ) -> Result<crate::cq::CqEntry> {
+        self.shared.check_owner()?;
+        crate::wait::wait_for(&self.shared, timeout, || {
+            self.shared.touch();
+            self.shared.cq_poll(cq)
+        })
+    }
+
+    /// Finds a VI of this NIC by id (CQ entries name VIs by id).
+    pub fn vi_by_id(&self, id: u64) -> Option<Arc<Vi>> {
+        self.shared.vi(id)
+    }
+}
+
+impl Drop for NicShared {
+    fn drop(&mut self) {
+        self.closed.store(true, Ordering::SeqCst);
+        self.doorbell.event().signal();
+    }
+}
+
+impl NicShared {
+    pub(crate) fn check_owner(&self) -> Result<()> {
+        if FORK_GENERATION.load(Ordering::Relaxed) != self.fork_generation {
+            return Err(ViaError::InvalidState(
+                "NIC belongs to the parent process (fork)",
+            ));
+        }
+        if self.closed.load(Ordering::Relaxed) {
+            return Err(ViaError::InvalidState("NIC closed"));
+        }
+        Ok(())
+    }
+
+    /// Records that the application called in (the progress thread backs off).
+    #[inline]
+    pub(crate) fn touch(&self) {
+        let v = self.activity.load(Ordering::Relaxed);
+        self.activity.store(v.wrapping_add(1), Ordering::Relaxed);
+    }
+
+    pub(crate) fn spin_ns(&self) -> u64 {
+        self.spin_ns.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn ptag_valid(&self, p: PtagId) -> bool {
+        self.ptags
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&p.0)
+    }
+
+    pub(crate) fn check_vi_attrs(&self, a: &ViAttributes) -> Result<()> {
+        match a.reliability {
+            reliability::UNRELIABLE
+            | reliability::RELIABLE_DELIVERY
+            | reliability::RELIABLE_RECEPTION => {}
+            _ => return Err(ViaError::InvalidReliability),
+        }
+        if a.max_transfer > MAX_TRANSFER_SIZE {
+            return Err(ViaError::InvalidMtu);
+        }
+        if !self.ptag_valid(a.ptag) {
+            return Err(ViaError::InvalidPtag);
+        }
+        if a.rdma_read && a.reliability == reliability::UNRELIABLE {
+            return Err(ViaError::InvalidRdmaRead);
+        }
+        Ok(())
+    }
+
+    fn owns_cq(&self, cq: &Arc<CompletionQueue>) -> bool {
+        let cqs = self.cqs.lock().unwrap_or_else(|e| e.into_inner());
+        cqs.iter()
+            .any(|w| w.upgrade().is_some_and(|c| c.id() == cq.id()))
+    }
+
+    pub(crate) fn vi(&self, id: u64) -> Option<Arc<Vi>> {
+        self.vis
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id)
+            .and_then(Weak::upgrade)
+    }
+
+    fn live_vis(&self) -> Vec<Arc<Vi>> {
+        self.vis
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect()
+    }
+
+    fn live_cqs(&self) -> Vec<Arc<CompletionQueue>> {
+        self.cqs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect()
+    }
+
+    fn forget_vi(&self, vi: &Arc<Vi>) {
+        self.vis
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&vi.id());
+        if let Some(cq) = &vi.send_cq {
+            cq.detach(vi.id());
+        }
+        if let Some(cq) = &vi.recv_cq {
+            cq.detach(vi.id());
+        }
+    }
+
+    fn cq_poll(&self, cq: &Arc<CompletionQueue>) -> Option<crate::cq::CqEntry> {
+        if let Some(e) = cq.pop() {
+            return Some(e);
+        }
+        for vi in cq.members() {
+            vi.poke(false);
+        }
+        cq.pop()
+    }
+
+    pub(crate) fn watch(&self, fd: RawFd, vi_id: u64) {
+        let _ = self.epoll.add(fd, vi_id);
+    }
+
+    pub(crate) fn unwatch(&self, fd: RawFd) {
+        self.epoll.remove(fd);
+    }
+
+    /// Makes the progress thread look at once (a handler was installed).
+    pub(crate) fn wake_progress(&self) {
+        self.doorbell.event().signal();
+    }
+
+    pub(crate) fn report_error(&self, e: AsyncError) {
+        let h = self
+            .error_handler
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        match h {
+            Some(h) => h(&e),
+            None => eprintln!(
+                "openvia: asynchronous error {:?} on {:?} (vi {:?})",
+                e.code, e.resource, e.vi_id
+            ),
+        }
+    }
+
+    pub(crate) fn fire_cq_notify(&self, cq: &CompletionQueue) {
+        if let Some((f, e)) = cq.take_notify_if_ready() {
+            f(e.vi_id, e.recv);
+        }
+    }
+
+    /// One round over every VI; returns whether anything moved.
+    fn progress_round(&self) -> bool {
+        let mut did = false;
+        for vi in self.live_vis() {
+            did |= vi.poke(true);
+        }
+        for cq in self.live_cqs() {
+            if cq.has_notify() {
+                for vi in cq.members() {
+                    did |= vi.poke(true);
+                }
+                self.fire_cq_notify(&cq);
+            }
+        }
+        if did {
+            self.doorbell.ring_local();
+        }
+        did
+    }
+
+    fn wants_attention(&self) -> bool {
+        self.live_vis().iter().any(|v| v.has_notify())
+            || self.live_cqs().iter().any(|c| c.has_notify())
+    }
+
+    fn shutdown(&self) {
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        for vi in self.live_vis() {
+            let _ = vi.disconnect_internal();
+        }
+        self.listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        self.registry.clear();
+        self.doorbell.event().signal();
+        let h = self
+            .progress
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(h) = h {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+fn progress_loop(weak: Weak<NicShared>, epoll: Arc<Epoll>) {
+    let mut last_activity = u64::MAX;
+    let mut tokens = Vec::new();
+    loop {
+        let timeout = {
+            let Some(nic) = weak.upgrade() else { return };
+            if nic.closed.load(Ordering::SeqCst) {
+                return;
+            }
+            let act = nic.activity.load(Ordering::Relaxed);
+            let active = act != last_activity;
+            last_activity = act;
+            let did = nic.progress_round();
+            if active {
+                Some(Duration::from_micros(nic.config.progress_interval_us))
+            } else if did {
+                continue;
+            } else {
+                // Going to sleep: ask peers to ring us, then look once more
+                // so nothing published before the flag was seen is missed.
+                nic.doorbell.arm();
+                if nic.progress_round() {
+                    nic.doorbell.disarm();
+                    continue;
+                }
+                if nic.wants_attention() {
+                    Some(Duration::from_micros(nic.config.progress_interval_us))
+                } else {
+                    Some(Duration::from_secs(1))
+                }
+            }
+        };
+        epoll.wait(timeout, &mut tokens);
+        let Some(nic) = weak.upgrade() else { return };
+        nic.doorbell.disarm();
+        for &t in &tokens {
+            if t == TOKEN_EVENT {
+                nic.doorbell.event().drain();
+            } else if let Some(vi) = nic.vi(t) {
+                vi.read_peer_event();
+            }
+        }
+    }
+}
+
+/// The host address of the shared-memory device: IPv4 loopback mapped
+/// into IPv6 (the device reaches exactly this host).
+pub fn local_host_address() -> [u8; NIC_ADDRESS_LEN] {
+    let mut a = [0u8; NIC_ADDRESS_LEN];
+    a[10] = 0xff;
+    a[11] = 0xff;
+    a[12..].copy_from_slice(&[127, 0, 0, 1]);
+    a
+}

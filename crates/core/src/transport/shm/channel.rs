@@ -1,0 +1,688 @@
+//! One connected VI pair over shared memory.
+//!
+//! The connection region holds two rings, one per direction. Small
+//! messages travel inside ring records (sender copies in, receiver copies
+//! out: the fastest way for a few KiB). Large ones take one copy: the
+//! record carries the sender's buffer list and the receiver pulls the bytes
+//! with process_vm_readv straight into the posted buffer (RDMA reads: the
+//! target pushes with process_vm_writev). When the kernel refuses CMA the
+//! same messages are cut into chunks that stream through the ring, which
+//! then acts as a pipelined bounce buffer.
+//!
+//! Nothing here blocks or enters the kernel on the fast path, except a
+//! wake-up of a peer that is asleep (see `doorbell`).
+
+use std::collections::VecDeque;
+use std::os::fd::RawFd;
+
+use openvia_wire::handshake::{Message, Reason, ViAttrs};
+use openvia_wire::shm::{self as rec, Op, RecordHeader, RecordKind, FLAG_CMA, FLAG_IMMEDIATE};
+
+use super::doorbell::PeerDoorbell;
+use super::region::ConnRegion;
+use super::ring::{Consumer, Peeked, Producer};
+use crate::config::Config;
+use crate::descriptor::{status, OpKind, WorkRequest};
+use crate::ranges::{self, Range};
+use crate::sys::cma;
+use crate::sys::seqpacket::SeqPacket;
+use crate::transport::{Channel, ChannelFailed, Completion, PeerEvent};
+use crate::vi::placement::{Fault, Placement};
+
+/// Outbound work that did not fit in the ring at once.
+enum Pending {
+    /// A message whose bytes stream through the ring (or one CMA record).
+    Data {
+        header: RecordHeader,
+        source: Vec<Range>,
+        offset: u64,
+        started: bool,
+        /// Counts towards `sent` when done (responses do too: every First
+        /// record is one message for the peer's consumed count).
+        seq: u64,
+    },
+    /// A control record (Nack, ReadDone).
+    Control(RecordHeader),
+    /// A data-less message (an RDMA read request without CMA).
+    Request { header: RecordHeader, seq: u64 },
+}
+
+/// A message whose chunks are still arriving.
+#[derive(Clone, Copy)]
+enum Inbound {
+    Recv {
+        total: u64,
+        offset: u64,
+        imm: Option<u32>,
+    },
+    RdmaWrite {
+        addr: u64,
+        total: u64,
+        offset: u64,
+        imm: Option<u32>,
+    },
+    ReadResponse {
+        seq: u64,
+        total: u64,
+        offset: u64,
+    },
+    Discard {
+        total: u64,
+        offset: u64,
+    },
+}
+
+pub struct ShmChannel {
+    tx: Producer,
+    rx: Consumer,
+    peer: PeerDoorbell,
+    peer_pid: i32,
+    /// The peer may copy from/to our memory with CMA.
+    cma: bool,
+    sock: SeqPacket,
+    remote: ViAttrs,
+    next_seq: u64,
+    sent: u64,
+    pending: VecDeque<Pending>,
+    inbound: Option<Inbound>,
+    cfg: &'static Config,
+    closed: bool,
+    /// Messages delivered whose count waits for a refusal (Nack) to be
+    /// written first, so the peer never sees the count before the refusal.
+    owed: u64,
+    // Declared last: the rings point into it.
+    _region: ConnRegion,
+}
+
+pub struct ChannelParts {
+    pub region: ConnRegion,
+    pub is_client: bool,
+    pub peer: PeerDoorbell,
+    pub peer_pid: i32,
+    pub cma: bool,
+    pub sock: SeqPacket,
+    pub remote: ViAttrs,
+}
+
+impl ShmChannel {
+    pub fn new(p: ChannelParts) -> Self {
+        let (tx, rx) = p.region.rings(p.is_client);
+        Self {
+            tx: Producer::new(tx),
+            rx: Consumer::new(rx),
+            peer: p.peer,
+            peer_pid: p.peer_pid,
+            cma: p.cma && Config::global().cma,
+            sock: p.sock,
+            remote: p.remote,
+            next_seq: 0,
+            sent: 0,
+            pending: VecDeque::new(),
+            inbound: None,
+            cfg: Config::global(),
+            closed: false,
+            owed: 0,
+            _region: p.region,
+        }
+    }
+
+    fn first_header(&self, wr: &WorkRequest, seq: u64) -> RecordHeader {
+        let op = match wr.op {
+            OpKind::Send => Op::Send,
+            OpKind::RdmaWrite => Op::RdmaWrite,
+            OpKind::RdmaRead => Op::ReadRequest,
+        };
+        let mut h = RecordHeader::new(RecordKind::First, op);
+        h.total_len = wr.total_len;
+        h.msg_seq = seq;
+        if let Some(imm) = wr.immediate {
+            h.flags |= FLAG_IMMEDIATE;
+            h.immediate = imm;
+        }
+        if let Some((addr, handle)) = wr.remote {
+            h.remote_addr = addr;
+            h.remote_handle = handle;
+        }
+        h
+    }
+
+    /// Writes a CMA record naming `source`; false if the ring is full.
+    fn push_cma(&mut self, mut h: RecordHeader, source: &[Range]) -> bool {
+        h.flags |= FLAG_CMA;
+        h.iov_count = source.len() as u32;
+        h.payload_len = (source.len() * rec::IOV_ENTRY) as u32;
+        self.tx.push(&h, |buf| {
+            for (chunk, r) in buf.chunks_exact_mut(rec::IOV_ENTRY).zip(source) {
+                chunk[..8].copy_from_slice(&r.addr.to_ne_bytes());
+                chunk[8..].copy_from_slice(&r.len.to_ne_bytes());
+            }
+        })
+    }
+
+    /// Moves queued outbound work into the ring while it fits.
+    fn pump(&mut self) -> bool {
+        let mut did = false;
+        let chunk_max = self.cfg.chunk_bytes as u64;
+        while let Some(front) = self.pending.front_mut() {
+            match front {
+                Pending::Control(h) => {
+                    let h = *h;
+                    if !self.tx.push(&h, |_| {}) {
+                        break;
+                    }
+                    self.pending.pop_front();
+                    did = true;
+                }
+                Pending::Request { header, seq } => {
+                    let (h, s) = (*header, *seq);
+                    if !self.tx.push(&h, |_| {}) {
+                        break;
+                    }
+                    self.sent = s;
+                    self.pending.pop_front();
+                    did = true;
+                }
+                Pending::Data {
+                    header,
+                    source,
+                    offset,
+                    started,
+                    seq,
+                } => {
+                    if header.flags & FLAG_CMA != 0 {
+                        let (h, src, s) = (*header, std::mem::take(source), *seq);
+                        if !self.push_cma(h, &src) {
+                            if let Some(Pending::Data { source, .. }) = self.pending.front_mut() {
+                                *source = src;
+                            }
+                            break;
+                        }
+                        self.sent = s;
+                        self.pending.pop_front();
+                        did = true;
+                        continue;
+                    }
+                    let total = header.total_len;
+                    let mut finished = false;
+                    loop {
+                        let remaining = total - *offset;
+                        let room = self.tx.room() as u64;
+                        let n = remaining.min(chunk_max).min(room);
+                        if (n == 0 && remaining > 0) || (room == 0 && !*started) {
+                            break;
+                        }
+                        let mut h = if *started {
+                            RecordHeader::new(RecordKind::Cont, header.op)
+                        } else {
+                            *header
+                        };
+                        h.payload_len = n as u32;
+                        let off = *offset;
+                        let src: &[Range] = source;
+                        // SAFETY: `source` ranges were validated against the
+                        // registry (our own registered memory).
+                        let ok = self.tx.push(&h, |buf| unsafe {
+                            ranges::gather(src, off, buf);
+                        });
+                        if !ok {
+                            break;
+                        }
+                        *offset += n;
+                        *started = true;
+                        did = true;
+                        if *offset == total {
+                            finished = true;
+                            break;
+                        }
+                    }
+                    if !finished {
+                        break;
+                    }
+                    self.sent = *seq;
+                    self.pending.pop_front();
+                }
+            }
+        }
+        did
+    }
+
+    /// Publishes delivered-message counts once no refusal is queued ahead.
+    fn settle_owed(&mut self) {
+        if self.owed == 0 {
+            return;
+        }
+        if self
+            .pending
+            .iter()
+            .any(|p| matches!(p, Pending::Control(_)))
+        {
+            self.pump();
+            if self
+                .pending
+                .iter()
+                .any(|p| matches!(p, Pending::Control(_)))
+            {
+                return;
+            }
+        }
+        for _ in 0..self.owed {
+            self.rx.message_delivered();
+        }
+        self.owed = 0;
+    }
+
+    fn queue_control(&mut self, kind: RecordKind, seq: u64, status_bits: u32) {
+        let mut h = RecordHeader::new(kind, Op::Send);
+        h.msg_seq = seq;
+        h.status = status_bits;
+        self.pending.push_back(Pending::Control(h));
+    }
+
+    /// Handles the First record of a message. Returns None to stall (no
+    /// receive posted yet), Some(done) otherwise.
+    fn on_first(
+        &mut self,
+        pk: &Peeked,
+        place: &mut Placement,
+    ) -> Result<Option<bool>, ChannelFailed> {
+        let h = pk.header;
+        let imm = (h.flags & FLAG_IMMEDIATE != 0).then_some(h.immediate);
+        let cma_rec = h.flags & FLAG_CMA != 0;
+        let iovs = if cma_rec {
+            rec::parse_iovs(pk.payload()).map_err(|_| ChannelFailed("bad CMA list"))?
+        } else {
+            Vec::new()
+        };
+        if cma_rec && iovs.iter().map(|x| x.1).sum::<u64>() != h.total_len {
+            return Err(ChannelFailed("CMA list length mismatch"));
+        }
+        let remote: Vec<Range> = iovs
+            .iter()
+            .map(|&(addr, len)| Range { addr, len })
+            .collect();
+        let inline_len = if cma_rec {
+            h.total_len
+        } else {
+            pk.header.payload_len as u64
+        };
+        match h.op {
+            Op::Send => {
+                let Some(cap) = place.recv_capacity() else {
+                    return Ok(None);
+                };
+                if h.total_len > cap {
+                    place.recv_complete(0, imm, false, status::LENGTH_ERROR);
+                    return Ok(Some(self.start_discard(h.total_len, inline_len)));
+                }
+                if cma_rec {
+                    let local = place.recv_ranges().to_vec();
+                    let err = match cma::read_from(self.peer_pid, &local, &remote) {
+                        Ok(n) if n == h.total_len => 0,
+                        _ => status::TRANSPORT_ERROR,
+                    };
+                    if err != 0 {
+                        place.faults.push(Fault::Transport);
+                    }
+                    place.recv_complete(h.total_len, imm, false, err);
+                    return Ok(Some(true));
+                }
+                place.recv_write(0, pk.payload());
+                if inline_len == h.total_len {
+                    place.recv_complete(h.total_len, imm, false, 0);
+                    return Ok(Some(true));
+                }
+                self.inbound = Some(Inbound::Recv {
+                    total: h.total_len,
+                    offset: inline_len,
+                    imm,
+                });
+                Ok(Some(false))
+            }
+            Op::RdmaWrite => {
+                if let Err(bits) =
+                    place.check_rdma(true, h.remote_addr, h.remote_handle, h.total_len)
+                {
+                    place.faults.push(Fault::RdmaWriteProtection);
+                    self.queue_control(RecordKind::Nack, h.msg_seq, bits);
+                    return Ok(Some(self.start_discard(h.total_len, inline_len)));
+                }
+                if imm.is_some() && place.recv_capacity().is_none() {
+                    return Ok(None);
+                }
+                let target = [Range {
+                    addr: h.remote_addr,
+                    len: h.total_len,
+                }];
+                if cma_rec {
+                    let ok = matches!(cma::read_from(self.peer_pid, &target, &remote), Ok(n) if n == h.total_len);
+                    if !ok {
+                        place.faults.push(Fault::Transport);
+                        self.queue_control(RecordKind::Nack, h.msg_seq, status::TRANSPORT_ERROR);
+                    }
+                    if imm.is_some() {
+                        let err = if ok { 0 } else { status::TRANSPORT_ERROR };
+                        place.recv_complete(h.total_len, imm, true, err);
+                    }
+                    return Ok(Some(true));
+                }
+                // SAFETY: `target` was checked against the registry above
+                // (registered, our ptag, RDMA write enabled, in bounds).
+                unsafe { ranges::scatter(&target, 0, pk.payload()) };
+                if inline_len == h.total_len {
+                    if imm.is_some() {
+                        place.recv_complete(h.total_len, imm, true, 0);
+                    }
+                    return Ok(Some(true));
+                }
+                self.inbound = Some(Inbound::RdmaWrite {
+                    addr: h.remote_addr,
+                    total: h.total_len,
+                    offset: inline_len,
+                    imm,
+                });
+                Ok(Some(false))
+            }
+            Op::ReadRequest => {
+                if let Err(bits) =
+                    place.check_rdma(false, h.remote_addr, h.remote_handle, h.total_len)
+                {
+                    place.faults.push(Fault::RdmaReadProtection);
+                    self.queue_control(RecordKind::Nack, h.msg_seq, bits);
+                    return Ok(Some(true));
+                }
+                let source = vec![Range {
+                    addr: h.remote_addr,
+                    len: h.total_len,
+                }];
+                if cma_rec {
+                    let ok = matches!(cma::write_to(self.peer_pid, &source, &remote), Ok(n) if n == h.total_len);
+                    let bits = if ok { 0 } else { status::TRANSPORT_ERROR };
+                    self.queue_control(RecordKind::ReadDone, h.msg_seq, bits);
+                } else {
+                    let mut rh = RecordHeader::new(RecordKind::First, Op::ReadResponse);
+                    rh.total_len = h.total_len;
+                    rh.msg_seq = h.msg_seq;
+                    self.next_seq += 1;
+                    self.pending.push_back(Pending::Data {
+                        header: rh,
+                        source,
+                        offset: 0,
+                        started: false,
+                        seq: self.next_seq,
+                    });
+                }
+                Ok(Some(true))
+            }
+            Op::ReadResponse => {
+                let Some(local) = place.read_ranges(h.msg_seq) else {
+                    return Ok(Some(self.start_discard(h.total_len, inline_len)));
+                };
+                if ranges::total(local) < h.total_len {
+                    return Err(ChannelFailed("read response longer than asked"));
+                }
+                // SAFETY: the read's local ranges were validated at post.
+                unsafe { ranges::scatter(local, 0, pk.payload()) };
+                if inline_len == h.total_len {
+                    place.read_done(h.msg_seq, 0);
+                    return Ok(Some(true));
+                }
+                self.inbound = Some(Inbound::ReadResponse {
+                    seq: h.msg_seq,
+                    total: h.total_len,
+                    offset: inline_len,
+                });
+                Ok(Some(false))
+            }
+        }
+    }
+
+    fn start_discard(&mut self, total: u64, first_chunk: u64) -> bool {
+        if first_chunk >= total {
+            return true;
+        }
+        self.inbound = Some(Inbound::Discard {
+            total,
+            offset: first_chunk,
+        });
+        false
+    }
+
+    /// Handles a continuation chunk; returns whether the message is complete.
+    fn on_cont(&mut self, data: &[u8], place: &mut Placement) -> Result<bool, ChannelFailed> {
+        let Some(state) = self.inbound else {
+            return Err(ChannelFailed("continuation without a message"));
+        };
+        let n = data.len() as u64;
+        let (total, offset) = match state {
+            Inbound::Recv { total, offset, .. }
+            | Inbound::RdmaWrite { total, offset, .. }
+            | Inbound::ReadResponse { total, offset, .. }
+            | Inbound::Discard { total, offset } => (total, offset),
+        };
+        if offset + n > total {
+            return Err(ChannelFailed("message longer than announced"));
+        }
+        let end = offset + n;
+        let done = end == total;
+        match state {
+            Inbound::Recv { imm, .. } => {
+                place.recv_write(offset, data);
+                if done {
+                    place.recv_complete(total, imm, false, 0);
+                }
+                self.inbound = Some(Inbound::Recv {
+                    total,
+                    offset: end,
+                    imm,
+                });
+            }
+            Inbound::RdmaWrite { addr, imm, .. } => {
+                let target = [Range { addr, len: total }];
+                // SAFETY: checked against the registry at the First record.
+                unsafe { ranges::scatter(&target, offset, data) };
+                if done && imm.is_some() {
+                    place.recv_complete(total, imm, true, 0);
+                }
+                self.inbound = Some(Inbound::RdmaWrite {
+                    addr,
+                    total,
+                    offset: end,
+                    imm,
+                });
+            }
+            Inbound::ReadResponse { seq, .. } => {
+                if let Some(local) = place.read_ranges(seq) {
+                    // SAFETY: validated at post.
+                    unsafe { ranges::scatter(local, offset, data) };
+                }
+                if done {
+                    place.read_done(seq, 0);
+                }
+                self.inbound = Some(Inbound::ReadResponse {
+                    seq,
+                    total,
+                    offset: end,
+                });
+            }
+            Inbound::Discard { .. } => {
+                self.inbound = Some(Inbound::Discard { total, offset: end });
+            }
+        }
+        if done {
+            self.inbound = None;
+        }
+        Ok(done)
+    }
+}
+
+impl Channel for ShmChannel {
+    fn post(
+        &mut self,
+        wr: &WorkRequest,
+        local: &[Range],
+    ) -> Result<(u64, Completion), ChannelFailed> {
+        if self.closed {
+            return Err(ChannelFailed("closed"));
+        }
+        let seq = self.next_seq + 1;
+        let header = self.first_header(wr, seq);
+        let use_cma = self.cma
+            && local.len() <= rec::MAX_IOVS
+            && (wr.op == OpKind::RdmaRead || wr.total_len > self.cfg.inline_max as u64);
+        let completion = match (wr.op, use_cma) {
+            (OpKind::RdmaRead, _) => Completion::ReadDone,
+            (_, true) => Completion::Consumed,
+            (_, false) => Completion::Sent,
+        };
+        if self.pending.is_empty() {
+            let pushed = if use_cma {
+                self.push_cma(header, local)
+            } else if wr.op != OpKind::RdmaRead && wr.total_len <= self.cfg.inline_max as u64 {
+                let mut h = header;
+                h.payload_len = wr.total_len as u32;
+                // SAFETY: `local` ranges were validated against the registry.
+                self.tx.push(&h, |buf| unsafe {
+                    ranges::gather(local, 0, buf);
+                })
+            } else if wr.op == OpKind::RdmaRead {
+                self.tx.push(&header, |_| {})
+            } else {
+                false
+            };
+            if pushed {
+                self.next_seq = seq;
+                self.sent = seq;
+                self.peer.ring();
+                return Ok((seq, completion));
+            }
+        }
+        self.next_seq = seq;
+        let mut header = header;
+        if use_cma {
+            header.flags |= FLAG_CMA;
+        }
+        self.pending
+            .push_back(if wr.op == OpKind::RdmaRead && !use_cma {
+                Pending::Request { header, seq }
+            } else {
+                Pending::Data {
+                    header,
+                    source: local.to_vec(),
+                    offset: 0,
+                    started: false,
+                    seq,
+                }
+            });
+        if self.pump() {
+            self.peer.ring();
+        }
+        Ok((seq, completion))
+    }
+
+    fn progress(&mut self, place: &mut Placement) -> Result<bool, ChannelFailed> {
+        let mut did = if self.pending.is_empty() {
+            false
+        } else {
+            self.pump()
+        };
+        self.settle_owed();
+        let mut delivered_any = false;
+        loop {
+            let pk = match self.rx.peek() {
+                Ok(Some(pk)) => pk,
+                Ok(None) => break,
+                Err(_) => return Err(ChannelFailed("malformed ring record")),
+            };
+            let done = match pk.header.kind {
+                RecordKind::First => {
+                    if self.inbound.is_some() {
+                        return Err(ChannelFailed("new message inside another"));
+                    }
+                    match self.on_first(&pk, place)? {
+                        None => break,
+                        Some(done) => done,
+                    }
+                }
+                RecordKind::Cont => self.on_cont(pk.payload(), place)?,
+                RecordKind::Nack => {
+                    place.remote_refused(pk.header.msg_seq, pk.header.status);
+                    false
+                }
+                RecordKind::ReadDone => {
+                    place.read_done(pk.header.msg_seq, pk.header.status & status::ERROR_MASK);
+                    false
+                }
+                RecordKind::Pad => false,
+            };
+            self.rx.advance(&pk);
+            if done {
+                self.owed += 1;
+            }
+            self.settle_owed();
+            delivered_any = true;
+        }
+        if delivered_any {
+            did = true;
+            if !self.pending.is_empty() {
+                self.pump();
+            }
+            self.settle_owed();
+            // The peer may be waiting for ring space or a consumed count.
+            self.peer.ring();
+        }
+        Ok(did)
+    }
+
+    #[inline]
+    fn has_work(&self) -> bool {
+        self.rx.ready() || !self.pending.is_empty()
+    }
+
+    fn sent(&self) -> u64 {
+        self.sent
+    }
+
+    fn consumed(&self) -> u64 {
+        self.tx.consumed()
+    }
+
+    fn remote_attrs(&self) -> ViAttrs {
+        self.remote
+    }
+
+    fn liveness_fd(&self) -> RawFd {
+        self.sock.raw_fd()
+    }
+
+    fn peer_event(&mut self) -> PeerEvent {
+        let mut buf = [0u8; 64];
+        let mut fds = Vec::new();
+        match self
+            .sock
+            .recv_timeout(&mut buf, &mut fds, Some(std::time::Duration::ZERO))
+        {
+            Ok(None) => PeerEvent::Quiet,
+            Ok(Some(0)) | Err(_) => PeerEvent::Gone,
+            Ok(Some(n)) => match Message::parse(&buf[..n]) {
+                Ok(Message::Disconnect(Reason::Broken)) => PeerEvent::Broken,
+                Ok(Message::Disconnect(_)) => PeerEvent::Disconnected,
+                _ => PeerEvent::Quiet,
+            },
+        }
+    }
+
+    fn close(&mut self, broken: bool) {
+        if self.closed {
+            return;
+        }
+        self.closed = true;
+        let reason = if broken {
+            Reason::Broken
+        } else {
+            Reason::Disconnected
+        };
+        let _ = self.sock.send(&Message::Disconnect(reason).emit(), &[]);
+        self.sock.shutdown();
+        self.peer.ring();
+    }
+}

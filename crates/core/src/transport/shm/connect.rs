@@ -1,0 +1,559 @@
+//! Setting up a connected VI pair between two processes on this host.
+//!
+//! A server waiting on (host, discriminator) listens on the abstract Unix
+//! socket `openvia/<uid>/cs/<hex discriminator>`; a client connects there.
+//! Several servers on one host coexist as long as their discriminators
+//! differ, and nothing is left behind when a process dies. Both ends check
+//! the other's credentials: only the same user may connect.
+//!
+//! The exchange is Request → Accept (or Reject) → Ready. The server creates
+//! the connection region; each side passes its doorbell page and progress
+//! eventfd, and probes whether it can reach the other's memory by CMA (the
+//! result decides whether large messages take one copy or the bounce path).
+//!
+//! Peer-to-peer connections rendezvous on `openvia/<uid>/peer/<a>/<b>`
+//! (the two discriminators in order): whichever side binds the name first
+//! plays the server.
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use openvia_wire::handshake::{Accept, Address, Message, Mode, Reason, Request, ViAttrs};
+
+use super::channel::{ChannelParts, ShmChannel};
+use super::doorbell::{PeerDoorbell, PAGE_LEN};
+use super::region::{region_len, ConnRegion};
+use crate::error::{Result, ViaError};
+use crate::nic::NicShared;
+use crate::sys::cma::{self, Range};
+use crate::sys::seqpacket::{PeerCred, SeqPacket};
+use crate::vi::{Vi, ViState};
+
+/// How long the two sides wait for each other inside one exchange.
+const STEP_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn cs_name(disc: &[u8]) -> Vec<u8> {
+    format!("openvia/{}/cs/{}", crate::sys::uid(), hex(disc)).into_bytes()
+}
+
+fn peer_name(a: &[u8], b: &[u8]) -> Vec<u8> {
+    let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
+    format!("openvia/{}/peer/{}/{}", crate::sys::uid(), hex(lo), hex(hi)).into_bytes()
+}
+
+fn io_err(_: io::Error) -> ViaError {
+    ViaError::Resource("local socket")
+}
+
+/// Whether we can read the peer's probe word (so CMA between us works).
+fn probe(pid: i32, addr: u64, value: u64) -> bool {
+    if !crate::config::Config::global().cma {
+        return false;
+    }
+    let mut got = 0u64;
+    let local = [Range {
+        addr: &mut got as *mut u64 as u64,
+        len: 8,
+    }];
+    let remote = [Range { addr, len: 8 }];
+    matches!(cma::read_from(pid, &local, &remote), Ok(8)) && got == value
+}
+
+fn deadline_left(deadline: Option<Instant>) -> Option<Duration> {
+    deadline.map(|d| d.saturating_duration_since(Instant::now()))
+}
+
+/// A client's request, taken by `VipConnectWait`, not yet answered.
+pub struct ConnRequest {
+    sock: SeqPacket,
+    cred: PeerCred,
+    request: Request,
+    bell: Option<(OwnedFd, OwnedFd)>,
+    nic: Arc<NicShared>,
+}
+
+impl ConnRequest {
+    /// The client's own address (host and discriminator).
+    pub fn remote_address(&self) -> &Address {
+        &self.request.local
+    }
+
+    /// The client VI's attributes.
+    pub fn remote_attrs(&self) -> ViAttrs {
+        self.request.attrs
+    }
+
+    /// `VipConnectAccept`: binds the request to `vi`.
+    pub fn accept(mut self, vi: &Arc<Vi>) -> Result<()> {
+        if !Arc::ptr_eq(&vi.nic, &self.nic) {
+            return Err(ViaError::InvalidParameter("VI of another NIC"));
+        }
+        vi.ensure_idle()?;
+        let attrs = vi.attributes();
+        if attrs.reliability != self.request.attrs.reliability {
+            let _ = self
+                .sock
+                .send(&Message::Reject(Reason::ReliabilityMismatch).emit(), &[]);
+            return Err(ViaError::InvalidReliability);
+        }
+        let (page, event) = self
+            .bell
+            .take()
+            .ok_or(ViaError::InvalidState("request already answered"))?;
+        server_finish(
+            &self.nic,
+            vi,
+            self.sock,
+            self.cred,
+            &self.request,
+            page,
+            event,
+        )
+    }
+
+    /// `VipConnectReject`.
+    pub fn reject(self) -> Result<()> {
+        let _ = self
+            .sock
+            .send(&Message::Reject(Reason::Rejected).emit(), &[]);
+        Ok(())
+    }
+}
+
+/// The server half after the decision to accept.
+fn server_finish(
+    nic: &Arc<NicShared>,
+    vi: &Arc<Vi>,
+    sock: SeqPacket,
+    cred: PeerCred,
+    req: &Request,
+    page: OwnedFd,
+    event: OwnedFd,
+) -> Result<()> {
+    let peer = PeerDoorbell::map(page, event).map_err(|_| ViaError::Rejected)?;
+    let i_reach_client = probe(cred.pid, req.probe_addr, req.probe_value);
+    let region = ConnRegion::create(nic.config.ring_bytes)
+        .map_err(|_| ViaError::Resource("shared memory"))?;
+    let (probe_addr, probe_value) = nic.doorbell.probe();
+    let accept = Message::Accept(Accept {
+        attrs: vi.attributes().wire(),
+        conn_region_len: region.len() as u64,
+        ring_bytes: region.ring_bytes() as u32,
+        nic_region_len: PAGE_LEN as u32,
+        probe_addr,
+        probe_value,
+        peer_cma: i_reach_client,
+    });
+    sock.send(
+        &accept.emit(),
+        &[
+            region.fd().as_raw_fd(),
+            nic.doorbell.page_fd().as_raw_fd(),
+            nic.doorbell.event().fd().as_raw_fd(),
+        ],
+    )
+    .map_err(|_| ViaError::Rejected)?;
+    let mut buf = [0u8; 256];
+    let mut fds = Vec::new();
+    let client_reaches_me = match sock.recv_timeout(&mut buf, &mut fds, Some(STEP_TIMEOUT)) {
+        Ok(Some(n)) if n > 0 => match Message::parse(&buf[..n]) {
+            Ok(Message::Ready { peer_cma }) => peer_cma,
+            _ => return Err(ViaError::Rejected),
+        },
+        Ok(None) => return Err(ViaError::Timeout),
+        _ => return Err(ViaError::Rejected),
+    };
+    let ch = ShmChannel::new(ChannelParts {
+        region,
+        is_client: false,
+        peer,
+        peer_pid: cred.pid,
+        cma: client_reaches_me,
+        sock,
+        remote: req.attrs,
+    });
+    vi.attach_channel(Box::new(ch), req.attrs)
+}
+
+/// Reads one request from a freshly accepted socket.
+fn read_request(
+    sock: &SeqPacket,
+    deadline: Option<Instant>,
+) -> Option<(Request, OwnedFd, OwnedFd, PeerCred)> {
+    let cred = sock.peer_cred().ok()?;
+    if cred.uid != crate::sys::uid() {
+        return None;
+    }
+    let mut buf = [0u8; 512];
+    let mut fds = Vec::new();
+    let wait = deadline_left(deadline).map_or(STEP_TIMEOUT, |d| d.min(STEP_TIMEOUT));
+    let n = sock.recv_timeout(&mut buf, &mut fds, Some(wait)).ok()??;
+    let Ok(Message::Request(req)) = Message::parse(&buf[..n]) else {
+        let _ = sock.send(&Message::Reject(Reason::BadRequest).emit(), &[]);
+        return None;
+    };
+    if fds.len() != 2 || req.nic_region_len as usize != PAGE_LEN {
+        return None;
+    }
+    let event = fds.pop()?;
+    let page = fds.pop()?;
+    Some((req, page, event, cred))
+}
+
+/// `VipConnectWait`: waits for a client asking for `local`'s discriminator.
+pub fn connect_wait(
+    nic: &Arc<NicShared>,
+    local: &Address,
+    timeout: Option<Duration>,
+) -> Result<ConnRequest> {
+    nic.check_owner()?;
+    if local.host.as_slice() != nic.address.as_slice() {
+        return Err(ViaError::InvalidParameter(
+            "local address is not this NIC's",
+        ));
+    }
+    let listener = {
+        let mut ls = nic.listeners.lock().unwrap_or_else(|e| e.into_inner());
+        match ls.get(&local.discriminator) {
+            Some(l) => l.clone(),
+            None => {
+                let l = Arc::new(SeqPacket::listen(&cs_name(&local.discriminator)).map_err(
+                    |_| ViaError::InvalidState("discriminator in use by another process"),
+                )?);
+                ls.insert(local.discriminator.clone(), l.clone());
+                l
+            }
+        }
+    };
+    let deadline = timeout.map(|t| Instant::now() + t);
+    loop {
+        let left = deadline_left(deadline);
+        if left == Some(Duration::ZERO) {
+            return Err(ViaError::Timeout);
+        }
+        // Wake up now and then to notice a closed NIC.
+        let slice = left.map_or(Duration::from_millis(200), |l| {
+            l.min(Duration::from_millis(200))
+        });
+        let Some(sock) = listener.accept(Some(slice)).map_err(io_err)? else {
+            if nic.is_closed() {
+                return Err(ViaError::InvalidState("NIC closed"));
+            }
+            continue;
+        };
+        let Some((request, page, event, cred)) = read_request(&sock, deadline) else {
+            continue;
+        };
+        if request.mode != Mode::ClientServer {
+            continue;
+        }
+        return Ok(ConnRequest {
+            sock,
+            cred,
+            request,
+            bell: Some((page, event)),
+            nic: nic.clone(),
+        });
+    }
+}
+
+/// Connects `sock` as the client: sends the request, takes the answer.
+fn client_exchange(
+    vi: &Arc<Vi>,
+    sock: SeqPacket,
+    req: Request,
+    deadline: Option<Instant>,
+) -> Result<ViAttrs> {
+    let nic = &vi.nic;
+    let cred = sock.peer_cred().map_err(io_err)?;
+    if cred.uid != crate::sys::uid() {
+        return Err(ViaError::Rejected);
+    }
+    sock.send(
+        &Message::Request(req).emit(),
+        &[
+            nic.doorbell.page_fd().as_raw_fd(),
+            nic.doorbell.event().fd().as_raw_fd(),
+        ],
+    )
+    .map_err(|_| ViaError::Rejected)?;
+    let mut buf = [0u8; 512];
+    let mut fds = Vec::new();
+    let n = loop {
+        let left = deadline_left(deadline);
+        if left == Some(Duration::ZERO) {
+            return Err(ViaError::Timeout);
+        }
+        let slice = left.map_or(Duration::from_millis(200), |l| {
+            l.min(Duration::from_millis(200))
+        });
+        match sock.recv_timeout(&mut buf, &mut fds, Some(slice)) {
+            Ok(Some(0)) | Err(_) => return Err(ViaError::Rejected),
+            Ok(Some(n)) => break n,
+            Ok(None) if nic.is_closed() => return Err(ViaError::InvalidState("NIC closed")),
+            Ok(None) => continue,
+        }
+    };
+    let accept = match Message::parse(&buf[..n]) {
+        Ok(Message::Accept(a)) => a,
+        Ok(Message::Reject(Reason::ReliabilityMismatch)) => {
+            return Err(ViaError::InvalidReliability)
+        }
+        _ => return Err(ViaError::Rejected),
+    };
+    if fds.len() != 3
+        || accept.nic_region_len as usize != PAGE_LEN
+        || accept.conn_region_len != region_len(accept.ring_bytes as usize) as u64
+    {
+        return Err(ViaError::Rejected);
+    }
+    let event = fds.pop().ok_or(ViaError::Rejected)?;
+    let page = fds.pop().ok_or(ViaError::Rejected)?;
+    let region_fd = fds.pop().ok_or(ViaError::Rejected)?;
+    let region =
+        ConnRegion::open(region_fd, accept.ring_bytes as usize).map_err(|_| ViaError::Rejected)?;
+    let peer = PeerDoorbell::map(page, event).map_err(|_| ViaError::Rejected)?;
+    let i_reach_server = probe(cred.pid, accept.probe_addr, accept.probe_value);
+    sock.send(
+        &Message::Ready {
+            peer_cma: i_reach_server,
+        }
+        .emit(),
+        &[],
+    )
+    .map_err(|_| ViaError::Rejected)?;
+    let ch = ShmChannel::new(ChannelParts {
+        region,
+        is_client: true,
+        peer,
+        peer_pid: cred.pid,
+        cma: accept.peer_cma,
+        sock,
+        remote: accept.attrs,
+    });
+    vi.attach_channel(Box::new(ch), accept.attrs)?;
+    Ok(accept.attrs)
+}
+
+fn new_request(vi: &Arc<Vi>, mode: Mode, local: &Address, remote: &Address) -> Request {
+    let (probe_addr, probe_value) = vi.nic.doorbell.probe();
+    Request {
+        mode,
+        attrs: vi.attributes().wire(),
+        local: local.clone(),
+        remote: remote.clone(),
+        nic_region_len: PAGE_LEN as u32,
+        probe_addr,
+        probe_value,
+    }
+}
+
+/// `VipConnectRequest`: connects `vi` to the server at `remote`.
+pub fn connect_request(
+    vi: &Arc<Vi>,
+    local: &Address,
+    remote: &Address,
+    timeout: Option<Duration>,
+) -> Result<ViAttrs> {
+    let nic = vi.nic.clone();
+    nic.check_owner()?;
+    if remote.host.as_slice() != nic.address.as_slice() {
+        return Err(ViaError::NoMatch);
+    }
+    vi.ensure_idle()?;
+    vi.set_state(ViState::ConnectPending);
+    let deadline = timeout.map(|t| Instant::now() + t);
+    let result = (|| {
+        let name = cs_name(&remote.discriminator);
+        let sock = loop {
+            match SeqPacket::connect(&name) {
+                Ok(s) => break s,
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::ECONNREFUSED) | Some(libc::ENOENT) | Some(libc::EAGAIN)
+                    ) =>
+                {
+                    // Nobody listens yet: the server may not have called
+                    // ConnectWait. Try again until the timeout.
+                    if deadline_left(deadline) == Some(Duration::ZERO) {
+                        return Err(ViaError::Timeout);
+                    }
+                    if nic.is_closed() {
+                        return Err(ViaError::InvalidState("NIC closed"));
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(e) => return Err(io_err(e)),
+            }
+        };
+        client_exchange(
+            vi,
+            sock,
+            new_request(vi, Mode::ClientServer, local, remote),
+            deadline,
+        )
+    })();
+    if result.is_err() && vi.state() == ViState::ConnectPending {
+        vi.set_state(ViState::Idle);
+    }
+    result
+}
+
+/// The outcome of a peer-to-peer connection in progress.
+pub struct PeerConnect {
+    result: Arc<(Mutex<Option<Result<ViAttrs>>>, Condvar)>,
+    cancel: Arc<AtomicBool>,
+}
+
+impl Drop for PeerConnect {
+    fn drop(&mut self) {
+        self.cancel.store(true, Ordering::SeqCst);
+    }
+}
+
+/// `VipConnectPeerRequest`: starts connecting `vi` with the peer at `remote`.
+pub fn peer_request(
+    vi: &Arc<Vi>,
+    local: &Address,
+    remote: &Address,
+    timeout: Option<Duration>,
+) -> Result<()> {
+    let nic = vi.nic.clone();
+    nic.check_owner()?;
+    if remote.host.as_slice() != nic.address.as_slice() {
+        return Err(ViaError::NoMatch);
+    }
+    if local.discriminator == remote.discriminator {
+        return Err(ViaError::InvalidParameter(
+            "peer discriminators must differ",
+        ));
+    }
+    vi.ensure_idle()?;
+    vi.set_state(ViState::ConnectPending);
+    let pc = PeerConnect {
+        result: Arc::new((Mutex::new(None), Condvar::new())),
+        cancel: Arc::new(AtomicBool::new(false)),
+    };
+    let (result, cancel) = (pc.result.clone(), pc.cancel.clone());
+    *vi.peer.lock().unwrap_or_else(|e| e.into_inner()) = Some(pc);
+    let (vi2, local, remote) = (vi.clone(), local.clone(), remote.clone());
+    let deadline = timeout.map(|t| Instant::now() + t);
+    std::thread::Builder::new()
+        .name("openvia-peer-connect".into())
+        .spawn(move || {
+            let r = peer_rendezvous(&vi2, &local, &remote, deadline, &cancel);
+            if r.is_err() && vi2.state() == ViState::ConnectPending {
+                vi2.set_state(ViState::Idle);
+            }
+            let (m, cv) = &*result;
+            *m.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+            cv.notify_all();
+            vi2.nic.doorbell.ring_local();
+        })
+        .map_err(|_| ViaError::Resource("thread"))?;
+    Ok(())
+}
+
+fn peer_rendezvous(
+    vi: &Arc<Vi>,
+    local: &Address,
+    remote: &Address,
+    deadline: Option<Instant>,
+    cancel: &AtomicBool,
+) -> Result<ViAttrs> {
+    let name = peer_name(&local.discriminator, &remote.discriminator);
+    loop {
+        if cancel.load(Ordering::SeqCst) || vi.nic.is_closed() {
+            return Err(ViaError::InvalidState("cancelled"));
+        }
+        if deadline_left(deadline) == Some(Duration::ZERO) {
+            return Err(ViaError::Timeout);
+        }
+        match SeqPacket::listen(&name) {
+            Ok(l) => loop {
+                if cancel.load(Ordering::SeqCst) {
+                    return Err(ViaError::InvalidState("cancelled"));
+                }
+                let left = deadline_left(deadline);
+                if left == Some(Duration::ZERO) {
+                    return Err(ViaError::Timeout);
+                }
+                let slice = left.map_or(Duration::from_millis(100), |d| {
+                    d.min(Duration::from_millis(100))
+                });
+                let Some(sock) = l.accept(Some(slice)).map_err(io_err)? else {
+                    continue;
+                };
+                let Some((req, page, event, cred)) = read_request(&sock, deadline) else {
+                    continue;
+                };
+                if req.mode != Mode::Peer || req.local.discriminator != remote.discriminator {
+                    let _ = sock.send(&Message::Reject(Reason::BadRequest).emit(), &[]);
+                    continue;
+                }
+                if req.attrs.reliability != vi.attributes().reliability {
+                    let _ = sock.send(&Message::Reject(Reason::ReliabilityMismatch).emit(), &[]);
+                    return Err(ViaError::InvalidReliability);
+                }
+                server_finish(&vi.nic, vi, sock, cred, &req, page, event)?;
+                return Ok(req.attrs);
+            },
+            Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE) => match SeqPacket::connect(&name)
+            {
+                Ok(sock) => {
+                    let req = new_request(vi, Mode::Peer, local, remote);
+                    return client_exchange(vi, sock, req, deadline);
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(1)),
+            },
+            Err(e) => return Err(io_err(e)),
+        }
+    }
+}
+
+/// `VipConnectPeerDone`: Ok(remote attributes) once connected, NotDone before.
+pub fn peer_done(vi: &Arc<Vi>) -> Result<ViAttrs> {
+    let guard = vi.peer.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(pc) = guard.as_ref() else {
+        return Err(ViaError::InvalidState("no peer connection requested"));
+    };
+    let r = pc.result.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+    match r {
+        None => Err(ViaError::NotDone),
+        Some(r) => {
+            drop(guard);
+            *vi.peer.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            r
+        }
+    }
+}
+
+/// `VipConnectPeerWait`: blocks until the peer connection is made or fails.
+pub fn peer_wait(vi: &Arc<Vi>) -> Result<ViAttrs> {
+    let shared = {
+        let guard = vi.peer.lock().unwrap_or_else(|e| e.into_inner());
+        match guard.as_ref() {
+            Some(pc) => pc.result.clone(),
+            None => return Err(ViaError::InvalidState("no peer connection requested")),
+        }
+    };
+    let (m, cv) = &*shared;
+    let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
+    while g.is_none() {
+        g = cv.wait(g).unwrap_or_else(|e| e.into_inner());
+    }
+    let r = g
+        .take()
+        .unwrap_or(Err(ViaError::InvalidState("peer connect")));
+    drop(g);
+    *vi.peer.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    r
+}

@@ -1,0 +1,147 @@
+//! How one process wakes another without a system call on the fast path.
+//!
+//! Every NIC owns a small shared page (its *doorbell page*) that it hands to
+//! each peer it connects to. A thread about to block registers in `waiters`
+//! and sleeps on the `bell` futex; the progress thread, before it sleeps,
+//! sets `armed` and waits on its eventfd. A peer that has just written
+//! something (a record, a consumed count, ring space) reads both words —
+//! one cache line that stays shared while nobody sleeps — and only enters
+//! the kernel when someone actually waits.
+//!
+//! Both sides put a sequentially consistent fence between "publish" and
+//! "look at the other side's flag", so a wake-up is never lost: either the
+//! sleeper sees the new data when it re-checks, or the writer sees the
+//! sleeper's flag.
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::sys::futex;
+use crate::sys::mapping::SharedMapping;
+use crate::sys::poll::{signal_raw, EventFd};
+
+pub const PAGE_LEN: usize = 4096;
+const MAGIC: u64 = 0x4f56_4941_4442_454c; // "OVIADBEL"
+
+#[repr(C, align(64))]
+struct Page {
+    magic: u64,
+    _pad0: [u64; 7],
+    bell: AtomicU32,
+    waiters: AtomicU32,
+    armed: AtomicU32,
+    _pad1: [u32; 13],
+    /// A random value peers read by CMA to learn whether CMA works.
+    probe: AtomicU64,
+}
+
+const _: () = assert!(std::mem::size_of::<Page>() <= PAGE_LEN);
+
+fn page(m: &SharedMapping) -> &Page {
+    // SAFETY: the mapping is at least PAGE_LEN bytes (checked at map time),
+    // page-aligned, and Page is made of plain integers and atomics.
+    unsafe { &*(m.as_ptr() as *const Page) }
+}
+
+/// Our own doorbell page and progress eventfd.
+pub struct LocalDoorbell {
+    map: SharedMapping,
+    event: EventFd,
+}
+
+impl LocalDoorbell {
+    pub fn new() -> io::Result<Self> {
+        let map = SharedMapping::create("openvia-doorbell", PAGE_LEN)?;
+        let p = page(&map);
+        // SAFETY: freshly created and not yet shared; plain store.
+        unsafe { std::ptr::write_volatile(std::ptr::addr_of!(p.magic) as *mut u64, MAGIC) };
+        p.probe
+            .store(crate::sys::random_u64() | 1, Ordering::Relaxed);
+        Ok(Self {
+            map,
+            event: EventFd::new()?,
+        })
+    }
+
+    pub fn page_fd(&self) -> &OwnedFd {
+        self.map.fd()
+    }
+
+    pub fn event(&self) -> &EventFd {
+        &self.event
+    }
+
+    /// Address and value of the CMA probe word, for the handshake.
+    pub fn probe(&self) -> (u64, u64) {
+        let p = page(&self.map);
+        (
+            std::ptr::addr_of!(p.probe) as u64,
+            p.probe.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Wakes blocked threads of this process (after local progress).
+    pub fn ring_local(&self) {
+        ring(page(&self.map), self.event.fd().as_raw_fd());
+    }
+
+    /// Blocks the calling thread until rung or `timeout`, unless `ready()`
+    /// already holds after registering as a waiter.
+    pub fn block(&self, timeout: Duration, ready: impl FnOnce() -> bool) {
+        let p = page(&self.map);
+        p.waiters.fetch_add(1, Ordering::SeqCst);
+        let seen = p.bell.load(Ordering::SeqCst);
+        if !ready() {
+            futex::wait(&p.bell, seen, Some(timeout));
+        }
+        p.waiters.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// The progress thread announces that it is about to sleep.
+    pub fn arm(&self) {
+        page(&self.map).armed.store(1, Ordering::SeqCst);
+    }
+
+    pub fn disarm(&self) {
+        page(&self.map).armed.store(0, Ordering::Relaxed);
+    }
+}
+
+/// A peer's doorbell page, mapped from the descriptor it sent us.
+pub struct PeerDoorbell {
+    map: SharedMapping,
+    event: OwnedFd,
+}
+
+impl PeerDoorbell {
+    pub fn map(page_fd: OwnedFd, event: OwnedFd) -> io::Result<Self> {
+        let map = SharedMapping::map(page_fd, PAGE_LEN)?;
+        if page(&map).magic != MAGIC {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "not a doorbell page",
+            ));
+        }
+        Ok(Self { map, event })
+    }
+
+    /// Wakes the peer if anyone there sleeps. Call after publishing.
+    #[inline]
+    pub fn ring(&self) {
+        ring(page(&self.map), self.event.as_raw_fd());
+    }
+}
+
+#[inline]
+fn ring(p: &Page, event_fd: i32) {
+    fence(Ordering::SeqCst);
+    if p.waiters.load(Ordering::Relaxed) != 0 {
+        p.bell.fetch_add(1, Ordering::SeqCst);
+        futex::wake_all(&p.bell);
+    }
+    if p.armed.load(Ordering::Relaxed) != 0 && p.armed.swap(0, Ordering::SeqCst) != 0 {
+        signal_raw(event_fd);
+    }
+}

@@ -1,0 +1,98 @@
+//! The shared region of one connection: a header page with the two rings'
+//! consumer words, then the two rings' data. The server creates it at
+//! accept time and passes the memfd to the client; ring 0 carries client →
+//! server, ring 1 server → client.
+
+use std::io;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::ring::{RingCtl, RingView};
+use crate::sys::mapping::SharedMapping;
+
+const MAGIC: u64 = 0x4f56_4941_5245_474e; // "OVIAREGN"
+const HEADER: usize = 4096;
+const CTL0: usize = 64;
+const CTL1: usize = 128;
+
+pub struct ConnRegion {
+    map: SharedMapping,
+    ring_bytes: usize,
+}
+
+/// Bytes a region with rings of `ring_bytes` occupies.
+pub fn region_len(ring_bytes: usize) -> usize {
+    HEADER + 2 * ring_bytes
+}
+
+impl ConnRegion {
+    /// Creates a fresh region (server side).
+    pub fn create(ring_bytes: usize) -> io::Result<Self> {
+        assert!(ring_bytes.is_power_of_two() && ring_bytes >= 4096);
+        let map = SharedMapping::create("openvia-conn", region_len(ring_bytes))?;
+        let r = Self { map, ring_bytes };
+        r.word(0).store(MAGIC, Ordering::Relaxed);
+        r.word(8).store(ring_bytes as u64, Ordering::Release);
+        Ok(r)
+    }
+
+    /// Maps a region received from the server (client side), checking that
+    /// it is what the server announced.
+    pub fn open(fd: OwnedFd, ring_bytes: usize) -> io::Result<Self> {
+        let bad = || io::Error::new(io::ErrorKind::InvalidData, "bad connection region");
+        if !ring_bytes.is_power_of_two() || !(4096..=1 << 28).contains(&ring_bytes) {
+            return Err(bad());
+        }
+        let map = SharedMapping::map(fd, region_len(ring_bytes))?;
+        let r = Self { map, ring_bytes };
+        if r.word(0).load(Ordering::Relaxed) != MAGIC
+            || r.word(8).load(Ordering::Acquire) != ring_bytes as u64
+        {
+            return Err(bad());
+        }
+        Ok(r)
+    }
+
+    fn word(&self, off: usize) -> &AtomicU64 {
+        debug_assert!(off + 8 <= HEADER && off % 8 == 0);
+        // SAFETY: inside the header page of a live mapping, 8-byte aligned.
+        unsafe { AtomicU64::from_ptr(self.map.as_ptr().add(off).cast()) }
+    }
+
+    fn view(&self, ring: usize) -> RingView {
+        let ctl_off = if ring == 0 { CTL0 } else { CTL1 };
+        // SAFETY: offsets inside the mapping (region_len covers both rings).
+        unsafe {
+            RingView {
+                ctl: self.map.as_ptr().add(ctl_off) as *const RingCtl,
+                data: self.map.as_ptr().add(HEADER + ring * self.ring_bytes),
+                size: self.ring_bytes,
+            }
+        }
+    }
+
+    /// (transmit ring, receive ring) for one side.
+    pub fn rings(&self, is_client: bool) -> (RingView, RingView) {
+        if is_client {
+            (self.view(0), self.view(1))
+        } else {
+            (self.view(1), self.view(0))
+        }
+    }
+
+    pub fn fd(&self) -> &OwnedFd {
+        self.map.fd()
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    pub fn ring_bytes(&self) -> usize {
+        self.ring_bytes
+    }
+}

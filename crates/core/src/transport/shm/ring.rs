@@ -1,0 +1,321 @@
+//! A single-producer, single-consumer record ring in shared memory.
+//!
+//! The producer owns its tail privately and learns how far the consumer got
+//! from the consumer's `head` word only when it runs short of room (a cached
+//! copy otherwise), so the two processes do not bounce a cache line per
+//! message. The consumer learns of a new record by polling the stamp word at
+//! its own head (see `openvia_wire::shm`). Records never wrap: a Pad record
+//! fills the end of the ring instead.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use openvia_wire::shm::{record_len, RecordHeader, RecordKind, LINE};
+use openvia_wire::WireError;
+
+/// The consumer-written words of one direction, on their own cache line.
+#[repr(C, align(64))]
+pub struct RingCtl {
+    /// Bytes consumed so far (ring position of the consumer).
+    pub head: AtomicU64,
+    /// Messages fully delivered so far (for completions that wait on the peer).
+    pub consumed: AtomicU64,
+}
+
+/// Where one direction's ring lies in a mapping.
+#[derive(Clone, Copy)]
+pub struct RingView {
+    pub ctl: *const RingCtl,
+    pub data: *mut u8,
+    pub size: usize,
+}
+
+// SAFETY: the view points into a shared mapping that its owner (the channel)
+// keeps alive; every access goes through atomics or is ordered by them.
+unsafe impl Send for RingView {}
+
+impl RingView {
+    fn ctl(&self) -> &RingCtl {
+        // SAFETY: `ctl` points at a RingCtl inside a live mapping.
+        unsafe { &*self.ctl }
+    }
+
+    fn stamp(&self, pos: u64) -> &AtomicU64 {
+        let off = (pos as usize) & (self.size - 1);
+        // SAFETY: `off` is a multiple of 64 inside the data area, so the
+        // word is in bounds and 8-byte aligned.
+        unsafe { AtomicU64::from_ptr(self.data.add(off).cast()) }
+    }
+
+    fn line_ptr(&self, pos: u64) -> *mut u8 {
+        // SAFETY: in bounds, as for `stamp`.
+        unsafe { self.data.add((pos as usize) & (self.size - 1)) }
+    }
+}
+
+/// The writing end.
+pub struct Producer {
+    ring: RingView,
+    tail: u64,
+    cached_head: u64,
+}
+
+impl Producer {
+    pub fn new(ring: RingView) -> Self {
+        Self {
+            ring,
+            tail: 0,
+            cached_head: 0,
+        }
+    }
+
+    /// The largest payload a single record can ever carry in this ring.
+    pub fn max_payload(&self) -> usize {
+        self.ring.size / 4 - LINE
+    }
+
+    fn free(&mut self, need: usize) -> bool {
+        let size = self.ring.size as u64;
+        if self.tail - self.cached_head + need as u64 <= size {
+            return true;
+        }
+        self.cached_head = self.ring.ctl().head.load(Ordering::Acquire);
+        self.tail - self.cached_head + need as u64 <= size
+    }
+
+    /// Room for a record with `payload` bytes right now (including a pad
+    /// record if it would cross the end).
+    pub fn can_push(&mut self, payload: usize) -> bool {
+        let len = record_len(payload);
+        let off = (self.tail as usize) & (self.ring.size - 1);
+        let need = if off + len > self.ring.size {
+            self.ring.size - off + len
+        } else {
+            len
+        };
+        self.free(need)
+    }
+
+    /// How many payload bytes fit in one record right now (0 if none).
+    pub fn room(&mut self) -> usize {
+        let size = self.ring.size;
+        self.cached_head = self.ring.ctl().head.load(Ordering::Acquire);
+        let used = (self.tail - self.cached_head) as usize;
+        let off = (self.tail as usize) & (size - 1);
+        let to_end = size - off;
+        let free = size - used;
+        // Either the record fits before the end, or it goes after a pad.
+        let contiguous = if free >= to_end {
+            to_end.max(free - to_end)
+        } else {
+            free
+        };
+        contiguous.saturating_sub(LINE).min(self.max_payload())
+    }
+
+    /// Writes a record whose payload is produced by `fill` into the given
+    /// slice. Returns false (and writes nothing) if there is no room.
+    pub fn push(&mut self, hdr: &RecordHeader, fill: impl FnOnce(&mut [u8])) -> bool {
+        let payload = hdr.payload_len as usize;
+        if !self.can_push(payload) {
+            return false;
+        }
+        let len = record_len(payload);
+        let off = (self.tail as usize) & (self.ring.size - 1);
+        if off + len > self.ring.size {
+            let pad_payload = self.ring.size - off - LINE;
+            let mut pad = RecordHeader::new(RecordKind::Pad, openvia_wire::shm::Op::Send);
+            pad.payload_len = pad_payload as u32;
+            self.write_record(&pad, |_| {});
+        }
+        self.write_record(hdr, fill);
+        true
+    }
+
+    fn write_record(&mut self, hdr: &RecordHeader, fill: impl FnOnce(&mut [u8])) {
+        let mut line = [0u8; LINE];
+        hdr.emit(&mut line);
+        let p = self.ring.line_ptr(self.tail);
+        let payload = hdr.payload_len as usize;
+        // SAFETY: `can_push` reserved [tail, tail+record_len) which lies
+        // inside the data area without wrapping; the consumer does not read
+        // it until the stamp below is released.
+        unsafe {
+            std::ptr::copy_nonoverlapping(line.as_ptr().add(8), p.add(8), LINE - 8);
+            if payload > 0 {
+                fill(std::slice::from_raw_parts_mut(p.add(LINE), payload));
+            }
+        }
+        self.ring
+            .stamp(self.tail)
+            .store(self.tail + 1, Ordering::Release);
+        self.tail += record_len(payload) as u64;
+    }
+
+    /// Messages the consumer has fully delivered.
+    pub fn consumed(&self) -> u64 {
+        self.ring.ctl().consumed.load(Ordering::Acquire)
+    }
+}
+
+/// The reading end.
+pub struct Consumer {
+    ring: RingView,
+    head: u64,
+    delivered: u64,
+}
+
+/// A record visible at the consumer's head.
+pub struct Peeked {
+    pub header: RecordHeader,
+    payload: *const u8,
+}
+
+impl Peeked {
+    /// The record's payload, valid until [`Consumer::advance`].
+    pub fn payload(&self) -> &[u8] {
+        // SAFETY: `peek` checked that the payload lies inside the data area;
+        // the producer does not rewrite it before the consumer advances.
+        unsafe { std::slice::from_raw_parts(self.payload, self.header.payload_len as usize) }
+    }
+}
+
+impl Consumer {
+    pub fn new(ring: RingView) -> Self {
+        Self {
+            ring,
+            head: 0,
+            delivered: 0,
+        }
+    }
+
+    /// Whether a record is waiting (one load of the stamp word).
+    #[inline]
+    pub fn ready(&self) -> bool {
+        self.ring.stamp(self.head).load(Ordering::Acquire) == self.head + 1
+    }
+
+    /// The record at the head, skipping pads; Err if the producer wrote
+    /// something malformed.
+    pub fn peek(&mut self) -> Result<Option<Peeked>, WireError> {
+        loop {
+            if !self.ready() {
+                return Ok(None);
+            }
+            let p = self.ring.line_ptr(self.head);
+            let mut line = [0u8; LINE];
+            // SAFETY: the stamp was released after the header was written;
+            // the line is inside the data area.
+            unsafe { std::ptr::copy_nonoverlapping(p, line.as_mut_ptr(), LINE) };
+            let header = RecordHeader::parse(&line, self.ring.size - LINE)?;
+            let off = (self.head as usize) & (self.ring.size - 1);
+            if off + header.record_len() > self.ring.size {
+                return Err(WireError::OutOfRange {
+                    what: "record crosses ring end",
+                    value: header.payload_len as u64,
+                });
+            }
+            if header.kind == RecordKind::Pad {
+                self.advance_by(header.record_len());
+                continue;
+            }
+            return Ok(Some(Peeked {
+                header,
+                // SAFETY: within the data area, checked just above.
+                payload: unsafe { p.add(LINE) },
+            }));
+        }
+    }
+
+    /// Releases the record last peeked.
+    pub fn advance(&mut self, peeked: &Peeked) {
+        self.advance_by(peeked.header.record_len());
+    }
+
+    fn advance_by(&mut self, len: usize) {
+        self.head += len as u64;
+        self.ring.ctl().head.store(self.head, Ordering::Release);
+    }
+
+    /// Counts one more message delivered and publishes it to the producer.
+    pub fn message_delivered(&mut self) {
+        self.delivered += 1;
+        self.ring
+            .ctl()
+            .consumed
+            .store(self.delivered, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openvia_wire::shm::Op;
+
+    struct TestRing {
+        _mem: Vec<u64>,
+        view: RingView,
+    }
+
+    fn ring(size: usize) -> TestRing {
+        let mut mem = vec![0u64; (size + 64) / 8 + 8];
+        let base = mem.as_mut_ptr() as usize;
+        let aligned = (base + 63) & !63;
+        let ctl = aligned as *const RingCtl;
+        let data = (aligned + 64) as *mut u8;
+        TestRing {
+            view: RingView { ctl, data, size },
+            _mem: mem,
+        }
+    }
+
+    #[test]
+    fn wraps_with_pad_and_keeps_order() {
+        let r = ring(4096);
+        let mut p = Producer::new(r.view);
+        let mut c = Consumer::new(r.view);
+        let mut next_in = 0u32;
+        let mut next_out = 0u32;
+        for round in 0..2000u32 {
+            let len = ((round * 37) % 900) as usize;
+            let mut h = RecordHeader::new(RecordKind::First, Op::Send);
+            h.payload_len = len as u32;
+            h.total_len = len as u64;
+            h.msg_seq = next_in as u64;
+            let seq = next_in;
+            if p.push(&h, |buf| {
+                buf.iter_mut()
+                    .enumerate()
+                    .for_each(|(i, b)| *b = (i as u32 ^ seq) as u8)
+            }) {
+                next_in += 1;
+            }
+            // Drain sometimes, so the ring fills and wraps.
+            if round % 3 == 0 {
+                while let Some(pk) = c.peek().unwrap() {
+                    assert_eq!(pk.header.msg_seq, next_out as u64);
+                    for (i, b) in pk.payload().iter().enumerate() {
+                        assert_eq!(*b, (i as u32 ^ next_out) as u8);
+                    }
+                    c.advance(&pk);
+                    next_out += 1;
+                }
+            }
+        }
+        assert!(next_in > 1000);
+    }
+
+    #[test]
+    fn refuses_when_full() {
+        let r = ring(4096);
+        let mut p = Producer::new(r.view);
+        let mut h = RecordHeader::new(RecordKind::First, Op::Send);
+        h.payload_len = 960;
+        h.total_len = 960;
+        let mut n = 0;
+        while p.push(&h, |_| {}) {
+            n += 1;
+        }
+        assert_eq!(n, 4);
+        assert_eq!(p.room(), 0);
+    }
+}

@@ -1,0 +1,757 @@
+//! A Virtual Interface: a send queue and a receive queue of descriptors,
+//! bound to one peer through a transport channel.
+//!
+//! Posting validates the descriptor (alignment, memory handles, protection
+//! tags, lengths) and hands the work to the channel; completion is noticed
+//! by whoever drives progress — the application polling, a Wait, a CQ poll
+//! or the NIC's progress thread — and written back into the descriptor.
+//! Errors follow the reliability level: on the reliable levels any
+//! descriptor or transport error breaks the connection, flushes the queues
+//! and reports an asynchronous error; on the unreliable level only the
+//! descriptor concerned carries the error.
+
+pub mod placement;
+pub mod queues;
+
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use crate::cq::CompletionQueue;
+use crate::descriptor::{self, status, DescPtr, Descriptor, OpKind};
+use crate::error::{Result, ViaError};
+use crate::mem::PtagId;
+use crate::nic::{AsyncError, ErrorCode, NicShared, ResourceCode};
+use crate::ranges::Range;
+use crate::transport::{Channel, Completion, PeerEvent};
+use crate::wait;
+use openvia_wire::handshake::ViAttrs;
+use placement::{Fault, Placement};
+use queues::{RecvEntry, RecvQueue, SendEntry, SendQueue, SendWait};
+
+/// Most descriptors one work queue holds.
+pub const MAX_DESCRIPTORS_PER_QUEUE: usize = 16384;
+
+/// `VIP_SERVICE_*` reliability levels (bit values).
+pub mod reliability {
+    pub const UNRELIABLE: u16 = 0x01;
+    pub const RELIABLE_DELIVERY: u16 = 0x02;
+    pub const RELIABLE_RECEPTION: u16 = 0x04;
+}
+
+/// The connection state of a VI (`VIP_VI_STATE`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ViState {
+    Idle = 0,
+    Connected = 1,
+    ConnectPending = 2,
+    Error = 3,
+}
+
+impl ViState {
+    fn from_u8(v: u8) -> Self {
+        match v {
+            1 => ViState::Connected,
+            2 => ViState::ConnectPending,
+            3 => ViState::Error,
+            _ => ViState::Idle,
+        }
+    }
+}
+
+/// The attributes of a VI (`VIP_VI_ATTRIBUTES` without QoS).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ViAttributes {
+    pub reliability: u16,
+    pub max_transfer: u64,
+    pub ptag: PtagId,
+    pub rdma_write: bool,
+    pub rdma_read: bool,
+}
+
+impl ViAttributes {
+    pub(crate) fn wire(&self) -> ViAttrs {
+        ViAttrs {
+            reliability: self.reliability,
+            max_transfer: self.max_transfer,
+            rdma_write: self.rdma_write,
+            rdma_read: self.rdma_read,
+        }
+    }
+
+    fn reliable(&self) -> bool {
+        self.reliability != reliability::UNRELIABLE
+    }
+}
+
+/// A one-shot handler for the next completed descriptor of a queue.
+pub type DescNotify = Box<dyn FnOnce(DescPtr) + Send>;
+
+/// Work to do after the VI lock is released (user callbacks may call back in).
+enum Deferred {
+    Error(AsyncError),
+    Notify(DescNotify, DescPtr),
+}
+
+pub(crate) struct ViInner {
+    pub(crate) attrs: ViAttributes,
+    sq: SendQueue,
+    rq: RecvQueue,
+    pub(crate) channel: Option<Box<dyn Channel>>,
+    scratch: Vec<Range>,
+    faults: Vec<Fault>,
+    send_notify: Option<DescNotify>,
+    recv_notify: Option<DescNotify>,
+    pub(crate) remote_attrs: Option<ViAttrs>,
+}
+
+pub struct Vi {
+    id: u64,
+    pub(crate) nic: Arc<NicShared>,
+    state: AtomicU8,
+    pub(crate) send_cq: Option<Arc<CompletionQueue>>,
+    pub(crate) recv_cq: Option<Arc<CompletionQueue>>,
+    pub(crate) inner: Mutex<ViInner>,
+    /// A peer-to-peer connection in progress.
+    pub(crate) peer: Mutex<Option<crate::transport::shm::connect::PeerConnect>>,
+    /// Opaque value for the C shell (its handle).
+    pub token: AtomicU64,
+}
+
+impl Vi {
+    pub(crate) fn new(
+        id: u64,
+        nic: Arc<NicShared>,
+        attrs: ViAttributes,
+        send_cq: Option<Arc<CompletionQueue>>,
+        recv_cq: Option<Arc<CompletionQueue>>,
+    ) -> Self {
+        Self {
+            id,
+            nic,
+            state: AtomicU8::new(ViState::Idle as u8),
+            send_cq,
+            recv_cq,
+            inner: Mutex::new(ViInner {
+                attrs,
+                sq: SendQueue::default(),
+                rq: RecvQueue::default(),
+                channel: None,
+                scratch: Vec::with_capacity(8),
+                faults: Vec::new(),
+                send_notify: None,
+                recv_notify: None,
+                remote_attrs: None,
+            }),
+            peer: Mutex::new(None),
+            token: AtomicU64::new(0),
+        }
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub fn state(&self) -> ViState {
+        ViState::from_u8(self.state.load(Ordering::Acquire))
+    }
+
+    pub(crate) fn set_state(&self, s: ViState) {
+        self.state.store(s as u8, Ordering::Release);
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, ViInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn attributes(&self) -> ViAttributes {
+        self.lock().attrs
+    }
+
+    /// Attributes of the connected peer's VI.
+    pub fn remote_attributes(&self) -> Option<ViAttrs> {
+        self.lock().remote_attrs
+    }
+
+    /// (state, attributes, send queue empty, receive queue empty)
+    pub fn query(&self) -> (ViState, ViAttributes, bool, bool) {
+        let g = self.lock();
+        (
+            self.state(),
+            g.attrs,
+            g.sq.entries.is_empty(),
+            g.rq.entries.is_empty(),
+        )
+    }
+
+    /// Changes attributes; the reliability level and MaxTransferSize may
+    /// only change while the VI is not connected.
+    pub fn set_attributes(&self, attrs: ViAttributes) -> Result<()> {
+        self.nic.check_owner()?;
+        self.nic.check_vi_attrs(&attrs)?;
+        let mut g = self.lock();
+        if self.state() != ViState::Idle
+            && (attrs.reliability != g.attrs.reliability
+                || attrs.max_transfer != g.attrs.max_transfer)
+        {
+            return Err(ViaError::InvalidState("VI is connected"));
+        }
+        g.attrs = attrs;
+        Ok(())
+    }
+
+    /// `VipPostSend`.
+    pub fn post_send(&self, desc: *mut Descriptor, mem_handle: u32) -> Result<()> {
+        self.nic.check_owner()?;
+        self.nic.touch();
+        let mut deferred = Vec::new();
+        let mut g = self.lock();
+        let ptag = g.attrs.ptag;
+        let d = descriptor::check_placement(&self.nic.registry, desc, mem_handle, ptag)
+            .map_err(|_| ViaError::InvalidParameter("descriptor"))?;
+        if g.sq.entries.len() >= MAX_DESCRIPTORS_PER_QUEUE {
+            return Err(ViaError::Resource("send queue full"));
+        }
+        let state = self.state();
+        if state == ViState::Idle || state == ViState::ConnectPending {
+            return Err(ViaError::InvalidState("VI is not connected"));
+        }
+        d.reset_status();
+        let inner = &mut *g;
+        // Completions by the peer's count are decided only after its ring
+        // was read (a refusal precedes the count): snapshot it now.
+        let consumed_before = inner.channel.as_ref().map(|c| c.consumed());
+        let parsed = descriptor::parse_send(
+            &self.nic.registry,
+            d,
+            ptag,
+            inner.attrs.max_transfer,
+            &mut inner.scratch,
+        );
+        let mut entry = SendEntry {
+            desc: d,
+            seq: 0,
+            wait: SendWait::Now,
+            op_status: status::OP_SEND,
+            error: 0,
+            length: 0,
+            immediate: false,
+            read_ranges: Vec::new(),
+            read_arrived: false,
+        };
+        match parsed {
+            Ok(wr) => {
+                entry.op_status = match wr.op {
+                    OpKind::Send => status::OP_SEND,
+                    OpKind::RdmaWrite => status::OP_RDMA_WRITE,
+                    OpKind::RdmaRead => status::OP_RDMA_READ,
+                };
+                entry.length = wr.total_len as u32;
+                entry.immediate = wr.immediate.is_some();
+                let remote = inner.remote_attrs.unwrap_or_default();
+                if wr.op == OpKind::RdmaRead && (!inner.attrs.reliable() || !remote.rdma_read) {
+                    entry.error = status::RDMA_PROT_ERROR;
+                } else if wr.op == OpKind::RdmaWrite && !remote.rdma_write {
+                    entry.error = status::RDMA_PROT_ERROR;
+                } else if state == ViState::Error {
+                    entry.error = status::DESC_FLUSHED_ERROR;
+                } else if let Some(ch) = inner.channel.as_mut() {
+                    match ch.post(&wr, &inner.scratch) {
+                        Ok((seq, completion)) => {
+                            entry.seq = seq;
+                            entry.wait = match completion {
+                                Completion::ReadDone => SendWait::ReadDone,
+                                _ if inner.attrs.reliability == reliability::RELIABLE_RECEPTION => {
+                                    SendWait::Consumed
+                                }
+                                Completion::Consumed => SendWait::Consumed,
+                                Completion::Sent => SendWait::Sent,
+                            };
+                            if wr.op == OpKind::RdmaRead {
+                                entry.read_ranges = inner.scratch.clone();
+                            }
+                        }
+                        Err(_) => {
+                            entry.error = status::TRANSPORT_ERROR;
+                            inner.faults.push(Fault::Transport);
+                        }
+                    }
+                } else {
+                    entry.error = status::DESC_FLUSHED_ERROR;
+                }
+            }
+            Err(bits) => {
+                entry.error = bits;
+                if bits != status::DESC_FLUSHED_ERROR {
+                    inner.faults.push(Fault::Transport);
+                }
+            }
+        }
+        let local_error = entry.error != 0 && entry.error != status::DESC_FLUSHED_ERROR;
+        inner.sq.entries.push_back(entry);
+        self.reap_sends(inner, consumed_before);
+        if local_error && inner.attrs.reliable() && state == ViState::Connected {
+            self.fail(inner, ErrorCode::PostDesc, true, &mut deferred);
+        } else {
+            inner.faults.clear();
+        }
+        self.collect_notifies(inner, &mut deferred);
+        drop(g);
+        self.run_deferred(deferred);
+        Ok(())
+    }
+
+    /// `VipPostRecv`.
+    pub fn post_recv(&self, desc: *mut Descriptor, mem_handle: u32) -> Result<()> {
+        self.nic.check_owner()?;
+        self.nic.touch();
+        let mut deferred = Vec::new();
+        let mut g = self.lock();
+        let ptag = g.attrs.ptag;
+        let d = descriptor::check_placement(&self.nic.registry, desc, mem_handle, ptag)
+            .map_err(|_| ViaError::InvalidParameter("descriptor"))?;
+        if g.rq.entries.len() >= MAX_DESCRIPTORS_PER_QUEUE {
+            return Err(ViaError::Resource("receive queue full"));
+        }
+        d.reset_status();
+        let inner = &mut *g;
+        let mut ranges = inner.rq.take_spare();
+        let state = self.state();
+        match descriptor::parse_recv(&self.nic.registry, d, ptag, &mut ranges) {
+            Ok(capacity) if state != ViState::Error => {
+                inner.rq.entries.push_back(RecvEntry {
+                    desc: d,
+                    ranges,
+                    capacity,
+                    error: 0,
+                });
+                if inner.channel.is_some() {
+                    self.progress_locked(inner, &mut deferred);
+                }
+            }
+            res => {
+                let bits = match res {
+                    Err(b) => b,
+                    Ok(_) => status::DESC_FLUSHED_ERROR,
+                };
+                // It completes in turn, behind receives posted earlier.
+                inner.rq.entries.push_back(RecvEntry {
+                    desc: d,
+                    ranges,
+                    capacity: 0,
+                    error: bits,
+                });
+                let settled = inner.rq.settle_errors();
+                if let Some(cq) = &self.recv_cq {
+                    for _ in 0..settled {
+                        cq.push(self.id, true);
+                    }
+                }
+                if bits != status::DESC_FLUSHED_ERROR
+                    && inner.attrs.reliable()
+                    && state == ViState::Connected
+                {
+                    self.fail(inner, ErrorCode::PostDesc, true, &mut deferred);
+                }
+            }
+        }
+        self.collect_notifies(inner, &mut deferred);
+        drop(g);
+        self.run_deferred(deferred);
+        Ok(())
+    }
+
+    /// Drives the channel and notes completions. Call with the lock held.
+    fn progress_locked(&self, inner: &mut ViInner, deferred: &mut Vec<Deferred>) -> bool {
+        let Some((consumed, result, completed_any)) = self.run_channel(inner) else {
+            return false;
+        };
+        let mut did = completed_any;
+        did |= self.reap_sends(inner, Some(consumed));
+        match result {
+            Err(_) => {
+                self.fail(inner, ErrorCode::ConnLost, true, deferred);
+                return true;
+            }
+            Ok(moved) => did |= moved,
+        }
+        if !inner.faults.is_empty() {
+            self.handle_faults(inner, deferred);
+        }
+        did
+    }
+
+    /// One progress call of the channel. Returns the peer's delivered count
+    /// read *before* its ring (so a refusal it wrote first is seen), the
+    /// result, and whether any descriptor completed.
+    fn run_channel(
+        &self,
+        inner: &mut ViInner,
+    ) -> Option<(
+        u64,
+        std::result::Result<bool, crate::transport::ChannelFailed>,
+        bool,
+    )> {
+        let ch = inner.channel.as_mut()?;
+        let consumed = ch.consumed();
+        let mut place = Placement {
+            registry: &self.nic.registry,
+            ptag: inner.attrs.ptag,
+            rdma_write: inner.attrs.rdma_write,
+            rdma_read: inner.attrs.rdma_read,
+            rq: &mut inner.rq,
+            sq: &mut inner.sq,
+            recv_cq: self.recv_cq.as_deref(),
+            send_cq: self.send_cq.as_deref(),
+            vi_id: self.id,
+            faults: &mut inner.faults,
+            completed_any: false,
+        };
+        let result = ch.progress(&mut place);
+        Some((consumed, result, place.completed_any))
+    }
+
+    fn handle_faults(&self, inner: &mut ViInner, deferred: &mut Vec<Deferred>) {
+        let faults = std::mem::take(&mut inner.faults);
+        let reliable = inner.attrs.reliable();
+        for f in faults {
+            let code = match f {
+                Fault::RecvLength => ErrorCode::PostDesc,
+                Fault::RdmaWriteProtection => ErrorCode::RdmawProt,
+                Fault::RdmaReadProtection => ErrorCode::RdmarProt,
+                Fault::RemoteRefused(_) => ErrorCode::RdmaTransport,
+                Fault::Transport => ErrorCode::RdmaTransport,
+            };
+            if reliable && self.state() == ViState::Connected {
+                self.fail(inner, code, true, deferred);
+                return;
+            }
+            deferred.push(Deferred::Error(self.async_error(code, ResourceCode::Vi)));
+        }
+    }
+
+    /// Writes completions of finished send-queue entries, in order.
+    fn reap_sends(&self, inner: &mut ViInner, consumed: Option<u64>) -> bool {
+        let (sent, consumed) = match inner.channel.as_ref() {
+            Some(ch) => (ch.sent(), consumed.unwrap_or_else(|| ch.consumed())),
+            None => (0, 0),
+        };
+        let mut did = false;
+        while let Some(e) = inner.sq.entries.get(inner.sq.completed) {
+            let ready = e.error != 0
+                || match e.wait {
+                    SendWait::Now => true,
+                    SendWait::Sent => sent >= e.seq,
+                    SendWait::Consumed => consumed >= e.seq,
+                    SendWait::ReadDone => e.read_arrived,
+                };
+            if !ready {
+                break;
+            }
+            let bits = e.op_status | e.error;
+            let len = if e.error != 0 { 0 } else { e.length };
+            e.desc.complete(len, None, bits);
+            inner.sq.completed += 1;
+            did = true;
+            if let Some(cq) = &self.send_cq {
+                cq.push(self.id, false);
+            }
+        }
+        did
+    }
+
+    /// Breaks the connection: deliver what already arrived, tell the peer
+    /// (if `tell_peer`), flush both queues, report `code`.
+    fn fail(
+        &self,
+        inner: &mut ViInner,
+        code: ErrorCode,
+        tell_peer: bool,
+        deferred: &mut Vec<Deferred>,
+    ) {
+        if self.state() == ViState::Error {
+            return;
+        }
+        self.set_state(ViState::Error);
+        // Data the peer wrote before it left is still in the ring.
+        self.drain_and_reap(inner);
+        if let Some(mut ch) = inner.channel.take() {
+            self.nic.unwatch(ch.liveness_fd());
+            ch.close(tell_peer);
+        }
+        let flushed_s = inner.sq.flush();
+        let flushed_r = inner.rq.flush();
+        for _ in 0..flushed_s {
+            if let Some(cq) = &self.send_cq {
+                cq.push(self.id, false);
+            }
+        }
+        for _ in 0..flushed_r {
+            if let Some(cq) = &self.recv_cq {
+                cq.push(self.id, true);
+            }
+        }
+        deferred.push(Deferred::Error(self.async_error(code, ResourceCode::Vi)));
+        self.nic.doorbell.ring_local();
+    }
+
+    /// Places whatever already arrived and completes what the peer has
+    /// finished, before the channel goes away.
+    fn drain_and_reap(&self, inner: &mut ViInner) {
+        if let Some((consumed, _, _)) = self.run_channel(inner) {
+            inner.faults.clear();
+            self.reap_sends(inner, Some(consumed));
+        }
+    }
+
+    fn async_error(&self, code: ErrorCode, resource: ResourceCode) -> AsyncError {
+        AsyncError {
+            vi_id: Some(self.id),
+            vi_token: self.token.load(Ordering::Relaxed),
+            cq_token: 0,
+            desc: None,
+            op_code: 0,
+            resource,
+            code,
+        }
+    }
+
+    fn collect_notifies(&self, inner: &mut ViInner, deferred: &mut Vec<Deferred>) {
+        if inner.send_notify.is_some() {
+            if let Some(d) = inner.sq.pop_completed() {
+                deferred.push(Deferred::Notify(inner.send_notify.take().unwrap(), d));
+            }
+        }
+        if inner.recv_notify.is_some() {
+            if let Some(d) = inner.rq.pop_completed() {
+                deferred.push(Deferred::Notify(inner.recv_notify.take().unwrap(), d));
+            }
+        }
+    }
+
+    fn run_deferred(&self, deferred: Vec<Deferred>) {
+        for d in deferred {
+            match d {
+                Deferred::Error(e) => self.nic.report_error(e),
+                Deferred::Notify(f, desc) => f(desc),
+            }
+        }
+        if let Some(cq) = &self.send_cq {
+            self.nic.fire_cq_notify(cq);
+        }
+        if let Some(cq) = &self.recv_cq {
+            self.nic.fire_cq_notify(cq);
+        }
+    }
+
+    /// One round of progress without blocking; used by pollers, CQs and the
+    /// progress thread. `only_if_free`: give up if another thread holds the
+    /// lock. Returns whether anything completed or moved.
+    pub(crate) fn poke(&self, only_if_free: bool) -> bool {
+        let mut deferred = Vec::new();
+        let mut g = if only_if_free {
+            match self.inner.try_lock() {
+                Ok(g) => g,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => return false,
+            }
+        } else {
+            self.lock()
+        };
+        let inner = &mut *g;
+        let did = match inner.channel.as_ref() {
+            Some(ch) if ch.has_work() || inner.sq.completed < inner.sq.entries.len() => {
+                self.progress_locked(inner, &mut deferred)
+            }
+            _ => false,
+        };
+        self.collect_notifies(inner, &mut deferred);
+        drop(g);
+        let any = did || !deferred.is_empty();
+        self.run_deferred(deferred);
+        any
+    }
+
+    fn done(&self, recv: bool) -> Option<DescPtr> {
+        let mut deferred = Vec::new();
+        let mut g = self.lock();
+        let inner = &mut *g;
+        let q_has = if recv {
+            inner.rq.completed > 0
+        } else {
+            inner.sq.completed > 0
+        };
+        if !q_has {
+            if let Some(ch) = inner.channel.as_ref() {
+                let pending_sends = inner.sq.completed < inner.sq.entries.len();
+                if ch.has_work() || (!recv && pending_sends) {
+                    self.progress_locked(inner, &mut deferred);
+                }
+            }
+        }
+        let d = if recv {
+            inner.rq.pop_completed()
+        } else {
+            inner.sq.pop_completed()
+        };
+        self.collect_notifies(inner, &mut deferred);
+        drop(g);
+        if !deferred.is_empty() {
+            self.run_deferred(deferred);
+        }
+        d
+    }
+
+    /// `VipSendDone`: the oldest completed send descriptor, if any.
+    pub fn send_done(&self) -> Result<DescPtr> {
+        self.nic.check_owner()?;
+        self.nic.touch();
+        self.done(false).ok_or(ViaError::NotDone)
+    }
+
+    /// `VipRecvDone`.
+    pub fn recv_done(&self) -> Result<DescPtr> {
+        self.nic.check_owner()?;
+        self.nic.touch();
+        self.done(true).ok_or(ViaError::NotDone)
+    }
+
+    /// `VipSendWait`: spins for the NIC's budget, then blocks.
+    pub fn send_wait(&self, timeout: Option<Duration>) -> Result<DescPtr> {
+        self.nic.check_owner()?;
+        wait::wait_for(&self.nic, timeout, || {
+            self.nic.touch();
+            self.done(false)
+        })
+    }
+
+    /// `VipRecvWait`.
+    pub fn recv_wait(&self, timeout: Option<Duration>) -> Result<DescPtr> {
+        self.nic.check_owner()?;
+        wait::wait_for(&self.nic, timeout, || {
+            self.nic.touch();
+            self.done(true)
+        })
+    }
+
+    /// `VipSendNotify`: `f` runs once, with the next completed send descriptor
+    /// (which it then owns: it is dequeued).
+    pub fn send_notify(&self, f: DescNotify) -> Result<()> {
+        self.set_notify(false, f)
+    }
+
+    /// `VipRecvNotify`.
+    pub fn recv_notify(&self, f: DescNotify) -> Result<()> {
+        self.set_notify(true, f)
+    }
+
+    fn set_notify(&self, recv: bool, f: DescNotify) -> Result<()> {
+        self.nic.check_owner()?;
+        let mut deferred = Vec::new();
+        let mut g = self.lock();
+        if recv {
+            g.recv_notify = Some(f);
+        } else {
+            g.send_notify = Some(f);
+        }
+        self.collect_notifies(&mut g, &mut deferred);
+        drop(g);
+        self.nic.wake_progress();
+        self.run_deferred(deferred);
+        Ok(())
+    }
+
+    pub(crate) fn has_notify(&self) -> bool {
+        match self.inner.try_lock() {
+            Ok(g) => g.send_notify.is_some() || g.recv_notify.is_some(),
+            Err(_) => false,
+        }
+    }
+
+    /// Reacts to what the peer said on the liveness channel.
+    pub(crate) fn on_peer_event(&self, ev: PeerEvent) {
+        if ev == PeerEvent::Quiet {
+            return;
+        }
+        let mut deferred = Vec::new();
+        let mut g = self.lock();
+        if self.state() == ViState::Connected {
+            self.fail(&mut g, ErrorCode::ConnLost, false, &mut deferred);
+        }
+        self.collect_notifies(&mut g, &mut deferred);
+        drop(g);
+        self.run_deferred(deferred);
+    }
+
+    /// Reads the liveness channel (progress thread, after epoll said so).
+    pub(crate) fn read_peer_event(&self) {
+        let ev = {
+            let mut g = self.lock();
+            match g.channel.as_mut() {
+                Some(ch) => ch.peer_event(),
+                None => PeerEvent::Quiet,
+            }
+        };
+        self.on_peer_event(ev);
+    }
+
+    /// Attaches a connected channel (connection setup).
+    pub(crate) fn attach_channel(&self, ch: Box<dyn Channel>, remote: ViAttrs) -> Result<()> {
+        let fd = ch.liveness_fd();
+        let mut deferred = Vec::new();
+        {
+            let mut g = self.lock();
+            g.remote_attrs = Some(remote);
+            g.channel = Some(ch);
+            self.set_state(ViState::Connected);
+            // Receives posted before the connection may already have data.
+            self.progress_locked(&mut g, &mut deferred);
+        }
+        self.nic.watch(fd, self.id);
+        self.run_deferred(deferred);
+        Ok(())
+    }
+
+    /// `VipDisconnect`: tells the peer, flushes both queues, back to Idle.
+    pub fn disconnect(&self) -> Result<()> {
+        self.nic.check_owner()?;
+        self.disconnect_internal()
+    }
+
+    pub(crate) fn disconnect_internal(&self) -> Result<()> {
+        *self.peer.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        let mut g = self.lock();
+        let inner = &mut *g;
+        self.drain_and_reap(inner);
+        if let Some(mut ch) = inner.channel.take() {
+            self.nic.unwatch(ch.liveness_fd());
+            ch.close(false);
+        }
+        let fs = inner.sq.flush();
+        let fr = inner.rq.flush();
+        for _ in 0..fs {
+            if let Some(cq) = &self.send_cq {
+                cq.push(self.id, false);
+            }
+        }
+        for _ in 0..fr {
+            if let Some(cq) = &self.recv_cq {
+                cq.push(self.id, true);
+            }
+        }
+        inner.remote_attrs = None;
+        self.set_state(ViState::Idle);
+        drop(g);
+        self.nic.doorbell.ring_local();
+        Ok(())
+    }
+
+    /// Used by the connection manager to check a VI can be connected.
+    pub(crate) fn ensure_idle(&self) -> Result<()> {
+        match self.state() {
+            ViState::Idle => Ok(()),
+            _ => Err(ViaError::InvalidState("VI is not idle")),
+        }
+    }
+}

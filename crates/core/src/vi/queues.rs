@@ -1,0 +1,151 @@
+//! The two work queues of a VI, as the provider keeps them.
+//!
+//! Entries stay queued after completion until the application dequeues
+//! them (SendDone/RecvDone or a notify handler), because VIA hands
+//! descriptors back in posting order. A cursor marks where completed
+//! entries end.
+
+use std::collections::VecDeque;
+
+use crate::descriptor::{status, DescPtr};
+use crate::ranges::Range;
+
+/// What must happen before a send-queue entry is complete.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendWait {
+    /// Completed when posted (errors, or data already in the ring).
+    Now,
+    /// All bytes of message `seq` are written to the transport.
+    Sent,
+    /// The peer has fully delivered message `seq`.
+    Consumed,
+    /// The RDMA read's data has arrived (set by the receive path).
+    ReadDone,
+}
+
+pub struct SendEntry {
+    pub desc: DescPtr,
+    pub seq: u64,
+    pub wait: SendWait,
+    /// VIP_STATUS_OP_* of the operation.
+    pub op_status: u32,
+    /// Error bits to report (0: success).
+    pub error: u32,
+    pub length: u32,
+    pub immediate: bool,
+    /// RDMA read: where the data goes; set `read_arrived` when it has.
+    pub read_ranges: Vec<Range>,
+    pub read_arrived: bool,
+}
+
+pub struct RecvEntry {
+    pub desc: DescPtr,
+    pub ranges: Vec<Range>,
+    pub capacity: u64,
+    /// Set when the descriptor was refused at post: it completes with these
+    /// bits when it reaches the head, without taking a message.
+    pub error: u32,
+}
+
+/// Descriptors posted to the send queue.
+#[derive(Default)]
+pub struct SendQueue {
+    pub entries: VecDeque<SendEntry>,
+    /// Entries before this index have their completion written.
+    pub completed: usize,
+}
+
+/// Descriptors posted to the receive queue.
+#[derive(Default)]
+pub struct RecvQueue {
+    pub entries: VecDeque<RecvEntry>,
+    /// Entries before this index have been filled and completed.
+    pub completed: usize,
+    /// Range lists of dequeued entries, kept for reuse.
+    pub spare: Vec<Vec<Range>>,
+}
+
+impl SendQueue {
+    /// The outstanding RDMA read with message number `seq`.
+    pub fn read_entry(&mut self, seq: u64) -> Option<&mut SendEntry> {
+        let from = self.completed;
+        self.entries
+            .range_mut(from..)
+            .find(|e| e.seq == seq && e.wait == SendWait::ReadDone)
+    }
+
+    /// Takes the head if it has completed.
+    pub fn pop_completed(&mut self) -> Option<DescPtr> {
+        if self.completed == 0 {
+            return None;
+        }
+        self.completed -= 1;
+        self.entries.pop_front().map(|e| e.desc)
+    }
+
+    /// Completes every not-yet-completed entry with DESC_FLUSHED; returns how many.
+    pub fn flush(&mut self) -> usize {
+        let n = self.entries.len() - self.completed;
+        for e in self.entries.range_mut(self.completed..) {
+            let err = if e.error != 0 {
+                e.error
+            } else {
+                status::DESC_FLUSHED_ERROR
+            };
+            e.desc.complete(0, None, e.op_status | err);
+        }
+        self.completed = self.entries.len();
+        n
+    }
+}
+
+impl RecvQueue {
+    /// The next posted receive that has not been filled.
+    pub fn next_unfilled(&self) -> Option<&RecvEntry> {
+        self.entries.get(self.completed)
+    }
+
+    pub fn pop_completed(&mut self) -> Option<DescPtr> {
+        if self.completed == 0 {
+            return None;
+        }
+        self.completed -= 1;
+        let e = self.entries.pop_front()?;
+        let mut r = e.ranges;
+        r.clear();
+        if self.spare.len() < 64 {
+            self.spare.push(r);
+        }
+        Some(e.desc)
+    }
+
+    /// Completes refused descriptors that have reached the head of the
+    /// unfilled part; returns how many.
+    pub fn settle_errors(&mut self) -> usize {
+        let mut n = 0;
+        while let Some(e) = self.entries.get(self.completed) {
+            if e.error == 0 {
+                break;
+            }
+            e.desc.complete(0, None, status::OP_RECEIVE | e.error);
+            self.completed += 1;
+            n += 1;
+        }
+        n
+    }
+
+    pub fn take_spare(&mut self) -> Vec<Range> {
+        self.spare.pop().unwrap_or_default()
+    }
+
+    /// Completes every unfilled receive with DESC_FLUSHED; returns how many.
+    pub fn flush(&mut self) -> usize {
+        let n = self.entries.len() - self.completed;
+        for e in self.entries.range(self.completed..) {
+            e.desc
+                .complete(0, None, status::OP_RECEIVE | status::DESC_FLUSHED_ERROR);
+        }
+        self.completed = self.entries.len();
+        n
+    }
+}

@@ -1,0 +1,60 @@
+//! Waiting: spin first, then block.
+//!
+//! A message seen while spinning costs tens of nanoseconds; a futex
+//! wake-up across CPUs costs tens of microseconds. So a Wait polls for the
+//! NIC's spin budget and only then sleeps on its doorbell, which peers ring
+//! when they publish something (see `transport::shm::doorbell`). The block
+//! is capped so a missed wake-up can only ever cost a short delay.
+
+use std::time::Duration;
+
+use crate::error::{Result, ViaError};
+use crate::nic::NicShared;
+use crate::sys::{cpu_relax, now_ns};
+
+/// Longest single sleep: bounds the cost of any lost wake-up.
+const MAX_BLOCK: Duration = Duration::from_millis(50);
+
+/// Calls `poll` until it yields a value or `timeout` passes (None: forever).
+pub(crate) fn wait_for<T>(
+    nic: &NicShared,
+    timeout: Option<Duration>,
+    mut poll: impl FnMut() -> Option<T>,
+) -> Result<T> {
+    if let Some(v) = poll() {
+        return Ok(v);
+    }
+    let start = now_ns();
+    let deadline = timeout.map(|t| start.saturating_add(t.as_nanos().min(u64::MAX as u128) as u64));
+    let spin_until = start.saturating_add(nic.spin_ns());
+    let mut n: u32 = 0;
+    loop {
+        if let Some(v) = poll() {
+            return Ok(v);
+        }
+        n = n.wrapping_add(1);
+        if n % 64 != 0 {
+            cpu_relax();
+            continue;
+        }
+        let now = now_ns();
+        if deadline.is_some_and(|d| now >= d) {
+            return Err(ViaError::Timeout);
+        }
+        if nic.is_closed() {
+            return Err(ViaError::InvalidState("NIC closed"));
+        }
+        if now < spin_until {
+            continue;
+        }
+        let left = deadline.map_or(MAX_BLOCK, |d| Duration::from_nanos(d - now).min(MAX_BLOCK));
+        let mut got = None;
+        nic.doorbell.block(left, || {
+            got = poll();
+            got.is_some()
+        });
+        if let Some(v) = got {
+            return Ok(v);
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! Per-connection settings: the VIA reliability level, the RUM flow-control
+//! mode, segment size and the timers. Both ends exchange the parts that
+//! must agree in the handshake; [`Config::validate`] rejects combinations
+//! that could deadlock (a message larger than the receive window).
+
+use std::time::Duration;
+
+pub use openvia_wire::rum::FlowMode;
+
+use crate::segment::segments_for;
+
+/// VIA reliability levels (their `VIP_RELIABILITY_LEVEL` bit values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reliability {
+    /// Lost messages are dropped whole and counted; never corrupted or duplicated.
+    Unreliable,
+    /// Exactly once, in order; a send completes when it has left for the wire.
+    ReliableDelivery,
+    /// As delivery, but a send completes when the receiver has placed it.
+    ReliableReception,
+}
+
+impl Reliability {
+    pub fn via_bits(self) -> u16 {
+        match self {
+            Self::Unreliable => 0x1,
+            Self::ReliableDelivery => 0x2,
+            Self::ReliableReception => 0x4,
+        }
+    }
+    pub fn from_via_bits(bits: u16) -> Option<Self> {
+        match bits {
+            0x1 => Some(Self::Unreliable),
+            0x2 => Some(Self::ReliableDelivery),
+            0x4 => Some(Self::ReliableReception),
+            _ => None,
+        }
+    }
+    pub fn is_reliable(self) -> bool {
+        self != Self::Unreliable
+    }
+}
+
+/// Settings of one connection (one VI).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub reliability: Reliability,
+    pub flow_mode: FlowMode,
+    /// Lossless fabric: keep no retransmission buffers; any loss is a
+    /// connection error (RUM's point: flow control is all such a fabric needs).
+    pub flow_control_only: bool,
+    /// Payload bytes per segment (see [`crate::segment::segment_size`]).
+    pub segment_size: usize,
+    /// Largest message, in bytes.
+    pub max_transfer_size: u32,
+    /// Receive buffer in segments: the Homo total, or the initial Hetero window.
+    pub recv_window: u32,
+    pub rdma_write: bool,
+    pub rdma_read: bool,
+    /// Handshake packets carry a 32-byte authenticator the caller fills.
+    pub authenticated: bool,
+    pub initial_rto: Duration,
+    pub min_rto: Duration,
+    pub max_rto: Duration,
+    /// Consecutive retransmission timeouts before the peer is declared lost.
+    pub max_rto_count: u32,
+    /// Send a keepalive after this long without sending anything.
+    pub keepalive_interval: Duration,
+    /// Nothing heard from the peer for this long: connection lost.
+    pub dead_peer_timeout: Duration,
+    /// Give up connecting after this long.
+    pub connect_timeout: Duration,
+    /// Unreliable level: how long a hole may wait for a reordered segment
+    /// before the message it belongs to is dropped.
+    pub reorder_tolerance: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            reliability: Reliability::ReliableDelivery,
+            flow_mode: FlowMode::Hetero,
+            flow_control_only: false,
+            segment_size: 1408,
+            max_transfer_size: 1 << 20,
+            recv_window: 1024,
+            rdma_write: true,
+            rdma_read: true,
+            authenticated: false,
+            initial_rto: Duration::from_millis(20),
+            min_rto: Duration::from_millis(1),
+            max_rto: Duration::from_millis(500),
+            max_rto_count: 12,
+            keepalive_interval: Duration::from_millis(500),
+            dead_peer_timeout: Duration::from_secs(3),
+            connect_timeout: Duration::from_secs(3),
+            reorder_tolerance: Duration::from_millis(2),
+        }
+    }
+}
+
+/// A setting that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("segment size {0} is not in 1..={max}", max = openvia_wire::rum::MAX_DATAGRAM - openvia_wire::rum::DATA_OVERHEAD)]
+    SegmentSize(usize),
+    #[error("receive window {window} segments cannot hold one message of {need} segments")]
+    WindowTooSmall { window: u32, need: usize },
+    #[error("receive window {0} exceeds the limit of 2^24 segments")]
+    WindowTooLarge(u32),
+    #[error("keepalive interval must be shorter than the dead-peer timeout")]
+    Keepalive,
+    #[error("RTO bounds must satisfy 0 < min <= initial <= max")]
+    Rto,
+    #[error("RDMA read is not allowed on an unreliable connection")]
+    RdmaReadUnreliable,
+}
+
+impl Config {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let max_seg = openvia_wire::rum::MAX_DATAGRAM - openvia_wire::rum::DATA_OVERHEAD;
+        if self.segment_size == 0 || self.segment_size > max_seg {
+            return Err(ConfigError::SegmentSize(self.segment_size));
+        }
+        let need = segments_for(self.max_transfer_size as usize, self.segment_size);
+        if (self.recv_window as usize) < need {
+            return Err(ConfigError::WindowTooSmall {
+                window: self.recv_window,
+                need,
+            });
+        }
+        if self.recv_window > 1 << 24 {
+            return Err(ConfigError::WindowTooLarge(self.recv_window));
+        }
+        if self.keepalive_interval >= self.dead_peer_timeout {
+            return Err(ConfigError::Keepalive);
+        }
+        if self.min_rto.is_zero()
+            || self.min_rto > self.initial_rto
+            || self.initial_rto > self.max_rto
+        {
+            return Err(ConfigError::Rto);
+        }
+        if self.rdma_read && !self.reliability.is_reliable() {
+            return Err(ConfigError::RdmaReadUnreliable);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,487 @@
+//! One RUM connection (one VI), as a deterministic state machine with no
+//! I/O, in the manner of quinn-proto. The caller feeds it datagrams
+//! ([`Connection::handle_datagram`]) and time ([`Connection::handle_timeout`]),
+//! and drains it: datagrams to send ([`Connection::poll_transmit`]), the next
+//! deadline ([`Connection::poll_timeout`]), events ([`Connection::poll_event`])
+//! and received messages ([`Connection::poll_message`]).
+//!
+//! Acknowledgement policy: receiving data only marks an ACK as due; the
+//! next `poll_transmit` sends it, piggybacked on a DATA packet when there is
+//! one and no hole needs SACK blocks, else as an ACK packet. No timer
+//! delays it, so a single small message is acknowledged as soon as the
+//! caller polls; a caller that drains a whole receive batch before polling
+//! gets one ACK per batch (coalescing without latency).
+
+use std::collections::VecDeque;
+
+use openvia_wire::rum::{Body, DataRepr, HeaderRepr, Repr};
+
+use crate::config::{Config, ConfigError, Reliability};
+use crate::counters::Counters;
+use crate::events::{
+    Event, LostReason, MessageId, MessageInfo, MessageSink, OutgoingMessage, PeerAttributes,
+};
+use crate::flow::CreditWindow;
+use crate::recv_reassembly::{Insert, Reassembly, RecvSegment};
+use crate::rtt::RttEstimator;
+use crate::sack::expand;
+use crate::segment::segments_for;
+use crate::send_queue::SendQueue;
+use crate::time::Time;
+
+/// Disconnect reason: orderly close by the application.
+pub const DISCONNECT_NORMAL: u32 = 0;
+/// Disconnect reason: the sender of the DISCONNECT saw a protocol error or
+/// a loss it cannot recover from.
+pub const DISCONNECT_ERROR: u32 = 1;
+
+/// Where the connection is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Client: connect request sent, no answer yet.
+    Connecting,
+    Connected,
+    /// Ended (disconnected, rejected or lost); only queued DISCONNECT goes out.
+    Closed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    Client,
+    Server,
+}
+
+/// `send_message` refused the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    #[error("the connection is closed")]
+    Closed,
+    #[error("message of {len} bytes exceeds the max transfer size {max}")]
+    TooLarge { len: usize, max: u32 },
+    #[error("RDMA read is not allowed on this connection")]
+    RdmaReadNotAllowed,
+}
+
+/// One end of a RUM connection.
+#[derive(Debug)]
+pub struct Connection {
+    pub(crate) config: Config,
+    pub(crate) state: State,
+    pub(crate) role: Role,
+    pub(crate) local_cid: u64,
+    pub(crate) peer_cid: u64,
+    pub(crate) peer: Option<PeerAttributes>,
+    pub(crate) user_data: Vec<u8>,
+    /// Negotiated payload bytes per segment.
+    pub(crate) segment_size: usize,
+    /// Negotiated largest message.
+    pub(crate) max_transfer_size: u32,
+    pub(crate) send: SendQueue,
+    pub(crate) recv: Reassembly,
+    pub(crate) credit: CreditWindow,
+    pub(crate) rtt: RttEstimator,
+    pub(crate) events: VecDeque<Event>,
+    pub(crate) counters: Counters,
+    pub(crate) handshake_due: bool,
+    pub(crate) handshake_started: Time,
+    pub(crate) handshake_deadline: Option<Time>,
+    pub(crate) handshake_attempts: u32,
+    pub(crate) ack_due: bool,
+    pub(crate) probe_due: bool,
+    pub(crate) keepalive_due: bool,
+    pub(crate) disconnect_due: Option<u32>,
+    pub(crate) stalled: bool,
+    pub(crate) dup_acks: u32,
+    pub(crate) rto_deadline: Option<Time>,
+    pub(crate) rto_count: u32,
+    pub(crate) probe_deadline: Option<Time>,
+    /// Unreliable level: when the oldest hole is given up.
+    pub(crate) hole_deadline: Option<Time>,
+    pub(crate) last_heard: Time,
+    pub(crate) last_sent: Time,
+}
+
+impl Connection {
+    pub(crate) fn new(config: Config, role: Role, local_cid: u64, now: Time) -> Self {
+        let keep_data = config.reliability.is_reliable() && !config.flow_control_only;
+        Self {
+            segment_size: config.segment_size,
+            max_transfer_size: config.max_transfer_size,
+            send: SendQueue::new(keep_data),
+            recv: Reassembly::new(config.recv_window),
+            credit: CreditWindow::new(config.flow_mode, 0),
+            rtt: RttEstimator::new(config.initial_rto, config.min_rto, config.max_rto),
+            config,
+            state: State::Connecting,
+            role,
+            local_cid,
+            peer_cid: 0,
+            peer: None,
+            user_data: Vec::new(),
+            events: VecDeque::new(),
+            counters: Counters::default(),
+            handshake_due: false,
+            handshake_started: now,
+            handshake_deadline: None,
+            handshake_attempts: 0,
+            ack_due: false,
+            probe_due: false,
+            keepalive_due: false,
+            disconnect_due: None,
+            stalled: false,
+            dup_acks: 0,
+            rto_deadline: None,
+            rto_count: 0,
+            probe_deadline: None,
+            hole_deadline: None,
+            last_heard: now,
+            last_sent: now,
+        }
+    }
+
+    pub fn state(&self) -> State {
+        self.state
+    }
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+    pub fn local_conn_id(&self) -> u64 {
+        self.local_cid
+    }
+    /// The id the peer chose (0 while connecting).
+    pub fn peer_conn_id(&self) -> u64 {
+        self.peer_cid
+    }
+    pub fn peer_attributes(&self) -> Option<&PeerAttributes> {
+        self.peer.as_ref()
+    }
+    /// Negotiated payload bytes per segment.
+    pub fn segment_size(&self) -> usize {
+        self.segment_size
+    }
+    /// A buffer this long always suffices for `poll_transmit`.
+    pub fn max_datagram_len(&self) -> usize {
+        let data = self.config.segment_size + openvia_wire::rum::DATA_OVERHEAD;
+        data.max(512)
+    }
+    /// Messages posted whose completion has not been reported yet.
+    pub fn pending_sends(&self) -> Vec<MessageId> {
+        self.send.pending_ids().collect()
+    }
+
+    /// Queues a message; segments go out through `poll_transmit` as the
+    /// receiver's window allows. Completion is reported as an event.
+    pub fn send_message(&mut self, msg: OutgoingMessage) -> Result<MessageId, SendError> {
+        if self.state == State::Closed {
+            return Err(SendError::Closed);
+        }
+        if msg.data.len() > self.max_transfer_size as usize {
+            return Err(SendError::TooLarge {
+                len: msg.data.len(),
+                max: self.max_transfer_size,
+            });
+        }
+        if msg.op == openvia_wire::rum::ViaOp::RdmaReadRequest
+            && !self.config.reliability.is_reliable()
+        {
+            return Err(SendError::RdmaReadNotAllowed);
+        }
+        self.counters.messages_sent += 1;
+        Ok(self.send.push(msg))
+    }
+
+    /// Hetero mode: changes the window advertised to the peer, e.g. to the
+    /// room in the posted receive descriptors. Never takes back a promise.
+    pub fn set_recv_window(&mut self, segments: u32) {
+        self.recv.set_window(segments);
+        self.ack_due = true;
+    }
+
+    /// Orderly close: a DISCONNECT goes out at the next `poll_transmit`.
+    pub fn close(&mut self) {
+        if self.state != State::Closed {
+            self.disconnect_due = Some(DISCONNECT_NORMAL);
+            self.enter_closed();
+        }
+    }
+
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Offers the next complete in-order message to `sink`. Returns its
+    /// description if the sink placed it; `None` if nothing is ready or the
+    /// sink said not now (the message stays buffered and holds the sender).
+    pub fn poll_message(&mut self, sink: &mut impl MessageSink) -> Option<MessageInfo> {
+        loop {
+            let before = self.recv.next_msg_id();
+            let result = self.recv.deliver_head(expand, &mut |i, s| sink.place(i, s));
+            match result {
+                Ok(Some(info)) => {
+                    self.counters.messages_delivered += 1;
+                    self.counters.messages_dropped += info.msg_id - before;
+                    // The freed buffer reopens the sender's window.
+                    self.ack_due = true;
+                    return Some(info);
+                }
+                Ok(None) => return None,
+                Err(_) if !self.config.reliability.is_reliable() => {
+                    self.recv.drop_head_run();
+                }
+                Err(_) => {
+                    self.counters.protocol_violations += 1;
+                    self.fail(LostReason::ProtocolViolation);
+                    return None;
+                }
+            }
+        }
+    }
+
+    pub(crate) fn enter_closed(&mut self) {
+        self.state = State::Closed;
+        self.rto_deadline = None;
+        self.probe_deadline = None;
+        self.handshake_deadline = None;
+        self.hole_deadline = None;
+        self.handshake_due = false;
+        self.ack_due = false;
+        self.probe_due = false;
+        self.keepalive_due = false;
+    }
+
+    /// Ends the connection with an error event, telling the peer.
+    pub(crate) fn fail(&mut self, reason: LostReason) {
+        if self.state == State::Closed {
+            return;
+        }
+        if matches!(
+            reason,
+            LostReason::LossWithoutRecovery | LostReason::ProtocolViolation
+        ) && self.peer_cid != 0
+        {
+            self.disconnect_due = Some(DISCONNECT_ERROR);
+        }
+        self.enter_closed();
+        self.events.push_back(Event::ConnectionLost(reason));
+    }
+
+    /// Processes one received datagram. Anything that fails to parse,
+    /// carries another connection's id or makes no sense now is dropped
+    /// and counted.
+    pub fn handle_datagram(&mut self, now: Time, datagram: &[u8]) {
+        self.counters.datagrams_received += 1;
+        let repr = match Repr::parse(datagram) {
+            Ok(r) => r,
+            Err(_) => {
+                self.counters.parse_errors += 1;
+                return;
+            }
+        };
+        if self.state == State::Closed {
+            self.counters.unexpected_packets += 1;
+            return;
+        }
+        if repr.header.conn_id != self.local_cid {
+            // A repeated connect request means our ACCEPT was lost.
+            match repr.body {
+                Body::ConnectRequest(h)
+                    if self.role == Role::Server
+                        && repr.header.conn_id == 0
+                        && h.conn_id == self.peer_cid =>
+                {
+                    self.handshake_due = true;
+                    self.last_heard = now;
+                }
+                _ => self.counters.wrong_conn_id += 1,
+            }
+            return;
+        }
+        match repr.body {
+            Body::ConnectAccept(h) => self.on_accept(now, &h),
+            Body::ConnectReject(h) => self.on_reject(&h),
+            Body::Disconnect { reason } => {
+                self.last_heard = now;
+                self.enter_closed();
+                self.events.push_back(Event::PeerDisconnected { reason });
+            }
+            Body::ConnectRequest(_) => self.counters.unexpected_packets += 1,
+            Body::Data(_) | Body::Ack(_) | Body::Keepalive => {
+                if self.state != State::Connected {
+                    self.counters.unexpected_packets += 1;
+                    return;
+                }
+                self.on_connected_packet(now, &repr);
+            }
+        }
+    }
+
+    fn on_connected_packet(&mut self, now: Time, repr: &Repr<'_>) {
+        let h = &repr.header;
+        let sack = match &repr.body {
+            Body::Ack(a) => Some(a),
+            _ => None,
+        };
+        if !self.on_feedback(now, h, sack) {
+            self.counters.bogus_acks += 1;
+            return;
+        }
+        self.last_heard = now;
+        match &repr.body {
+            Body::Data(d) => self.on_data(now, h, d),
+            Body::Keepalive if h.ack_request && !self.config.reliability.is_reliable() => {
+                // A probe: every segment below the sender's next sequence
+                // number was sent; a hole below it is a loss.
+                let upto = expand(self.recv.expected(), h.seq);
+                self.recv.skip_holes(Some(upto));
+                self.rearm_hole(now);
+            }
+            Body::Keepalive if h.ack_request && self.config.flow_control_only => {
+                let upto = expand(self.recv.expected(), h.seq);
+                if upto > self.recv.expected() {
+                    self.fail(LostReason::LossWithoutRecovery);
+                    return;
+                }
+            }
+            _ => {}
+        }
+        if h.ack_request {
+            self.ack_due = true;
+        }
+    }
+
+    fn on_data(&mut self, now: Time, h: &HeaderRepr, d: &DataRepr<'_>) {
+        let seq = expand(self.recv.expected(), h.seq);
+        if d.total_len > self.max_transfer_size || d.payload.len() > self.peer_segment_limit() {
+            self.counters.protocol_violations += 1;
+            return;
+        }
+        let reliable = self.config.reliability.is_reliable();
+        if reliable && self.config.flow_control_only && seq > self.recv.expected() {
+            // A gap on a fabric declared lossless: there is no copy to
+            // retransmit, so fail rather than deliver anything wrong.
+            self.fail(LostReason::LossWithoutRecovery);
+            return;
+        }
+        match self.recv.insert(seq, RecvSegment::from_repr(d)) {
+            Insert::Stored => {}
+            Insert::Duplicate => self.counters.duplicate_segments += 1,
+            Insert::OutOfWindow => self.counters.out_of_window += 1,
+        }
+        if !reliable && self.hole_deadline.is_none() {
+            self.rearm_hole(now);
+        }
+        self.ack_due = true;
+    }
+
+    /// Unreliable level: a hole waits `reorder_tolerance` for a late
+    /// segment before it is skipped (see [`Reassembly::skip_holes`]).
+    pub(crate) fn rearm_hole(&mut self, now: Time) {
+        self.hole_deadline = self
+            .recv
+            .has_hole()
+            .then(|| now + self.config.reorder_tolerance);
+    }
+
+    fn peer_segment_limit(&self) -> usize {
+        self.peer
+            .map(|p| p.segment_size as usize)
+            .unwrap_or(self.segment_size)
+            .max(self.segment_size)
+    }
+
+    /// Applies the receiver feedback every packet carries. Returns false
+    /// for feedback about data never sent.
+    fn on_feedback(
+        &mut self,
+        now: Time,
+        h: &HeaderRepr,
+        sack: Option<&openvia_wire::rum::AckRepr>,
+    ) -> bool {
+        let next = self.send.next_seq;
+        let ack = expand(self.send.snd_una, h.ack);
+        let consumed = expand(self.credit.consumed(), h.consumed);
+        if ack > next || consumed > ack {
+            return false;
+        }
+        let mut blocks = Vec::new();
+        for b in sack.map(|a| a.blocks()).unwrap_or(&[]) {
+            let start = expand(self.send.snd_una, b.start);
+            let end = expand(start, b.end);
+            if start < ack || end > next || end <= start {
+                return false;
+            }
+            blocks.push((start, end));
+        }
+        let una_before = self.send.snd_una;
+        let consumed_before = self.credit.consumed();
+        let outcome = self.send.on_ack(ack, now);
+        if outcome.newly_acked > 0 {
+            if let Some(sample) = outcome.rtt_sample {
+                self.rtt.on_sample(sample);
+            } else {
+                self.rtt.reset_backoff();
+            }
+            self.rto_count = 0;
+            self.dup_acks = 0;
+            self.rto_deadline = if self.send.inflight_is_empty() {
+                None
+            } else {
+                Some(now + self.rtt.rto())
+            };
+        } else if sack.is_some() && ack == una_before && !self.send.inflight_is_empty() {
+            self.dup_acks += 1;
+            if self.dup_acks == 3 && self.send.mark_first_lost(now, self.rtt.srtt()) {
+                self.counters.fast_retransmits += 1;
+            }
+        }
+        for (s, e) in blocks {
+            self.send.on_sack(s, e);
+        }
+        let marked = self.send.detect_losses(now, self.rtt.srtt());
+        self.counters.fast_retransmits += marked as u64;
+        self.credit.on_report(consumed, h.window);
+        if self.send.snd_una > una_before || self.credit.consumed() > consumed_before {
+            self.rto_count = 0;
+            self.rearm_probe(now);
+        }
+        self.collect_completions();
+        true
+    }
+
+    pub(crate) fn collect_completions(&mut self) {
+        let on_placement = self.config.reliability == Reliability::ReliableReception;
+        let events = &mut self.events;
+        self.send
+            .collect_completions(self.credit.consumed(), on_placement, &mut |id| {
+                events.push_back(Event::SendCompleted(id))
+            });
+    }
+
+    /// Whether the sender waits on the receiver without a retransmission
+    /// timer to wake it: unacknowledged data with no retransmission
+    /// buffers, or queued data behind a closed window.
+    pub(crate) fn needs_probe(&self) -> bool {
+        let no_buffers = !self.config.reliability.is_reliable() || self.config.flow_control_only;
+        let blocked = self.send.has_uncut() && self.credit.available(self.send.next_seq) == 0;
+        let unplaced = self.config.reliability == Reliability::ReliableReception
+            && self.credit.consumed() < self.send.next_seq;
+        (no_buffers && self.send.unacked() > 0) || blocked || unplaced
+    }
+
+    pub(crate) fn rearm_probe(&mut self, now: Time) {
+        self.probe_deadline = self.needs_probe().then(|| now + self.rtt.rto());
+    }
+
+    /// Checks that a config can work before building a connection on it.
+    pub(crate) fn checked(config: &Config) -> Result<(), ConfigError> {
+        config.validate()
+    }
+
+    /// The peer's window cannot hold one of our largest messages.
+    pub(crate) fn window_fits(&self, peer_window: u32) -> bool {
+        segments_for(self.max_transfer_size as usize, self.segment_size) <= peer_window as usize
+    }
+}

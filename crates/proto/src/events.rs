@@ -1,0 +1,105 @@
+//! What the connection tells the application, and how received messages
+//! are handed over. Messages are not events: they wait in the receive
+//! buffer until [`crate::Connection::poll_message`] offers them to a
+//! [`MessageSink`], which either places them (freeing the buffer, which
+//! reopens the sender's window) or refuses (no receive descriptor posted
+//! yet), which keeps them buffered and, through flow control, holds the
+//! sender.
+
+use openvia_wire::rum::ViaOp;
+
+/// Per-connection message number, in posting order from 0.
+pub type MessageId = u64;
+
+/// Attributes the peer announced in the handshake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerAttributes {
+    pub conn_id: u64,
+    pub reliability: crate::Reliability,
+    pub max_transfer_size: u32,
+    pub segment_size: u32,
+    pub recv_window: u32,
+    pub rdma_write: bool,
+    pub rdma_read: bool,
+}
+
+/// Why a connection ended without an orderly disconnect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum LostReason {
+    #[error("nothing heard from the peer within the dead-peer timeout")]
+    PeerSilent,
+    #[error("too many consecutive retransmission timeouts")]
+    RetransmitLimit,
+    #[error("no answer to the connect request")]
+    ConnectTimeout,
+    #[error("a segment was lost on a flow-control-only (lossless) connection")]
+    LossWithoutRecovery,
+    #[error("the peer violated the protocol")]
+    ProtocolViolation,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// Handshake done (client: accept received; server: at creation).
+    Connected(PeerAttributes),
+    /// The server refused the connect request.
+    Rejected { reason: u32 },
+    /// A send finished: left for the wire (unreliable, reliable delivery)
+    /// or placed by the receiver (reliable reception). In posting order.
+    SendCompleted(MessageId),
+    /// The connection is dead; no further data moves. Sends not yet
+    /// completed never will be: flush them.
+    ConnectionLost(LostReason),
+    /// The peer closed the connection.
+    PeerDisconnected { reason: u32 },
+}
+
+/// A received message as offered to the sink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MessageInfo {
+    pub msg_id: MessageId,
+    pub op: ViaOp,
+    pub immediate: Option<u32>,
+    pub mem_handle: u32,
+    pub remote_addr: u64,
+    pub len: usize,
+}
+
+/// The sink's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// Placed (or deliberately discarded, e.g. a length error): free it.
+    Placed,
+    /// Cannot take it now (no descriptor): keep it and offer it again.
+    NotNow,
+}
+
+/// Where received messages go: the device copies `segments` (in order,
+/// concatenated = the message) into the receive descriptor or the RDMA
+/// target region.
+pub trait MessageSink {
+    fn place(&mut self, info: &MessageInfo, segments: &[&[u8]]) -> Placement;
+}
+
+/// A message the application asks to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutgoingMessage {
+    pub op: ViaOp,
+    pub immediate: Option<u32>,
+    pub mem_handle: u32,
+    pub remote_addr: u64,
+    pub data: Vec<u8>,
+}
+
+impl OutgoingMessage {
+    /// A plain send.
+    pub fn send(data: Vec<u8>) -> Self {
+        Self {
+            op: ViaOp::Send,
+            immediate: None,
+            mem_handle: 0,
+            remote_addr: 0,
+            data,
+        }
+    }
+}

@@ -1,0 +1,320 @@
+//! The receiver's side: a ring of segment slots from `consumed` (the first
+//! segment not yet handed to the application) up to the window limit.
+//! Segments land in their slot whatever the arrival order; `expected` (the
+//! cumulative ack) advances over filled slots; a message is offered to the
+//! application once all of its segments sit in order at the head of the
+//! ring. Duplicates find their slot taken (or below `consumed`) and are
+//! dropped.
+//!
+//! On the unreliable level a hole is never filled again, so it is skipped:
+//! when a complete message waits beyond it, or when the sender's probe says
+//! every segment below its next sequence number has been sent. The message
+//! the hole belongs to is dropped whole; slots marked `Dropped` are freed at
+//! the head like consumed ones, so a late copy of a skipped segment finds
+//! it below `expected` and is discarded: never delivered twice.
+
+use std::collections::VecDeque;
+
+use openvia_wire::rum::{DataRepr, ViaOp};
+
+use crate::events::{MessageInfo, Placement};
+use crate::sack::SackBuilder;
+
+#[derive(Debug)]
+pub struct RecvSegment {
+    pub msg_id: u32,
+    pub offset: u32,
+    pub total: u32,
+    pub op: ViaOp,
+    pub immediate: Option<u32>,
+    pub mem_handle: u32,
+    pub remote_addr: u64,
+    pub data: Vec<u8>,
+}
+
+impl RecvSegment {
+    pub fn from_repr(d: &DataRepr<'_>) -> Self {
+        Self {
+            msg_id: d.msg_id,
+            offset: d.offset,
+            total: d.total_len,
+            op: d.op,
+            immediate: d.immediate,
+            mem_handle: d.mem_handle,
+            remote_addr: d.remote_addr,
+            data: d.payload.to_vec(),
+        }
+    }
+    fn ends_message(&self) -> bool {
+        self.offset as u64 + self.data.len() as u64 == self.total as u64
+    }
+}
+
+#[derive(Debug)]
+enum Slot {
+    Empty,
+    Filled(RecvSegment),
+    Dropped,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum Insert {
+    Stored,
+    Duplicate,
+    OutOfWindow,
+}
+
+/// The segments at the head do not form a well-made message.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Malformed;
+
+#[derive(Debug)]
+pub struct Reassembly {
+    slots: VecDeque<Slot>,
+    consumed: u64,
+    expected: u64,
+    /// Highest window bound ever promised (exclusive); see [`Self::limit`].
+    promised: u64,
+    window: u32,
+    /// Message id the next delivered message should have (unreliable loss count).
+    next_msg_id: u64,
+}
+
+impl Reassembly {
+    pub fn new(window: u32) -> Self {
+        Self {
+            slots: VecDeque::new(),
+            consumed: 0,
+            expected: 0,
+            promised: window as u64,
+            window,
+            next_msg_id: 0,
+        }
+    }
+
+    pub fn consumed(&self) -> u64 {
+        self.consumed
+    }
+    pub fn expected(&self) -> u64 {
+        self.expected
+    }
+    pub fn window(&self) -> u32 {
+        self.window
+    }
+    pub fn next_msg_id(&self) -> u64 {
+        self.next_msg_id
+    }
+
+    /// Changes the advertised window (Hetero). A window already promised is
+    /// kept, since the sender may have used it.
+    pub fn set_window(&mut self, window: u32) {
+        self.promised = self.limit();
+        self.window = window;
+    }
+
+    /// Exclusive bound of sequence numbers the sender may have sent: the
+    /// current window past `consumed`, or an earlier, larger promise.
+    fn limit(&self) -> u64 {
+        self.promised.max(self.consumed + self.window as u64)
+    }
+
+    /// Window to advertise: what remains past `consumed` of the promise.
+    pub fn advertised(&self) -> u32 {
+        self.limit()
+            .saturating_sub(self.consumed)
+            .min(u32::MAX as u64) as u32
+    }
+
+    pub fn insert(&mut self, seq: u64, seg: RecvSegment) -> Insert {
+        if seq < self.consumed {
+            return Insert::Duplicate;
+        }
+        if seq >= self.limit() {
+            return Insert::OutOfWindow;
+        }
+        let idx = (seq - self.consumed) as usize;
+        while self.slots.len() <= idx {
+            self.slots.push_back(Slot::Empty);
+        }
+        if !matches!(self.slots[idx], Slot::Empty) {
+            return Insert::Duplicate;
+        }
+        self.slots[idx] = Slot::Filled(seg);
+        self.advance();
+        Insert::Stored
+    }
+
+    fn slot(&self, seq: u64) -> Option<&Slot> {
+        self.slots.get(seq.checked_sub(self.consumed)? as usize)
+    }
+
+    fn advance(&mut self) {
+        while matches!(
+            self.slot(self.expected),
+            Some(Slot::Filled(_) | Slot::Dropped)
+        ) {
+            self.expected += 1;
+        }
+    }
+
+    /// Whether any segment beyond `expected` has arrived (a hole exists).
+    pub fn has_hole(&self) -> bool {
+        self.consumed + (self.slots.len() as u64) > self.expected
+    }
+
+    /// SACK blocks for segments received beyond `expected`.
+    pub fn sack(&self) -> openvia_wire::rum::AckRepr {
+        let mut b = SackBuilder::default();
+        let start = (self.expected - self.consumed) as usize;
+        for (i, s) in self.slots.iter().enumerate().skip(start) {
+            if matches!(s, Slot::Filled(_)) {
+                if b.is_full() {
+                    break;
+                }
+                b.add(self.consumed + i as u64);
+            }
+        }
+        b.finish()
+    }
+
+    /// Offers the message at the head, if complete, to `place`. Returns the
+    /// message id placed, `Ok(None)` when nothing is ready or the sink
+    /// refused, and `Err` when the head segments are inconsistent.
+    pub fn deliver_head(
+        &mut self,
+        expand_msg: impl Fn(u64, u32) -> u64,
+        place: &mut dyn FnMut(&MessageInfo, &[&[u8]]) -> Placement,
+    ) -> Result<Option<MessageInfo>, Malformed> {
+        while matches!(self.slots.front(), Some(Slot::Dropped)) {
+            self.slots.pop_front();
+            self.consumed += 1;
+        }
+        let Some(count) = self.complete_message_at(self.consumed)? else {
+            return Ok(None);
+        };
+        let mut pieces: Vec<&[u8]> = Vec::with_capacity(count);
+        let mut first: Option<&RecvSegment> = None;
+        for s in self.slots.range(..count) {
+            if let Slot::Filled(seg) = s {
+                first.get_or_insert(seg);
+                pieces.push(&seg.data);
+            }
+        }
+        let Some(head) = first else {
+            return Err(Malformed);
+        };
+        let info = MessageInfo {
+            msg_id: expand_msg(self.next_msg_id, head.msg_id),
+            op: head.op,
+            immediate: head.immediate,
+            mem_handle: head.mem_handle,
+            remote_addr: head.remote_addr,
+            len: head.total as usize,
+        };
+        if info.msg_id < self.next_msg_id {
+            return Err(Malformed);
+        }
+        if place(&info, &pieces) == Placement::NotNow {
+            return Ok(None);
+        }
+        self.slots.drain(..count);
+        self.consumed += count as u64;
+        self.next_msg_id = info.msg_id + 1;
+        Ok(Some(info))
+    }
+
+    /// Number of segments of the message starting at `start` if all are in
+    /// order and consistent; `Ok(None)` if some have not arrived yet.
+    fn complete_message_at(&self, start: u64) -> Result<Option<usize>, Malformed> {
+        let Some(Slot::Filled(head)) = self.slot(start) else {
+            return Ok(None);
+        };
+        if head.offset != 0 {
+            return Err(Malformed);
+        }
+        let mut end = 0u64;
+        let mut seq = start;
+        loop {
+            match self.slot(seq) {
+                Some(Slot::Filled(s)) => {
+                    if s.msg_id != head.msg_id || s.offset as u64 != end || s.total != head.total {
+                        return Err(Malformed);
+                    }
+                    end += s.data.len() as u64;
+                    seq += 1;
+                    if s.ends_message() {
+                        return Ok(Some((seq - start) as usize));
+                    }
+                }
+                Some(Slot::Dropped) => return Err(Malformed),
+                _ => return Ok(None),
+            }
+        }
+    }
+
+    /// Unreliable level: skips holes below `upto` (the sender's next
+    /// sequence number, from a probe) or, when `upto` is `None`, only holes
+    /// followed by a complete message. Returns segments dropped.
+    pub fn skip_holes(&mut self, upto: Option<u64>) -> u64 {
+        let mut dropped = 0;
+        let bound = upto.map(|u| u.min(self.limit()));
+        loop {
+            self.advance();
+            let end_known = self.consumed + self.slots.len() as u64;
+            if self.expected >= bound.unwrap_or(end_known) {
+                return dropped;
+            }
+            // The partial message before the hole starts at the last
+            // message boundary at or below `expected`.
+            let mut from = self.expected;
+            while from > self.consumed {
+                match self.slot(from - 1) {
+                    Some(Slot::Filled(s)) if !s.ends_message() => from -= 1,
+                    _ => break,
+                }
+            }
+            let next_start = (self.expected + 1..end_known)
+                .find(|&q| matches!(self.slot(q), Some(Slot::Filled(s)) if s.offset == 0));
+            let to = match (next_start, bound) {
+                (Some(s), Some(b)) if s <= b => s,
+                (Some(s), None) if matches!(self.complete_message_at(s), Ok(Some(_))) => s,
+                (_, Some(b)) => b,
+                _ => return dropped,
+            };
+            for q in from..to {
+                let idx = (q - self.consumed) as usize;
+                while self.slots.len() <= idx {
+                    self.slots.push_back(Slot::Empty);
+                }
+                if !matches!(self.slots[idx], Slot::Dropped) {
+                    self.slots[idx] = Slot::Dropped;
+                    dropped += 1;
+                }
+            }
+            self.expected = self.expected.max(to);
+        }
+    }
+
+    /// Unreliable level: drops the run of segments at the head that cannot
+    /// form a message (its first segment was skipped as lost). Returns
+    /// segments dropped.
+    pub fn drop_head_run(&mut self) -> u64 {
+        let mut dropped = 0;
+        for slot in self.slots.iter_mut() {
+            let last = match slot {
+                Slot::Filled(s) => s.ends_message(),
+                Slot::Dropped => false,
+                Slot::Empty => break,
+            };
+            if !matches!(slot, Slot::Dropped) {
+                dropped += 1;
+            }
+            *slot = Slot::Dropped;
+            if last {
+                break;
+            }
+        }
+        self.advance();
+        dropped
+    }
+}

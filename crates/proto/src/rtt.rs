@@ -1,0 +1,91 @@
+//! Round-trip estimation and the retransmission timeout, after RFC 6298:
+//! a smoothed RTT and its variance give RTO = SRTT + 4·RTTVAR, clamped to
+//! the configured bounds and doubled on each expiry (exponential backoff)
+//! until a fresh sample arrives. Samples come only from segments sent once
+//! (Karn's rule), so a retransmission never poisons the estimate.
+
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct RttEstimator {
+    srtt: Option<Duration>,
+    rttvar: Duration,
+    min_rto: Duration,
+    max_rto: Duration,
+    initial_rto: Duration,
+    backoff: u32,
+}
+
+impl RttEstimator {
+    pub fn new(initial_rto: Duration, min_rto: Duration, max_rto: Duration) -> Self {
+        Self {
+            srtt: None,
+            rttvar: Duration::ZERO,
+            min_rto,
+            max_rto,
+            initial_rto,
+            backoff: 0,
+        }
+    }
+
+    pub fn on_sample(&mut self, rtt: Duration) {
+        match self.srtt {
+            None => {
+                self.srtt = Some(rtt);
+                self.rttvar = rtt / 2;
+            }
+            Some(srtt) => {
+                let diff = srtt.abs_diff(rtt);
+                self.rttvar = (self.rttvar * 3 + diff) / 4;
+                self.srtt = Some((srtt * 7 + rtt) / 8);
+            }
+        }
+        self.backoff = 0;
+    }
+
+    /// Smoothed RTT, or the initial RTO before any sample.
+    pub fn srtt(&self) -> Duration {
+        self.srtt.unwrap_or(self.initial_rto)
+    }
+
+    pub fn rto(&self) -> Duration {
+        let base = match self.srtt {
+            None => self.initial_rto,
+            Some(srtt) => srtt + (self.rttvar * 4).max(Duration::from_micros(100)),
+        };
+        let base = base.clamp(self.min_rto, self.max_rto);
+        base.saturating_mul(1 << self.backoff.min(16))
+            .min(self.max_rto)
+    }
+
+    pub fn on_timeout(&mut self) {
+        self.backoff = self.backoff.saturating_add(1);
+    }
+
+    /// Progress without a usable sample still ends the backoff.
+    pub fn reset_backoff(&mut self) {
+        self.backoff = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_clamps() {
+        let ms = Duration::from_millis;
+        let mut r = RttEstimator::new(ms(20), ms(1), ms(100));
+        assert_eq!(r.rto(), ms(20));
+        r.on_sample(ms(4));
+        assert_eq!(r.rto(), ms(4) + ms(8));
+        r.on_timeout();
+        assert_eq!(r.rto(), ms(24));
+        for _ in 0..10 {
+            r.on_timeout();
+        }
+        assert_eq!(r.rto(), ms(100));
+        r.on_sample(ms(4));
+        assert!(r.rto() < ms(20));
+    }
+}

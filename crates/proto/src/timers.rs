@@ -1,0 +1,81 @@
+//! Deadlines: connect retry, retransmission timeout (RTO, exponential
+//! backoff), probe (a KEEPALIVE asking for an immediate ACK when the sender
+//! waits on the receiver with no retransmission timer running), keepalive
+//! after send idleness, and the dead-peer limit: nothing heard for
+//! `dead_peer_timeout` ends the connection, so a vanished peer is noticed
+//! within a bounded, configured time.
+
+use crate::connection::{Connection, State};
+use crate::events::LostReason;
+use crate::time::Time;
+
+impl Connection {
+    /// The earliest time `handle_timeout` has work, if any.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        match self.state {
+            State::Closed => None,
+            State::Connecting => {
+                let give_up = self.handshake_started + self.config.connect_timeout;
+                Some(self.handshake_deadline.map_or(give_up, |d| d.min(give_up)))
+            }
+            State::Connected => [
+                self.rto_deadline,
+                self.probe_deadline,
+                self.hole_deadline,
+                Some(self.last_sent + self.config.keepalive_interval),
+                Some(self.last_heard + self.config.dead_peer_timeout),
+            ]
+            .into_iter()
+            .flatten()
+            .min(),
+        }
+    }
+
+    /// Runs every timer that has expired at `now`.
+    pub fn handle_timeout(&mut self, now: Time) {
+        match self.state {
+            State::Closed => {}
+            State::Connecting => self.handshake_timeout(now),
+            State::Connected => self.connected_timeout(now),
+        }
+    }
+
+    fn connected_timeout(&mut self, now: Time) {
+        if now >= self.last_heard + self.config.dead_peer_timeout {
+            self.fail(LostReason::PeerSilent);
+            return;
+        }
+        if self.rto_deadline.is_some_and(|d| now >= d) {
+            if self.send.inflight_is_empty() {
+                self.rto_deadline = None;
+            } else {
+                self.counters.rto_expirations += 1;
+                self.rto_count += 1;
+                if self.rto_count > self.config.max_rto_count {
+                    self.fail(LostReason::RetransmitLimit);
+                    return;
+                }
+                self.send.mark_all_lost();
+                self.dup_acks = 0;
+                self.rtt.on_timeout();
+                self.rto_deadline = Some(now + self.rtt.rto());
+            }
+        }
+        if self.probe_deadline.is_some_and(|d| now >= d) {
+            if self.needs_probe() {
+                self.probe_due = true;
+                self.rtt.on_timeout();
+                self.probe_deadline = Some(now + self.rtt.rto());
+            } else {
+                self.probe_deadline = None;
+            }
+        }
+        if self.hole_deadline.is_some_and(|d| now >= d) {
+            self.recv.skip_holes(None);
+            self.rearm_hole(now);
+        }
+        if now >= self.last_sent + self.config.keepalive_interval {
+            self.keepalive_due = true;
+        }
+    }
+}

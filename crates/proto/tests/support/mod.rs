@@ -1,0 +1,360 @@
+//! Virtual-time simulator: two connections joined by a lossy, duplicating,
+//! reordering link with delay and jitter, all drawn from a seeded PRNG so
+//! every run is reproducible.
+
+#![allow(dead_code)]
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::time::Duration;
+
+use openvia_proto::{
+    Config, Connection, Event, MessageInfo, MessageSink, OutgoingMessage, Placement, Time,
+};
+use openvia_wire::rum::{Body, Repr};
+
+/// splitmix64.
+#[derive(Debug, Clone)]
+pub struct Rng(pub u64);
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [0, 1).
+    pub fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    pub fn chance(&mut self, p: f64) -> bool {
+        self.unit() < p
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct LinkConfig {
+    pub loss: f64,
+    pub duplicate: f64,
+    /// Chance that a datagram is held back by `reorder_delay` extra.
+    pub reorder: f64,
+    pub reorder_delay: Duration,
+    pub delay: Duration,
+    pub jitter: Duration,
+}
+
+impl LinkConfig {
+    pub fn perfect() -> Self {
+        Self {
+            loss: 0.0,
+            duplicate: 0.0,
+            reorder: 0.0,
+            reorder_delay: Duration::ZERO,
+            delay: Duration::from_micros(50),
+            jitter: Duration::ZERO,
+        }
+    }
+    pub fn lossy(loss: f64) -> Self {
+        Self {
+            loss,
+            duplicate: 0.01,
+            reorder: 0.03,
+            reorder_delay: Duration::from_micros(300),
+            delay: Duration::from_micros(50),
+            jitter: Duration::from_micros(20),
+        }
+    }
+}
+
+/// Deterministic message contents: a function of (stream, index, byte).
+pub fn content(stream: u64, index: u64, len: usize) -> Vec<u8> {
+    let mut r = Rng(stream.wrapping_mul(0x1000_0001) ^ index.wrapping_mul(0x9E37));
+    let mut v = Vec::with_capacity(len);
+    while v.len() < len {
+        let w = r.next().to_le_bytes();
+        let take = (len - v.len()).min(8);
+        v.extend_from_slice(&w[..take]);
+    }
+    v
+}
+
+pub fn fnv1a(data: &[u8]) -> u64 {
+    data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// Collects received messages; can refuse them to model a receiver that
+/// posts no descriptors.
+#[derive(Debug, Default)]
+pub struct CollectSink {
+    pub accepting: bool,
+    pub received: Vec<(MessageInfo, Vec<u8>)>,
+}
+impl MessageSink for CollectSink {
+    fn place(&mut self, info: &MessageInfo, segments: &[&[u8]]) -> Placement {
+        if !self.accepting {
+            return Placement::NotNow;
+        }
+        let bytes = segments.concat();
+        assert_eq!(bytes.len(), info.len, "segments must add up to the message");
+        self.received.push((*info, bytes));
+        Placement::Placed
+    }
+}
+
+pub struct Endpoint {
+    pub conn: Option<Connection>,
+    pub sink: CollectSink,
+    pub events: Vec<(Time, Event)>,
+}
+
+struct InFlightDatagram {
+    at: Time,
+    order: u64,
+    to_b: bool,
+    bytes: Vec<u8>,
+}
+impl PartialEq for InFlightDatagram {
+    fn eq(&self, o: &Self) -> bool {
+        (self.at, self.order) == (o.at, o.order)
+    }
+}
+impl Eq for InFlightDatagram {}
+impl PartialOrd for InFlightDatagram {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for InFlightDatagram {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (self.at, self.order).cmp(&(o.at, o.order))
+    }
+}
+
+pub struct Sim {
+    pub now: Time,
+    pub rng: Rng,
+    pub link: LinkConfig,
+    /// When false, every datagram is dropped (a dead link).
+    pub link_up: bool,
+    pub a: Endpoint,
+    pub b: Endpoint,
+    server_config: Config,
+    queue: BinaryHeap<Reverse<InFlightDatagram>>,
+    order: u64,
+    buf: Vec<u8>,
+    pub datagrams: u64,
+}
+
+impl Sim {
+    /// Client `a` connects to server `b` (created when the request arrives).
+    pub fn new(seed: u64, link: LinkConfig, client: Config, server: Config) -> Self {
+        let mut rng = Rng(seed);
+        let cid = rng.next() | 1;
+        let conn = Connection::connect(client, cid, b"disc", Time::ZERO).expect("connect");
+        Self {
+            now: Time::ZERO,
+            rng,
+            link,
+            link_up: true,
+            a: Endpoint {
+                conn: Some(conn),
+                sink: CollectSink {
+                    accepting: true,
+                    ..Default::default()
+                },
+                events: Vec::new(),
+            },
+            b: Endpoint {
+                conn: None,
+                sink: CollectSink {
+                    accepting: true,
+                    ..Default::default()
+                },
+                events: Vec::new(),
+            },
+            server_config: server,
+            queue: BinaryHeap::new(),
+            order: 0,
+            buf: vec![0u8; 70_000],
+            datagrams: 0,
+        }
+    }
+
+    /// No datagram is on the link.
+    pub fn link_idle(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    pub fn a(&mut self) -> &mut Connection {
+        self.a.conn.as_mut().expect("client")
+    }
+    pub fn b(&mut self) -> &mut Connection {
+        self.b.conn.as_mut().expect("server")
+    }
+
+    pub fn send_a(&mut self, data: Vec<u8>) -> u64 {
+        self.a()
+            .send_message(OutgoingMessage::send(data))
+            .expect("send")
+    }
+    pub fn send_b(&mut self, data: Vec<u8>) -> u64 {
+        self.b()
+            .send_message(OutgoingMessage::send(data))
+            .expect("send")
+    }
+
+    fn enqueue(&mut self, to_b: bool, bytes: Vec<u8>) {
+        self.datagrams += 1;
+        if !self.link_up || self.rng.chance(self.link.loss) {
+            return;
+        }
+        let copies = if self.rng.chance(self.link.duplicate) {
+            2
+        } else {
+            1
+        };
+        for _ in 0..copies {
+            let mut delay = self.link.delay;
+            let j = self.link.jitter.as_nanos() as u64;
+            if j > 0 {
+                delay += Duration::from_nanos(self.rng.below(j));
+            }
+            if self.rng.chance(self.link.reorder) {
+                delay += self.link.reorder_delay;
+            }
+            self.order += 1;
+            self.queue.push(Reverse(InFlightDatagram {
+                at: self.now + delay,
+                order: self.order,
+                to_b,
+                bytes: bytes.clone(),
+            }));
+        }
+    }
+
+    fn deliver(&mut self, to_b: bool, bytes: &[u8]) {
+        let now = self.now;
+        if to_b && self.b.conn.is_none() {
+            if let Ok(Repr {
+                body: Body::ConnectRequest(h),
+                ..
+            }) = Repr::parse(bytes)
+            {
+                let cid = self.rng.next() | 1;
+                let c = Connection::accept(self.server_config.clone(), cid, &h, b"", now)
+                    .expect("accept");
+                self.b.conn = Some(c);
+            }
+            return;
+        }
+        let ep = if to_b { &mut self.b } else { &mut self.a };
+        if let Some(c) = ep.conn.as_mut() {
+            c.handle_datagram(now, bytes);
+        }
+    }
+
+    /// Drains transmissions, events and messages of both ends.
+    fn drain(&mut self) {
+        for to_b in [true, false] {
+            loop {
+                let now = self.now;
+                let ep = if to_b { &mut self.a } else { &mut self.b };
+                let Some(c) = ep.conn.as_mut() else { break };
+                let Some(n) = c.poll_transmit(now, &mut self.buf) else {
+                    break;
+                };
+                let bytes = self.buf[..n].to_vec();
+                self.enqueue(to_b, bytes);
+            }
+        }
+        let now = self.now;
+        for ep in [&mut self.a, &mut self.b] {
+            let Some(c) = ep.conn.as_mut() else { continue };
+            while let Some(e) = c.poll_event() {
+                ep.events.push((now, e));
+            }
+            while c.poll_message(&mut ep.sink).is_some() {}
+            // A delivery may have made an ACK due: send it now.
+        }
+        for to_b in [true, false] {
+            loop {
+                let ep = if to_b { &mut self.a } else { &mut self.b };
+                let Some(c) = ep.conn.as_mut() else { break };
+                let Some(n) = c.poll_transmit(now, &mut self.buf) else {
+                    break;
+                };
+                let bytes = self.buf[..n].to_vec();
+                self.enqueue(to_b, bytes);
+            }
+        }
+    }
+
+    fn next_time(&self) -> Option<Time> {
+        let q = self.queue.peek().map(|r| r.0.at);
+        let ta = self.a.conn.as_ref().and_then(|c| c.poll_timeout());
+        let tb = self.b.conn.as_ref().and_then(|c| c.poll_timeout());
+        [q, ta, tb].into_iter().flatten().min()
+    }
+
+    /// One step of virtual time. Returns false when nothing is left to do.
+    pub fn step(&mut self) -> bool {
+        self.drain();
+        let Some(t) = self.next_time() else {
+            return false;
+        };
+        self.now = self.now.max(t);
+        while let Some(Reverse(d)) = self.queue.peek() {
+            if d.at > self.now {
+                break;
+            }
+            let Reverse(d) = self.queue.pop().expect("peeked");
+            self.deliver(d.to_b, &d.bytes);
+        }
+        let now = self.now;
+        for ep in [&mut self.a, &mut self.b] {
+            if let Some(c) = ep.conn.as_mut() {
+                if c.poll_timeout().is_some_and(|t| t <= now) {
+                    c.handle_timeout(now);
+                }
+            }
+        }
+        true
+    }
+
+    /// Steps until `done` holds or virtual time passes `limit`.
+    pub fn run_until(&mut self, limit: Duration, mut done: impl FnMut(&Sim) -> bool) -> bool {
+        let end = Time::ZERO + limit;
+        while self.now < end {
+            if done(self) {
+                return true;
+            }
+            if !self.step() {
+                return done(self);
+            }
+        }
+        done(self)
+    }
+
+    pub fn completions(ep: &Endpoint) -> Vec<u64> {
+        ep.events
+            .iter()
+            .filter_map(|(_, e)| match e {
+                Event::SendCompleted(id) => Some(*id),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub fn lost(ep: &Endpoint) -> Option<Event> {
+        ep.events
+            .iter()
+            .map(|(_, e)| *e)
+            .find(|e| matches!(e, Event::ConnectionLost(_) | Event::PeerDisconnected { .. }))
+    }
+}
