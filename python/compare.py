@@ -184,7 +184,7 @@ def measure(label, fn, *args):
     try:
         return fn(*args)
     except ToolMissing as e:
-        return {"error": "not installed (%s)" % e}
+        return {"error": "not installed"}
     except (ToolFailed, OSError, subprocess.SubprocessError, ValueError, KeyError) as e:
         print("compare.py: %s: %s" % (label, e), file=sys.stderr)
         return {"error": "failed (see stderr)"}

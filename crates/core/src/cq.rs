@@ -21,11 +21,13 @@ pub const MAX_CQ_ENTRIES: usize = 1 << 20;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CqEntry {
     pub vi_id: u64,
+    /// The VI's opaque token (the C shell's handle).
+    pub vi_token: u64,
     pub recv: bool,
 }
 
-/// A one-shot handler run when the CQ next has an entry: (vi id, recv).
-pub type CqNotify = Box<dyn FnOnce(u64, bool) + Send>;
+/// A one-shot handler run with the CQ's next entry.
+pub type CqNotify = Box<dyn FnOnce(CqEntry) + Send>;
 
 pub struct CompletionQueue {
     pub(crate) id: u64,
@@ -64,9 +66,13 @@ impl CompletionQueue {
     }
 
     /// Appends an entry (called with the producing VI's lock held).
-    pub(crate) fn push(&self, vi_id: u64, recv: bool) {
+    pub(crate) fn push(&self, vi_id: u64, vi_token: u64, recv: bool) {
         let mut q = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        q.push_back(CqEntry { vi_id, recv });
+        q.push_back(CqEntry {
+            vi_id,
+            vi_token,
+            recv,
+        });
         self.count.store(q.len(), Ordering::Release);
     }
 

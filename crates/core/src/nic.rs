@@ -373,7 +373,7 @@ impl Nic {
         self.shared.check_owner()?;
         self.shared.check_vi_attrs(&attrs)?;
         for cq in [&send_cq, &recv_cq].into_iter().flatten() {
-            if !self.shared.owns_cq(cq) {
+            if !self.owns_cq_id(cq.id()) {
                 return Err(ViaError::InvalidParameter("CQ of another NIC"));
             }
         }
@@ -429,7 +429,7 @@ impl Nic {
         Ok(())
     }
 
-    /// `VipCQNotify`: `f` runs once with the next CQ entry (vi id, recv).
+    /// `VipCQNotify`: `f` runs once with the next CQ entry.
     pub fn cq_notify(&self, cq: &Arc<CompletionQueue>, f: CqNotify) -> Result<()> {
         self.shared.check_owner()?;
         cq.set_notify(f);
@@ -456,6 +456,13 @@ impl Nic {
             self.shared.touch();
             self.shared.cq_poll(cq)
         })
+    }
+
+    /// Whether the CQ with this id was created on this NIC.
+    pub fn owns_cq_id(&self, id: u64) -> bool {
+        let cqs = self.shared.cqs.lock().unwrap_or_else(|e| e.into_inner());
+        cqs.iter()
+            .any(|w| w.upgrade().is_some_and(|c| c.id() == id))
     }
 
     /// Finds a VI of this NIC by id (CQ entries name VIs by id).
@@ -523,12 +530,6 @@ impl NicShared {
             return Err(ViaError::InvalidRdmaRead);
         }
         Ok(())
-    }
-
-    fn owns_cq(&self, cq: &Arc<CompletionQueue>) -> bool {
-        let cqs = self.cqs.lock().unwrap_or_else(|e| e.into_inner());
-        cqs.iter()
-            .any(|w| w.upgrade().is_some_and(|c| c.id() == cq.id()))
     }
 
     pub(crate) fn vi(&self, id: u64) -> Option<Arc<Vi>> {
@@ -610,7 +611,7 @@ impl NicShared {
 
     pub(crate) fn fire_cq_notify(&self, cq: &CompletionQueue) {
         if let Some((f, e)) = cq.take_notify_if_ready() {
-            f(e.vi_id, e.recv);
+            f(e);
         }
     }
 

@@ -153,6 +153,11 @@ impl Vi {
         self.id
     }
 
+    /// The owning NIC's opaque token (the C shell's NIC handle).
+    pub fn nic_token(&self) -> u64 {
+        self.nic.token.load(Ordering::Relaxed)
+    }
+
     pub fn state(&self) -> ViState {
         ViState::from_u8(self.state.load(Ordering::Acquire))
     }
@@ -345,7 +350,7 @@ impl Vi {
                 let settled = inner.rq.settle_errors();
                 if let Some(cq) = &self.recv_cq {
                     for _ in 0..settled {
-                        cq.push(self.id, true);
+                        cq.push(self.id, self.token.load(Ordering::Relaxed), true);
                     }
                 }
                 if bits != status::DESC_FLUSHED_ERROR
@@ -405,6 +410,7 @@ impl Vi {
             recv_cq: self.recv_cq.as_deref(),
             send_cq: self.send_cq.as_deref(),
             vi_id: self.id,
+            vi_token: self.token.load(Ordering::Relaxed),
             faults: &mut inner.faults,
             completed_any: false,
         };
@@ -455,7 +461,7 @@ impl Vi {
             inner.sq.completed += 1;
             did = true;
             if let Some(cq) = &self.send_cq {
-                cq.push(self.id, false);
+                cq.push(self.id, self.token.load(Ordering::Relaxed), false);
             }
         }
         did
@@ -474,26 +480,31 @@ impl Vi {
             return;
         }
         self.set_state(ViState::Error);
-        // Data the peer wrote before it left is still in the ring.
+        self.close_channel(inner, tell_peer);
+        deferred.push(Deferred::Error(self.async_error(code, ResourceCode::Vi)));
+        self.nic.doorbell.ring_local();
+    }
+
+    /// Ends the connection: deliver what already arrived (data the peer
+    /// wrote before it left is still in the ring), close the channel
+    /// (`broken`: tell the peer it was an error) and flush both queues.
+    fn close_channel(&self, inner: &mut ViInner, broken: bool) {
         self.drain_and_reap(inner);
         if let Some(mut ch) = inner.channel.take() {
             self.nic.unwatch(ch.liveness_fd());
-            ch.close(tell_peer);
+            ch.close(broken);
         }
-        let flushed_s = inner.sq.flush();
-        let flushed_r = inner.rq.flush();
-        for _ in 0..flushed_s {
+        let token = self.token.load(Ordering::Relaxed);
+        for _ in 0..inner.sq.flush() {
             if let Some(cq) = &self.send_cq {
-                cq.push(self.id, false);
+                cq.push(self.id, token, false);
             }
         }
-        for _ in 0..flushed_r {
+        for _ in 0..inner.rq.flush() {
             if let Some(cq) = &self.recv_cq {
-                cq.push(self.id, true);
+                cq.push(self.id, token, true);
             }
         }
-        deferred.push(Deferred::Error(self.async_error(code, ResourceCode::Vi)));
-        self.nic.doorbell.ring_local();
     }
 
     /// Places whatever already arrived and completes what the peer has
@@ -723,23 +734,7 @@ impl Vi {
         *self.peer.lock().unwrap_or_else(|e| e.into_inner()) = None;
         let mut g = self.lock();
         let inner = &mut *g;
-        self.drain_and_reap(inner);
-        if let Some(mut ch) = inner.channel.take() {
-            self.nic.unwatch(ch.liveness_fd());
-            ch.close(false);
-        }
-        let fs = inner.sq.flush();
-        let fr = inner.rq.flush();
-        for _ in 0..fs {
-            if let Some(cq) = &self.send_cq {
-                cq.push(self.id, false);
-            }
-        }
-        for _ in 0..fr {
-            if let Some(cq) = &self.recv_cq {
-                cq.push(self.id, true);
-            }
-        }
+        self.close_channel(inner, false);
         inner.remote_attrs = None;
         self.set_state(ViState::Idle);
         drop(g);

@@ -39,6 +39,7 @@ pub struct Placement<'a> {
     pub recv_cq: Option<&'a CompletionQueue>,
     pub send_cq: Option<&'a CompletionQueue>,
     pub vi_id: u64,
+    pub vi_token: u64,
     pub faults: &'a mut Vec<Fault>,
     /// Set when any descriptor completed (waiters should look again).
     pub completed_any: bool,
@@ -52,7 +53,7 @@ impl Placement<'_> {
             self.completed_any = true;
             if let Some(cq) = self.recv_cq {
                 for _ in 0..settled {
-                    cq.push(self.vi_id, true);
+                    cq.push(self.vi_id, self.vi_token, true);
                 }
             }
         }
@@ -97,7 +98,7 @@ impl Placement<'_> {
         self.rq.completed += 1;
         self.completed_any = true;
         if let Some(cq) = self.recv_cq {
-            cq.push(self.vi_id, true);
+            cq.push(self.vi_id, self.vi_token, true);
         }
         if error == status::LENGTH_ERROR {
             self.faults.push(Fault::RecvLength);
