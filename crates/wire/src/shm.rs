@@ -2,28 +2,34 @@
 //! VI pair).
 //!
 //! A ring is a byte array of power-of-two size cut into 64-byte lines. A
-//! record is one 64-byte header line followed by its payload rounded up to
-//! whole lines. The producer writes header and payload, then the `stamp`
-//! word (ring position + 1) with release ordering; the consumer polls the
-//! stamp at its own read position, so a new record is seen by reading one
-//! cache line and stale records from earlier laps never match.
+//! record starts on a line with its header; the producer writes header and
+//! payload, then the `stamp` word (ring position + 1) with release
+//! ordering; the consumer polls the stamp at its own read position, so a
+//! new record is seen by reading one cache line and stale records from
+//! earlier laps never match.
+//!
+//! The header has a 32-byte core and a 32-byte extension. Data records
+//! (`First` of a Send or ReadResponse without CMA, and `Cont`) need only
+//! the core, so their payload starts at byte 32: a message of up to 32
+//! bytes travels in the very line the consumer polls. Other records carry
+//! the extension and their payload (if any) starts at byte 64.
 //!
 //! | offset | size | field         | meaning                                         |
 //! |--------|------|---------------|-------------------------------------------------|
 //! | 0      | 8    | stamp         | position + 1 of this record (written last)      |
 //! | 8      | 1    | kind          | First, Cont, Pad, Nack, ReadDone                |
 //! | 9      | 1    | op            | Send, RdmaWrite, ReadRequest, ReadResponse      |
-//! | 10     | 1    | flags         | IMMEDIATE, CMA                                  |
+//! | 10     | 1    | flags         | IMMEDIATE, CMA, WAKE                            |
 //! | 11     | 1    | reserved      |                                                 |
-//! | 12     | 4    | payload_len   | bytes after the header in this record          |
-//! | 16     | 8    | total_len     | bytes of the whole message                      |
+//! | 12     | 4    | payload_len   | bytes of payload in this record                 |
+//! | 16     | 4    | total_len     | bytes of the whole message                      |
+//! | 20     | 4    | immediate     | immediate data                                  |
 //! | 24     | 8    | msg_seq       | message number (Nack/ReadDone: the one meant)   |
-//! | 32     | 8    | remote_addr   | RDMA: target address in the receiver's memory   |
-//! | 40     | 4    | remote_handle | RDMA: memory handle at the receiver             |
-//! | 44     | 4    | immediate     | immediate data                                  |
-//! | 48     | 4    | status        | Nack: VIP status error bits                     |
-//! | 52     | 4    | iov_count     | CMA: number of (addr u64, len u64) pairs        |
-//! | 56     | 8    | reserved      |                                                 |
+//! | 32     | 8    | remote_addr   | extension — RDMA: address at the receiver       |
+//! | 40     | 4    | remote_handle | extension — RDMA: memory handle at the receiver |
+//! | 44     | 4    | status        | extension — Nack/ReadDone: VIP status bits      |
+//! | 48     | 4    | iov_count     | extension — CMA: (addr u64, len u64) pairs      |
+//! | 52     | 12   | reserved      | extension                                       |
 //!
 //! All fields are native-endian: both ends are processes on one host.
 
@@ -31,6 +37,8 @@ use crate::cursor::WireError;
 
 /// Size of a record header, and the ring's unit of allocation.
 pub const LINE: usize = 64;
+/// Size of the header core (all a data record needs).
+pub const CORE: usize = 32;
 /// Largest payload a single record may carry (a ring must be larger).
 pub const MAX_RECORD_PAYLOAD: usize = 1 << 20;
 /// Most CMA ranges one record may name.
@@ -67,6 +75,11 @@ pub enum Op {
 pub const FLAG_IMMEDIATE: u8 = 0x1;
 /// Flag: the payload is a list of ranges in the sender's memory to copy by CMA.
 pub const FLAG_CMA: u8 = 0x2;
+/// Flag: the producer waits on this record being consumed (its completion
+/// or ring space depends on it), so the consumer must wake it afterwards.
+/// Records without it spare the consumer a fence and a look at the
+/// producer's doorbell.
+pub const FLAG_WAKE: u8 = 0x4;
 
 /// A record header without its stamp (the ring owns the stamp).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,26 +114,50 @@ impl RecordHeader {
         }
     }
 
-    /// Bytes the whole record takes in the ring (header + padded payload).
-    pub fn record_len(&self) -> usize {
-        record_len(self.payload_len as usize)
+    /// Whether this record needs the header extension (else its payload
+    /// starts right after the 32-byte core).
+    pub fn extended(&self) -> bool {
+        match self.kind {
+            RecordKind::Cont => false,
+            RecordKind::First => {
+                self.flags & FLAG_CMA != 0 || !matches!(self.op, Op::Send | Op::ReadResponse)
+            }
+            RecordKind::Pad | RecordKind::Nack | RecordKind::ReadDone => true,
+        }
     }
 
-    /// Writes bytes 8..64 of the header line (the stamp is not touched).
+    /// Where the payload starts within the record.
+    pub fn payload_offset(&self) -> usize {
+        if self.extended() {
+            LINE
+        } else {
+            CORE
+        }
+    }
+
+    /// Bytes the whole record takes in the ring (header + padded payload).
+    pub fn record_len(&self) -> usize {
+        (self.payload_offset() + self.payload_len as usize).div_ceil(LINE) * LINE
+    }
+
+    /// Writes the header after the stamp into `line` (bytes 8..32, and
+    /// 32..64 when [`extended`](Self::extended); the rest is payload).
     pub fn emit(&self, line: &mut [u8; LINE]) {
         line[8] = self.kind as u8;
         line[9] = self.op as u8;
         line[10] = self.flags;
         line[11] = 0;
         line[12..16].copy_from_slice(&self.payload_len.to_ne_bytes());
-        line[16..24].copy_from_slice(&self.total_len.to_ne_bytes());
+        line[16..20].copy_from_slice(&(self.total_len as u32).to_ne_bytes());
+        line[20..24].copy_from_slice(&self.immediate.to_ne_bytes());
         line[24..32].copy_from_slice(&self.msg_seq.to_ne_bytes());
-        line[32..40].copy_from_slice(&self.remote_addr.to_ne_bytes());
-        line[40..44].copy_from_slice(&self.remote_handle.to_ne_bytes());
-        line[44..48].copy_from_slice(&self.immediate.to_ne_bytes());
-        line[48..52].copy_from_slice(&self.status.to_ne_bytes());
-        line[52..56].copy_from_slice(&self.iov_count.to_ne_bytes());
-        line[56..64].fill(0);
+        if self.extended() {
+            line[32..40].copy_from_slice(&self.remote_addr.to_ne_bytes());
+            line[40..44].copy_from_slice(&self.remote_handle.to_ne_bytes());
+            line[44..48].copy_from_slice(&self.status.to_ne_bytes());
+            line[48..52].copy_from_slice(&self.iov_count.to_ne_bytes());
+            line[52..64].fill(0);
+        }
     }
 
     /// Parses a header line copied out of the ring. `max_payload` is the
@@ -159,7 +196,7 @@ impl RecordHeader {
             }
         };
         let flags = line[10];
-        if flags & !(FLAG_IMMEDIATE | FLAG_CMA) != 0 {
+        if flags & !(FLAG_IMMEDIATE | FLAG_CMA | FLAG_WAKE) != 0 {
             return Err(WireError::Unknown {
                 what: "flags",
                 value: flags as u64,
@@ -172,7 +209,26 @@ impl RecordHeader {
                 value: payload_len as u64,
             });
         }
-        let iov_count = u32_at(52);
+        let mut h = Self {
+            kind,
+            op,
+            flags,
+            payload_len,
+            total_len: u32_at(16) as u64,
+            immediate: u32_at(20),
+            msg_seq: u64_at(24),
+            remote_addr: 0,
+            remote_handle: 0,
+            status: 0,
+            iov_count: 0,
+        };
+        if h.extended() {
+            h.remote_addr = u64_at(32);
+            h.remote_handle = u32_at(40);
+            h.status = u32_at(44);
+            h.iov_count = u32_at(48);
+        }
+        let iov_count = h.iov_count;
         if flags & FLAG_CMA != 0 {
             if iov_count as usize > MAX_IOVS
                 || iov_count as usize * IOV_ENTRY != payload_len as usize
@@ -188,19 +244,6 @@ impl RecordHeader {
                 value: iov_count as u64,
             });
         }
-        let h = Self {
-            kind,
-            op,
-            flags,
-            payload_len,
-            total_len: u64_at(16),
-            msg_seq: u64_at(24),
-            remote_addr: u64_at(32),
-            remote_handle: u32_at(40),
-            immediate: u32_at(44),
-            status: u32_at(48),
-            iov_count,
-        };
         if h.kind == RecordKind::First
             && h.flags & FLAG_CMA == 0
             && h.payload_len as u64 > h.total_len
@@ -214,15 +257,16 @@ impl RecordHeader {
     }
 }
 
-/// Bytes a record with `payload` bytes takes in the ring.
+/// Most bytes a record with `payload` bytes can take in the ring (with the
+/// header extension).
 pub const fn record_len(payload: usize) -> usize {
-    LINE + payload.div_ceil(LINE) * LINE
+    (LINE + payload).div_ceil(LINE) * LINE
 }
 
 /// Decodes a CMA payload into (address, length) pairs, refusing lengths
 /// whose sum overflows.
 pub fn parse_iovs(payload: &[u8]) -> Result<Vec<(u64, u64)>, WireError> {
-    if payload.len() % IOV_ENTRY != 0 || payload.len() / IOV_ENTRY > MAX_IOVS {
+    if !payload.len().is_multiple_of(IOV_ENTRY) || payload.len() / IOV_ENTRY > MAX_IOVS {
         return Err(WireError::OutOfRange {
             what: "iov payload",
             value: payload.len() as u64,

@@ -20,6 +20,7 @@
 
 pub mod kernel_tcp;
 pub mod kernel_udp;
+pub mod shm;
 mod socket_io;
 
 use crate::error::{BenchError, Result};
@@ -234,6 +235,7 @@ pub trait Endpoint {
 /// Every transport viabench knows, available here or not.
 pub fn registry() -> Vec<Box<dyn Transport>> {
     vec![
+        Box::new(shm::Shm::new()),
         Box::new(kernel_tcp::KernelTcp::new("kernel-tcp", WaitMode::Block)),
         Box::new(kernel_tcp::KernelTcp::new(
             "kernel-tcp-spin",

@@ -50,16 +50,27 @@ pub struct ChannelFailed(pub &'static str);
 pub trait Channel: Send {
     /// Starts an operation whose local buffers are `local`. Returns its
     /// message number and when it completes. Never blocks: what does not fit
-    /// now is kept and moved by later `progress` calls.
+    /// now is kept and moved by later `progress` calls. `track`: the caller
+    /// will wait for the peer to consume it (reliable reception), so the
+    /// peer must tell us when it has.
     fn post(
         &mut self,
         wr: &WorkRequest,
         local: &[Range],
+        track: bool,
     ) -> Result<(u64, Completion), ChannelFailed>;
 
     /// Moves pending outbound data and places inbound data. Returns whether
     /// anything happened.
     fn progress(&mut self, place: &mut Placement) -> Result<bool, ChannelFailed>;
+
+    /// The common case without the general machinery: if the next inbound
+    /// message is a plain send, carried whole, that fits `capacity`, copy it
+    /// into `local` and return (length, immediate data). None means nothing
+    /// is there or `progress` must handle it.
+    fn take_simple_recv(&mut self, _local: &[Range], _capacity: u64) -> Option<(u64, Option<u32>)> {
+        None
+    }
 
     /// Cheap check: is there inbound data or outbound work waiting?
     fn has_work(&self) -> bool;

@@ -226,7 +226,11 @@ impl Vi {
         let inner = &mut *g;
         // Completions by the peer's count are decided only after its ring
         // was read (a refusal precedes the count): snapshot it now.
-        let consumed_before = inner.channel.as_ref().map(|c| c.consumed());
+        // (Reading it costs a cache miss, so only when something waits on it.)
+        let consumed_before = match inner.channel.as_ref() {
+            Some(c) if inner.sq.completed < inner.sq.entries.len() => Some(c.consumed()),
+            _ => Some(0),
+        };
         let parsed = descriptor::parse_send(
             &self.nic.registry,
             d,
@@ -262,7 +266,8 @@ impl Vi {
                 } else if state == ViState::Error {
                     entry.error = status::DESC_FLUSHED_ERROR;
                 } else if let Some(ch) = inner.channel.as_mut() {
-                    match ch.post(&wr, &inner.scratch) {
+                    let track = inner.attrs.reliability == reliability::RELIABLE_RECEPTION;
+                    match ch.post(&wr, &inner.scratch, track) {
                         Ok((seq, completion)) => {
                             entry.seq = seq;
                             entry.wait = match completion {
@@ -347,6 +352,7 @@ impl Vi {
                     capacity: 0,
                     error: bits,
                 });
+                inner.rq.refused += 1;
                 let settled = inner.rq.settle_errors();
                 if let Some(cq) = &self.recv_cq {
                     for _ in 0..settled {
@@ -399,7 +405,13 @@ impl Vi {
         bool,
     )> {
         let ch = inner.channel.as_mut()?;
-        let consumed = ch.consumed();
+        // The peer's count lives on a line it writes: skip the miss when no
+        // send waits on it.
+        let consumed = if inner.sq.completed < inner.sq.entries.len() {
+            ch.consumed()
+        } else {
+            0
+        };
         let mut place = Placement {
             registry: &self.nic.registry,
             ptag: inner.attrs.ptag,
@@ -439,17 +451,18 @@ impl Vi {
 
     /// Writes completions of finished send-queue entries, in order.
     fn reap_sends(&self, inner: &mut ViInner, consumed: Option<u64>) -> bool {
-        let (sent, consumed) = match inner.channel.as_ref() {
-            Some(ch) => (ch.sent(), consumed.unwrap_or_else(|| ch.consumed())),
-            None => (0, 0),
-        };
+        let ch = inner.channel.as_ref();
+        let sent = ch.map_or(0, |c| c.sent());
+        let mut consumed = consumed;
         let mut did = false;
         while let Some(e) = inner.sq.entries.get(inner.sq.completed) {
             let ready = e.error != 0
                 || match e.wait {
                     SendWait::Now => true,
                     SendWait::Sent => sent >= e.seq,
-                    SendWait::Consumed => consumed >= e.seq,
+                    SendWait::Consumed => {
+                        *consumed.get_or_insert_with(|| ch.map_or(0, |c| c.consumed())) >= e.seq
+                    }
                     SendWait::ReadDone => e.read_arrived,
                 };
             if !ready {
@@ -528,6 +541,7 @@ impl Vi {
         }
     }
 
+    #[inline]
     fn collect_notifies(&self, inner: &mut ViInner, deferred: &mut Vec<Deferred>) {
         if inner.send_notify.is_some() {
             if let Some(d) = inner.sq.pop_completed() {
@@ -541,7 +555,11 @@ impl Vi {
         }
     }
 
+    #[inline]
     fn run_deferred(&self, deferred: Vec<Deferred>) {
+        if deferred.is_empty() && self.send_cq.is_none() && self.recv_cq.is_none() {
+            return;
+        }
         for d in deferred {
             match d {
                 Deferred::Error(e) => self.nic.report_error(e),
@@ -593,6 +611,22 @@ impl Vi {
         } else {
             inner.sq.completed > 0
         };
+        if !q_has && recv && inner.recv_notify.is_none() && inner.rq.refused == 0 {
+            if let (Some(ch), Some(e)) = (
+                inner.channel.as_mut(),
+                inner.rq.entries.get(inner.rq.completed),
+            ) {
+                if let Some((len, imm)) = ch.take_simple_recv(&e.ranges, e.capacity) {
+                    inner.rq.complete_next(len, imm, false, 0);
+                    if let Some(cq) = &self.recv_cq {
+                        cq.push(self.id, self.token.load(Ordering::Relaxed), true);
+                    }
+                    let d = inner.rq.pop_completed();
+                    drop(g);
+                    return d;
+                }
+            }
+        }
         if !q_has {
             if let Some(ch) = inner.channel.as_ref() {
                 let pending_sends = inner.sq.completed < inner.sq.entries.len();

@@ -82,20 +82,9 @@ impl Placement<'_> {
         remote_write: bool,
         error: u32,
     ) {
-        let Some(e) = self.rq.next_unfilled() else {
+        if !self.rq.complete_next(len, immediate, remote_write, error) {
             return;
-        };
-        let mut bits = if remote_write {
-            status::OP_REMOTE_RDMA_WRITE
-        } else {
-            status::OP_RECEIVE
-        };
-        if immediate.is_some() {
-            bits |= status::IMMEDIATE;
         }
-        e.desc
-            .complete(len.min(u32::MAX as u64) as u32, immediate, bits | error);
-        self.rq.completed += 1;
         self.completed_any = true;
         if let Some(cq) = self.recv_cq {
             cq.push(self.vi_id, self.vi_token, true);

@@ -63,6 +63,8 @@ pub struct RecvQueue {
     pub completed: usize,
     /// Range lists of dequeued entries, kept for reuse.
     pub spare: Vec<Vec<Range>>,
+    /// Entries refused at post that have not completed yet.
+    pub refused: usize,
 }
 
 impl SendQueue {
@@ -101,6 +103,7 @@ impl SendQueue {
 
 impl RecvQueue {
     /// The next posted receive that has not been filled.
+    #[inline]
     pub fn next_unfilled(&self) -> Option<&RecvEntry> {
         self.entries.get(self.completed)
     }
@@ -121,7 +124,11 @@ impl RecvQueue {
 
     /// Completes refused descriptors that have reached the head of the
     /// unfilled part; returns how many.
+    #[inline]
     pub fn settle_errors(&mut self) -> usize {
+        if self.refused == 0 {
+            return 0;
+        }
         let mut n = 0;
         while let Some(e) = self.entries.get(self.completed) {
             if e.error == 0 {
@@ -129,9 +136,36 @@ impl RecvQueue {
             }
             e.desc.complete(0, None, status::OP_RECEIVE | e.error);
             self.completed += 1;
+            self.refused -= 1;
             n += 1;
         }
         n
+    }
+
+    /// Completes the next unfilled receive; false if none is posted.
+    #[inline]
+    pub fn complete_next(
+        &mut self,
+        len: u64,
+        immediate: Option<u32>,
+        remote_write: bool,
+        error: u32,
+    ) -> bool {
+        let Some(e) = self.entries.get(self.completed) else {
+            return false;
+        };
+        let mut bits = if remote_write {
+            status::OP_REMOTE_RDMA_WRITE
+        } else {
+            status::OP_RECEIVE
+        };
+        if immediate.is_some() {
+            bits |= status::IMMEDIATE;
+        }
+        e.desc
+            .complete(len.min(u32::MAX as u64) as u32, immediate, bits | error);
+        self.completed += 1;
+        true
     }
 
     pub fn take_spare(&mut self) -> Vec<Range> {
@@ -142,10 +176,15 @@ impl RecvQueue {
     pub fn flush(&mut self) -> usize {
         let n = self.entries.len() - self.completed;
         for e in self.entries.range(self.completed..) {
-            e.desc
-                .complete(0, None, status::OP_RECEIVE | status::DESC_FLUSHED_ERROR);
+            let bits = if e.error != 0 {
+                e.error
+            } else {
+                status::DESC_FLUSHED_ERROR
+            };
+            e.desc.complete(0, None, status::OP_RECEIVE | bits);
         }
         self.completed = self.entries.len();
+        self.refused = 0;
         n
     }
 }

@@ -16,7 +16,9 @@ use std::collections::VecDeque;
 use std::os::fd::RawFd;
 
 use openvia_wire::handshake::{Message, Reason, ViAttrs};
-use openvia_wire::shm::{self as rec, Op, RecordHeader, RecordKind, FLAG_CMA, FLAG_IMMEDIATE};
+use openvia_wire::shm::{
+    self as rec, Op, RecordHeader, RecordKind, FLAG_CMA, FLAG_IMMEDIATE, FLAG_WAKE,
+};
 
 use super::doorbell::PeerDoorbell;
 use super::region::ConnRegion;
@@ -90,6 +92,8 @@ pub struct ShmChannel {
     /// Messages delivered whose count waits for a refusal (Nack) to be
     /// written first, so the peer never sees the count before the refusal.
     owed: u64,
+    /// How many `Pending::Control` entries are queued.
+    controls_queued: usize,
     // Declared last: the rings point into it.
     _region: ConnRegion,
 }
@@ -122,6 +126,7 @@ impl ShmChannel {
             cfg: Config::global(),
             closed: false,
             owed: 0,
+            controls_queued: 0,
             _region: p.region,
         }
     }
@@ -148,7 +153,8 @@ impl ShmChannel {
 
     /// Writes a CMA record naming `source`; false if the ring is full.
     fn push_cma(&mut self, mut h: RecordHeader, source: &[Range]) -> bool {
-        h.flags |= FLAG_CMA;
+        // The sender's buffer is busy until the peer has pulled it.
+        h.flags |= FLAG_CMA | FLAG_WAKE;
         h.iov_count = source.len() as u32;
         h.payload_len = (source.len() * rec::IOV_ENTRY) as u32;
         self.tx.push(&h, |buf| {
@@ -171,6 +177,7 @@ impl ShmChannel {
                         break;
                     }
                     self.pending.pop_front();
+                    self.controls_queued -= 1;
                     did = true;
                 }
                 Pending::Request { header, seq } => {
@@ -247,6 +254,7 @@ impl ShmChannel {
     }
 
     /// Publishes delivered-message counts once no refusal is queued ahead.
+    #[inline]
     fn settle_owed(&mut self) {
         if self.owed == 0 {
             return;
@@ -276,6 +284,7 @@ impl ShmChannel {
         h.msg_seq = seq;
         h.status = status_bits;
         self.pending.push_back(Pending::Control(h));
+        self.controls_queued += 1;
     }
 
     /// Handles the First record of a message. Returns None to stall (no
@@ -520,12 +529,16 @@ impl Channel for ShmChannel {
         &mut self,
         wr: &WorkRequest,
         local: &[Range],
+        track: bool,
     ) -> Result<(u64, Completion), ChannelFailed> {
         if self.closed {
             return Err(ChannelFailed("closed"));
         }
         let seq = self.next_seq + 1;
-        let header = self.first_header(wr, seq);
+        let mut header = self.first_header(wr, seq);
+        if track {
+            header.flags |= FLAG_WAKE;
+        }
         let use_cma = self.cma
             && local.len() <= rec::MAX_IOVS
             && (wr.op == OpKind::RdmaRead || wr.total_len > self.cfg.inline_max as u64);
@@ -557,7 +570,6 @@ impl Channel for ShmChannel {
             }
         }
         self.next_seq = seq;
-        let mut header = header;
         if use_cma {
             header.flags |= FLAG_CMA;
         }
@@ -587,6 +599,7 @@ impl Channel for ShmChannel {
         };
         self.settle_owed();
         let mut delivered_any = false;
+        let mut wake_peer = false;
         loop {
             let pk = match self.rx.peek() {
                 Ok(Some(pk)) => pk,
@@ -614,7 +627,7 @@ impl Channel for ShmChannel {
                 }
                 RecordKind::Pad => false,
             };
-            self.rx.advance(&pk);
+            wake_peer |= self.rx.advance(&pk);
             if done {
                 self.owed += 1;
             }
@@ -627,10 +640,40 @@ impl Channel for ShmChannel {
                 self.pump();
             }
             self.settle_owed();
-            // The peer may be waiting for ring space or a consumed count.
-            self.peer.ring();
+            // The peer waits for ring space or a consumed count only on
+            // records it flagged; the others spare us the fence.
+            if wake_peer {
+                self.peer.ring();
+            }
         }
         Ok(did)
+    }
+
+    fn take_simple_recv(&mut self, local: &[Range], capacity: u64) -> Option<(u64, Option<u32>)> {
+        if !self.pending.is_empty() || self.owed != 0 || self.inbound.is_some() || !self.rx.ready()
+        {
+            return None;
+        }
+        let pk = self.rx.peek().ok()??;
+        let h = pk.header;
+        if h.kind != RecordKind::First
+            || h.op != Op::Send
+            || h.flags & FLAG_CMA != 0
+            || h.payload_len as u64 != h.total_len
+            || h.total_len > capacity
+        {
+            return None;
+        }
+        // SAFETY: `local` is the posted receive's validated buffer list.
+        unsafe { ranges::scatter(local, 0, pk.payload()) };
+        let imm = (h.flags & FLAG_IMMEDIATE != 0).then_some(h.immediate);
+        if self.rx.advance(&pk) {
+            self.rx.message_delivered();
+            self.peer.ring();
+        } else {
+            self.rx.message_delivered();
+        }
+        Some((h.total_len, imm))
     }
 
     #[inline]

@@ -9,7 +9,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use openvia_wire::shm::{record_len, RecordHeader, RecordKind, LINE};
+use openvia_wire::shm::{record_len, RecordHeader, RecordKind, FLAG_WAKE, LINE};
 use openvia_wire::WireError;
 
 /// The consumer-written words of one direction, on their own cache line.
@@ -85,7 +85,10 @@ impl Producer {
     /// Room for a record with `payload` bytes right now (including a pad
     /// record if it would cross the end).
     pub fn can_push(&mut self, payload: usize) -> bool {
-        let len = record_len(payload);
+        self.can_push_record(record_len(payload))
+    }
+
+    fn can_push_record(&mut self, len: usize) -> bool {
         let off = (self.tail as usize) & (self.ring.size - 1);
         let need = if off + len > self.ring.size {
             self.ring.size - off + len
@@ -115,12 +118,18 @@ impl Producer {
     /// Writes a record whose payload is produced by `fill` into the given
     /// slice. Returns false (and writes nothing) if there is no room.
     pub fn push(&mut self, hdr: &RecordHeader, fill: impl FnOnce(&mut [u8])) -> bool {
-        let payload = hdr.payload_len as usize;
-        if !self.can_push(payload) {
+        let len = hdr.record_len();
+        if !self.can_push_record(len) {
             return false;
         }
-        let len = record_len(payload);
         let off = (self.tail as usize) & (self.ring.size - 1);
+        // Past half full the producer may soon wait for space: ask the
+        // consumer to wake it when it frees some.
+        let mut hdr = *hdr;
+        if (self.tail - self.cached_head) as usize + len > self.ring.size / 2 {
+            hdr.flags |= FLAG_WAKE;
+        }
+        let hdr = &hdr;
         if off + len > self.ring.size {
             let pad_payload = self.ring.size - off - LINE;
             let mut pad = RecordHeader::new(RecordKind::Pad, openvia_wire::shm::Op::Send);
@@ -136,19 +145,20 @@ impl Producer {
         hdr.emit(&mut line);
         let p = self.ring.line_ptr(self.tail);
         let payload = hdr.payload_len as usize;
-        // SAFETY: `can_push` reserved [tail, tail+record_len) which lies
-        // inside the data area without wrapping; the consumer does not read
-        // it until the stamp below is released.
+        let off = hdr.payload_offset();
+        // SAFETY: `can_push_record` reserved [tail, tail+record_len) which
+        // lies inside the data area without wrapping; the consumer does not
+        // read it until the stamp below is released.
         unsafe {
-            std::ptr::copy_nonoverlapping(line.as_ptr().add(8), p.add(8), LINE - 8);
+            std::ptr::copy_nonoverlapping(line.as_ptr().add(8), p.add(8), off - 8);
             if payload > 0 {
-                fill(std::slice::from_raw_parts_mut(p.add(LINE), payload));
+                fill(std::slice::from_raw_parts_mut(p.add(off), payload));
             }
         }
         self.ring
             .stamp(self.tail)
             .store(self.tail + 1, Ordering::Release);
-        self.tail += record_len(payload) as u64;
+        self.tail += hdr.record_len() as u64;
     }
 
     /// Messages the consumer has fully delivered.
@@ -221,14 +231,16 @@ impl Consumer {
             return Ok(Some(Peeked {
                 header,
                 // SAFETY: within the data area, checked just above.
-                payload: unsafe { p.add(LINE) },
+                payload: unsafe { p.add(header.payload_offset()) },
             }));
         }
     }
 
-    /// Releases the record last peeked.
-    pub fn advance(&mut self, peeked: &Peeked) {
+    /// Releases the record last peeked. Returns whether the producer
+    /// asked to be woken once it is consumed.
+    pub fn advance(&mut self, peeked: &Peeked) -> bool {
         self.advance_by(peeked.header.record_len());
+        peeked.header.flags & FLAG_WAKE != 0
     }
 
     fn advance_by(&mut self, len: usize) {

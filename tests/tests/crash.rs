@@ -1,0 +1,141 @@
+//! A peer SIGKILLed mid-stream: the survivor's VI must go to the error
+//! state, its outstanding receives come back flushed, its error handler
+//! report the lost connection, and none of its Waits hang. Both roles die
+//! in turn (the client, then the server), with small messages and with
+//! large ones over both large-message paths.
+
+use std::time::Duration;
+
+use openvia_tests::harness::{args, base_env, unique_disc, Finished, Peer};
+
+const EXE: &str = env!("CARGO_BIN_EXE_via_peer");
+/// How soon after the kill the survivor must have finished. Its own
+/// Waits allow 20 s, so a hang shows as a miss here.
+const NOTICE: Duration = Duration::from_secs(5);
+
+struct Case {
+    kill_server: bool,
+    cma: bool,
+    /// Stream options shared by both sides.
+    shape: Vec<(&'static str, String)>,
+    /// Kill after the victim printed this PROGRESS count.
+    after: u64,
+}
+
+fn small(kill_server: bool) -> Case {
+    Case {
+        kill_server,
+        cma: true,
+        shape: vec![("min", "0".into()), ("max", "1500".into())],
+        after: 2000,
+    }
+}
+
+fn large(kill_server: bool, cma: bool) -> Case {
+    Case {
+        kill_server,
+        cma,
+        shape: vec![
+            ("min", "0".into()),
+            ("max", "3000".into()),
+            ("large", ((1 << 20) + 13).to_string()),
+            ("large_every", "2".into()),
+        ],
+        after: 20,
+    }
+}
+
+/// Runs the case; returns the survivor's output.
+fn run(case: Case) -> Finished {
+    let disc = unique_disc("crash");
+    let env = base_env(case.cma);
+    let side = |server: bool| {
+        let mut kv = vec![
+            ("disc", disc.clone()),
+            ("rel", "rd".to_string()),
+            ("side", if server { "server" } else { "client" }.to_string()),
+            ("count", "0".to_string()),
+            ("window", "32".to_string()),
+        ];
+        kv.extend(case.shape.iter().cloned());
+        let victim = server == case.kill_server;
+        if victim {
+            kv.push((
+                "report",
+                if case.after > 100 { "500" } else { "10" }.to_string(),
+            ));
+        } else {
+            kv.push(("expect_break", "1".to_string()));
+            kv.push(("extra", "4".to_string()));
+        }
+        // The server receives, the client sends.
+        args(if server { "stream-recv" } else { "stream-send" }, &kv)
+    };
+    let mut server = Peer::spawn(EXE, "server", &side(true), &env);
+    server.wait_ready();
+    let client = Peer::spawn(EXE, "client", &side(false), &env);
+    let (mut victim, survivor) = if case.kill_server {
+        (server, client)
+    } else {
+        (client, server)
+    };
+    victim.wait_line(&format!("PROGRESS {}", case.after), Duration::from_secs(20));
+    let killed_at = victim.kill();
+    let out = survivor.finish();
+    out.assert_ok();
+    let took = out.ended.saturating_duration_since(killed_at);
+    assert!(took < NOTICE, "the survivor took {took:?} to notice: {out}");
+    println!("survivor: {}", out.lines.join(" / "));
+    assert_eq!(out.expect("broken"), "1");
+    assert_eq!(out.expect("state"), "Error", "{out}");
+    out
+}
+
+/// 0x20: DESC_FLUSHED_ERROR.
+fn flushed(status: &str) -> bool {
+    u64::from_str_radix(status.trim_start_matches("0x"), 16).expect("hex status") & 0x20 != 0
+}
+
+fn survivor_received(out: &Finished) {
+    assert_eq!(out.expect("code"), "ConnLost", "{out}");
+    assert!(flushed(out.expect("first_error")), "{out}");
+    assert!(out.expect_u64("flushed_recvs") >= 1, "{out}");
+    assert!(out.expect_u64("received") > 0, "{out}");
+}
+
+fn survivor_sent(out: &Finished) {
+    assert_eq!(out.expect("code"), "ConnLost", "{out}");
+    assert!(flushed(out.expect("first_error")), "{out}");
+    // The notice receive and the four extra ones.
+    assert_eq!(out.expect_u64("flushed_recvs"), 5, "{out}");
+}
+
+#[test]
+fn killed_client_small_messages() {
+    survivor_received(&run(small(false)));
+}
+
+#[test]
+fn killed_server_small_messages() {
+    survivor_sent(&run(small(true)));
+}
+
+#[test]
+fn killed_client_large_messages_bounce() {
+    survivor_received(&run(large(false, false)));
+}
+
+#[test]
+fn killed_server_large_messages_bounce() {
+    survivor_sent(&run(large(true, false)));
+}
+
+#[test]
+fn killed_client_large_messages_cma() {
+    survivor_received(&run(large(false, true)));
+}
+
+#[test]
+fn killed_server_large_messages_cma() {
+    survivor_sent(&run(large(true, true)));
+}
