@@ -8,7 +8,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 SOVERSION := 1
 STAGE := $(CURDIR)/dist
 
-.PHONY: all build install stage test test-rust test-c clean
+.PHONY: all build install stage test test-rust test-c clean bench
 
 all: build
 
@@ -38,3 +38,11 @@ test-c: stage
 clean:
 	$(CARGO) clean
 	rm -rf $(STAGE) examples/c/build
+
+# The main job: build, then openvia beside UCX, libfabric and the kernel.
+bench: build
+	@command -v ucx_perftest >/dev/null && command -v fi_pingpong >/dev/null || \
+		{ command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
+		  apt-get update -qq && apt-get install -y -qq ucx-utils libfabric-bin >/dev/null; } || \
+		echo "note: ucx-utils/libfabric-bin missing; their rows will say so"
+	python3 python/compare.py --viabench target/release/viabench

@@ -15,6 +15,9 @@ const NOTICE: Duration = Duration::from_secs(5);
 
 struct Case {
     kill_server: bool,
+    /// The receiving survivor stops taking completions after this many
+    /// messages until the break (0: never).
+    pause: u64,
     cma: bool,
     /// Stream options shared by both sides.
     shape: Vec<(&'static str, String)>,
@@ -25,6 +28,7 @@ struct Case {
 fn small(kill_server: bool) -> Case {
     Case {
         kill_server,
+        pause: 0,
         cma: true,
         shape: vec![("min", "0".into()), ("max", "1500".into())],
         after: 2000,
@@ -34,6 +38,7 @@ fn small(kill_server: bool) -> Case {
 fn large(kill_server: bool, cma: bool) -> Case {
     Case {
         kill_server,
+        pause: 0,
         cma,
         shape: vec![
             ("min", "0".into()),
@@ -67,6 +72,7 @@ fn run(case: Case) -> Finished {
         } else {
             kv.push(("expect_break", "1".to_string()));
             kv.push(("extra", "4".to_string()));
+            kv.push(("pause", case.pause.to_string()));
         }
         // The server receives, the client sends.
         args(if server { "stream-recv" } else { "stream-send" }, &kv)
@@ -138,4 +144,18 @@ fn killed_client_large_messages_cma() {
 #[test]
 fn killed_server_large_messages_cma() {
     survivor_sent(&run(large(true, true)));
+}
+
+/// Data the dead peer handed over before it died is not lost: a receiver
+/// that was not looking when it happened still finds it in the receives
+/// it had posted (32 of them, filled behind its back), and only receives
+/// posted after the break come back flushed.
+#[test]
+fn killed_client_data_sent_before_death_still_arrives() {
+    let mut case = small(false);
+    case.pause = 100;
+    case.after = 1000;
+    let out = run(case);
+    survivor_received(&out);
+    assert_eq!(out.expect_u64("received"), 100 + 32, "{out}");
 }

@@ -27,6 +27,27 @@ pub enum Command {
     Compare(CompareArgs),
     /// List the transports and whether they can run here.
     Transports(TransportsArgs),
+    /// Cost of VipPostSend + VipSendDone per descriptor (shared-memory device).
+    Overhead(OverheadArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct OverheadArgs {
+    /// Measured batches of 64 descriptors.
+    #[arg(long, default_value_t = 20000)]
+    pub batches: u64,
+    /// Batches before measuring.
+    #[arg(long, default_value_t = 2000)]
+    pub warmup: u64,
+    /// CPU of the posting thread.
+    #[arg(long, default_value = "0")]
+    pub cpu_sender: Option<usize>,
+    /// CPU of the draining thread.
+    #[arg(long, default_value = "1")]
+    pub cpu_receiver: Option<usize>,
+    /// One JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Options shared by `latency` and `bandwidth`.

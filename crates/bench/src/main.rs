@@ -12,6 +12,7 @@ mod driver_bandwidth;
 mod driver_latency;
 mod error;
 mod measure;
+mod overhead;
 mod pattern;
 mod peer;
 mod pinning;
@@ -34,6 +35,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(args),
         Command::Compare(args) => compare::run(args),
         Command::Transports(args) => commands::list_transports(args),
+        Command::Overhead(args) => overhead::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -8,6 +8,7 @@
 pub mod cma;
 pub mod futex;
 pub mod mapping;
+pub mod membarrier;
 pub mod poll;
 pub mod seqpacket;
 

@@ -450,7 +450,11 @@ impl Vi {
     }
 
     /// Writes completions of finished send-queue entries, in order.
+    #[inline]
     fn reap_sends(&self, inner: &mut ViInner, consumed: Option<u64>) -> bool {
+        if inner.sq.completed == inner.sq.entries.len() {
+            return false;
+        }
         let ch = inner.channel.as_ref();
         let sent = ch.map_or(0, |c| c.sent());
         let mut consumed = consumed;
@@ -541,8 +545,15 @@ impl Vi {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn collect_notifies(&self, inner: &mut ViInner, deferred: &mut Vec<Deferred>) {
+        if inner.send_notify.is_some() || inner.recv_notify.is_some() {
+            self.collect_notifies_slow(inner, deferred);
+        }
+    }
+
+    #[cold]
+    fn collect_notifies_slow(&self, inner: &mut ViInner, deferred: &mut Vec<Deferred>) {
         if inner.send_notify.is_some() {
             if let Some(d) = inner.sq.pop_completed() {
                 deferred.push(Deferred::Notify(inner.send_notify.take().unwrap(), d));
@@ -555,11 +566,16 @@ impl Vi {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn run_deferred(&self, deferred: Vec<Deferred>) {
         if deferred.is_empty() && self.send_cq.is_none() && self.recv_cq.is_none() {
             return;
         }
+        self.run_deferred_slow(deferred);
+    }
+
+    #[cold]
+    fn run_deferred_slow(&self, deferred: Vec<Deferred>) {
         for d in deferred {
             match d {
                 Deferred::Error(e) => self.nic.report_error(e),

@@ -7,7 +7,9 @@ use std::time::Instant;
 use openvia_core::vi::ViState;
 use openvia_core::{connect_request, connect_wait};
 
-use crate::endpoint::{err_name, Endpoint, Opts, WAIT};
+use openvia_tests::arena::Arena;
+
+use crate::endpoint::{await_peer_close, err_name, Endpoint, Opts, WAIT};
 
 pub fn connect_once(opts: &Opts) {
     let ep = Endpoint::open();
@@ -48,4 +50,9 @@ pub fn accept_once(opts: &Opts) {
     };
     let outcome = r.as_ref().map_or_else(err_name, |_| "Ok");
     println!("RESULT listen=Ok outcome={outcome}");
+    if r.is_ok() && opts.str_or("action", "accept") == "accept" {
+        // Stay until the client, which reports its state first, hangs up.
+        let m = Arena::new(&ep.nic, ep.ptag, 1, 0, false, false);
+        await_peer_close(&vi, &m, 0);
+    }
 }

@@ -14,7 +14,8 @@
 //! large, large_every, seed, report (print PROGRESS every so many),
 //! late (receiver: receives posted at first; then two more per arrival),
 //! expect_break (survive the peer's death and report it), extra (sender:
-//! receives posted that only the break completes).
+//! receives posted that only the break completes), pause (receiver: after
+//! so many messages, wait for the connection to break before going on).
 
 use std::time::Instant;
 
@@ -225,7 +226,14 @@ pub fn receiver(opts: &Opts) {
     let mut sizes = s.sizes();
     let mut got = 0u64;
     let started = Instant::now();
+    let pause = opts.u64_or("pause", 0);
     while s.endless() || got < s.count {
+        if pause > 0 && got == pause {
+            // Stop taking completions until the peer is gone: what it
+            // sent before must still land in the receives posted now.
+            println!("PAUSED");
+            ep.errors.first_for(vi.id(), WAIT);
+        }
         let d = vi
             .recv_wait(Some(WAIT))
             .unwrap_or_else(|e| panic!("receive wait after {got} messages: {e}"));
@@ -293,7 +301,11 @@ fn survive_break(
             .unwrap_or_else(|e| panic!("receive wait for flushed receive {k}: {e}"));
         assert_eq!(d.0, mem.desc((k % w) as usize));
         let (st, _, _) = arena::completion(d.0);
-        assert_ne!(st & status::DESC_FLUSHED_ERROR, 0, "receive {k}: {st:#x}");
+        assert_ne!(
+            st & status::DESC_FLUSHED_ERROR,
+            0,
+            "receive {k}: {st:#x}, after receive {got} failed with {first:#x}"
+        );
         flushed += 1;
     }
     report_break(

@@ -8,19 +8,20 @@
 //! one cache line that stays shared while nobody sleeps — and only enters
 //! the kernel when someone actually waits.
 //!
-//! Both sides put a sequentially consistent fence between "publish" and
-//! "look at the other side's flag", so a wake-up is never lost: either the
-//! sleeper sees the new data when it re-checks, or the writer sees the
-//! sleeper's flag.
+//! Between "publish" and "look at the other side's flag" both sides need a
+//! store–load fence, so a wake-up is never lost: either the sleeper sees
+//! the new data when it re-checks, or the writer sees the sleeper's flag.
+//! The writer's fence is made free by membarrier(2) (see
+//! `sys::membarrier`): the sleeper, about to block anyway, pays for both.
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::sys::futex;
 use crate::sys::mapping::SharedMapping;
 use crate::sys::poll::{signal_raw, EventFd};
+use crate::sys::{futex, membarrier};
 
 pub const PAGE_LEN: usize = 4096;
 const MAGIC: u64 = 0x4f56_4941_4442_454c; // "OVIADBEL"
@@ -53,6 +54,7 @@ pub struct LocalDoorbell {
 
 impl LocalDoorbell {
     pub fn new() -> io::Result<Self> {
+        membarrier::register();
         let map = SharedMapping::create("openvia-doorbell", PAGE_LEN)?;
         let p = page(&map);
         // SAFETY: freshly created and not yet shared; plain store.
@@ -92,6 +94,7 @@ impl LocalDoorbell {
     pub fn block(&self, timeout: Duration, ready: impl FnOnce() -> bool) {
         let p = page(&self.map);
         p.waiters.fetch_add(1, Ordering::SeqCst);
+        membarrier::heavy();
         let seen = p.bell.load(Ordering::SeqCst);
         if !ready() {
             futex::wait(&p.bell, seen, Some(timeout));
@@ -102,6 +105,7 @@ impl LocalDoorbell {
     /// The progress thread announces that it is about to sleep.
     pub fn arm(&self) {
         page(&self.map).armed.store(1, Ordering::SeqCst);
+        membarrier::heavy();
     }
 
     pub fn disarm(&self) {
@@ -136,7 +140,7 @@ impl PeerDoorbell {
 
 #[inline]
 fn ring(p: &Page, event_fd: i32) {
-    fence(Ordering::SeqCst);
+    membarrier::light();
     if p.waiters.load(Ordering::Relaxed) != 0 {
         p.bell.fetch_add(1, Ordering::SeqCst);
         futex::wake_all(&p.bell);

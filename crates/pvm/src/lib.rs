@@ -1,0 +1,1 @@
+//! PVM 3 on openvia: pvmd, the task library and the global pool. (work in progress)

@@ -1,0 +1,1 @@
+//! Tests across network namespaces (the UDP device). Placeholder until the device lands.
