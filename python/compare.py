@@ -219,6 +219,37 @@ def table(rows, headers):
     return "\n".join(lines)
 
 
+def combine(rounds, test):
+    """Medians over rounds of each tool's value; each tool's result keeps its
+    per-round values so ratios can be taken round by round (peers measured
+    seconds apart, under the same machine conditions)."""
+    out = {}
+    for tool in rounds[0]:
+        per = [r[tool] for r in rounds if r.get(tool) is not None and value(r[tool], test) is not None]
+        if not per:
+            out[tool] = rounds[0][tool]
+            continue
+        per.sort(key=lambda res: value(res, test))
+        best = dict(per[len(per) // 2])
+        best["rounds"] = [value(res, test) for res in per]
+        out[tool] = best
+    out["_rounds"] = rounds
+    return out
+
+
+def round_ratio(row, tool, peer, test):
+    """Median over rounds of (tool / peer) measured in the same round."""
+    rs = []
+    for r in row["_rounds"]:
+        x = ratio(r.get(tool), r.get(peer), test) if r.get(tool) and r.get(peer) else None
+        if x is not None:
+            rs.append(x)
+    if not rs:
+        return None
+    rs.sort()
+    return rs[len(rs) // 2]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--viabench", default="target/release/viabench", help="path to the viabench binary")
@@ -227,6 +258,9 @@ def main():
     ap.add_argument("--ucx-tls", default="sm,self", help="UCX_TLS for ucx_perftest (default: sm,self)")
     ap.add_argument("--quick", action="store_true", help="fewer iterations (smoke test)")
     ap.add_argument("--json", action="store_true", help="one JSON object per line")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="alternate all tools this many times per size; report medians over rounds "
+                         "(the machine's speed drifts: interleaving keeps peers comparable)")
     args = ap.parse_args()
 
     if args.transports:
@@ -239,42 +273,46 @@ def main():
                   "or pass --viabench PATH" % e, file=sys.stderr)
             return 2
         shm = [t["name"] for t in listed if t["name"] == "shm" and t["available"]]
-        transports = shm or [t["name"] for t in listed if t["name"] in KERNEL_FALLBACK]
+        kernel = [t["name"] for t in listed if t["name"] in KERNEL_FALLBACK]
+        transports = shm + kernel
 
     results = []  # (test, size, {tool: result})
     plan = [("latency", s) for s in LAT_SIZES] + [("bandwidth", s) for s in BW_SIZES]
     for test, size in plan:
-        print("compare.py: %s %s" % (test, human(size)), file=sys.stderr)
         n = latency_iters(size, args.quick) if test == "latency" else bandwidth_msgs(size, args.quick)
-        row = {"ucx": measure("ucx " + test, ucx, "tag_lat" if test == "latency" else "tag_bw", size, n,
-                              args.ucx_tls)}
-        row["libfabric"] = measure("fi_pingpong", fi_pingpong, size, n) if test == "latency" else None
-        for t in transports:
-            row[t] = measure("viabench " + t, viabench, args.viabench, test, t, size, n)
-        results.append((test, size, row))
+        rounds = []
+        for r in range(max(1, args.rounds)):
+            print("compare.py: %s %s (round %d)" % (test, human(size), r + 1), file=sys.stderr)
+            row = {"ucx": measure("ucx " + test, ucx, "tag_lat" if test == "latency" else "tag_bw", size, n,
+                                  args.ucx_tls)}
+            row["libfabric"] = measure("fi_pingpong", fi_pingpong, size, n) if test == "latency" else None
+            for t in transports:
+                row[t] = measure("viabench " + t, viabench, args.viabench, test, t, size, n)
+            rounds.append(row)
+        results.append((test, size, combine(rounds, test)))
 
     if args.json:
         for test, size, row in results:
             for tool, res in row.items():
-                if res is None:
+                if res is None or tool == "_rounds":
                     continue
                 rec = {"tool": tool, "test": test, "size": size}
                 rec.update(res)
                 if tool not in ("ucx", "libfabric"):
-                    rec["ratio_vs_ucx"] = ratio(res, row["ucx"], test)
-                    rec["ratio_vs_libfabric"] = ratio(res, row["libfabric"], test)
+                    rec["ratio_vs_ucx"] = round_ratio(row, tool, "ucx", test)
+                    rec["ratio_vs_libfabric"] = round_ratio(row, tool, "libfabric", test)
                 print(json.dumps(rec))
         return 0
 
     print("# pin: client CPU %d, server CPU %d; UCX_TLS=%s" % (CLIENT_CPU, SERVER_CPU, args.ucx_tls))
     print("# latency: one-way median ns (lower is better); bandwidth: GB/s = 1e9 B/s (higher is better)")
-    print("# x/UCX, x/libfabric: viabench value divided by the peer's (latency: <1 = viabench faster;"
-          " bandwidth: >1 = viabench faster)")
+    print("# x/UCX, x/libfabric: viabench value divided by the peer's, taken within each round, median over"
+          " %d rounds (latency: <1 = viabench faster; bandwidth: >1 = viabench faster)" % max(1, args.rounds))
     headers = ["test", "size", "viabench transport", "viabench", "UCX", "x/UCX", "libfabric", "x/libfabric"]
     rows = []
     for test, size, row in results:
         for t in transports:
-            r_ucx, r_fab = ratio(row[t], row["ucx"], test), ratio(row[t], row["libfabric"], test)
+            r_ucx, r_fab = round_ratio(row, t, "ucx", test), round_ratio(row, t, "libfabric", test)
             rows.append([test, human(size), t, fmt(row[t], test), fmt(row["ucx"], test),
                          "-" if r_ucx is None else "%.2f" % r_ucx, fmt(row["libfabric"], test),
                          "-" if r_fab is None else "%.2f" % r_fab])

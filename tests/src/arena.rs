@@ -7,7 +7,7 @@
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 
-use openvia_core::descriptor::{DataSegment, Descriptor};
+use openvia_core::descriptor::{DataSegment, DescPtr, Descriptor};
 use openvia_core::mem::PtagId;
 use openvia_core::nic::Nic;
 
@@ -76,6 +76,30 @@ impl Arena {
         self.base as u64 + (self.slots * DESC_SLOT + off) as u64
     }
 
+    /// Writes descriptor slot `slot`: control bits, segments (for RDMA
+    /// the first is the remote address segment) and immediate data. The
+    /// slot must not be posted.
+    pub fn set_desc(&self, slot: usize, control: u16, segs: &[Seg], immediate: u32) {
+        assert!(segs.len() <= SLOT_SEGMENTS, "{} segments", segs.len());
+        let d = self.desc(slot);
+        // SAFETY: `d` is a slot of this arena with room for SLOT_SEGMENTS
+        // segments; the caller owns it (not posted).
+        unsafe {
+            std::ptr::write_bytes(d as *mut u8, 0, DESC_SLOT);
+            (*d).cs.control = control;
+            (*d).cs.seg_count = segs.len() as u16;
+            (*d).cs.immediate_data = immediate;
+            let first = (d as *mut u8).add(32) as *mut DataSegment;
+            for (i, &(data, handle, length)) in segs.iter().enumerate() {
+                first.add(i).write(DataSegment {
+                    data,
+                    handle,
+                    length,
+                });
+            }
+        }
+    }
+
     pub fn data_len(&self) -> usize {
         self.data_len
     }
@@ -103,38 +127,18 @@ impl Drop for Arena {
 /// One local buffer of a descriptor: (address, memory handle, length).
 pub type Seg = (u64, u32, u32);
 
-/// Writes a descriptor: control bits, segments (for RDMA the first is the
-/// remote address segment) and immediate data.
-pub fn set_desc(d: *mut Descriptor, control: u16, segs: &[Seg], immediate: u32) {
-    assert!(segs.len() <= SLOT_SEGMENTS, "{} segments", segs.len());
-    // SAFETY: `d` is a slot of an arena with room for SLOT_SEGMENTS
-    // segments, and not posted (the caller owns it).
-    unsafe {
-        std::ptr::write_bytes(d as *mut u8, 0, DESC_SLOT);
-        (*d).cs.control = control;
-        (*d).cs.seg_count = segs.len() as u16;
-        (*d).cs.immediate_data = immediate;
-        let first = (d as *mut u8).add(32) as *mut DataSegment;
-        for (i, &(data, handle, length)) in segs.iter().enumerate() {
-            first.add(i).write(DataSegment {
-                data,
-                handle,
-                length,
-            });
-        }
-    }
-}
-
 /// A completed descriptor's (status, length, immediate data).
-pub fn completion(d: *const Descriptor) -> (u32, u32, u32) {
-    // SAFETY: `d` is an arena slot the provider has completed (its status
-    // was written last, with release ordering); volatile because the
-    // provider writes it behind the compiler's back.
+pub fn completion(d: DescPtr) -> (u32, u32, u32) {
+    let p = d.0;
+    // SAFETY: a DescPtr handed back by the provider names a descriptor it
+    // validated at post time and has completed (its status was written
+    // last, with release ordering); volatile because the provider writes
+    // it behind the compiler's back.
     unsafe {
         (
-            std::ptr::read_volatile(std::ptr::addr_of!((*d).cs.status)),
-            std::ptr::read_volatile(std::ptr::addr_of!((*d).cs.length)),
-            std::ptr::read_volatile(std::ptr::addr_of!((*d).cs.immediate_data)),
+            std::ptr::read_volatile(std::ptr::addr_of!((*p).cs.status)),
+            std::ptr::read_volatile(std::ptr::addr_of!((*p).cs.length)),
+            std::ptr::read_volatile(std::ptr::addr_of!((*p).cs.immediate_data)),
         )
     }
 }

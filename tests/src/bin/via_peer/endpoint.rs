@@ -234,7 +234,7 @@ pub fn send_done(vi: &Vi, expect: *mut Descriptor) -> u32 {
         .send_wait(Some(WAIT))
         .unwrap_or_else(|e| panic!("send wait: {e}"));
     assert_eq!(d.0, expect, "send completions out of order");
-    openvia_tests::arena::completion(expect).0
+    openvia_tests::arena::completion(DescPtr(expect)).0
 }
 
 /// Waits for the next completed receive and checks it is `expect`;
@@ -244,7 +244,7 @@ pub fn recv_done(vi: &Vi, expect: *mut Descriptor) -> (u32, u32, u32) {
         .recv_wait(Some(WAIT))
         .unwrap_or_else(|e| panic!("recv wait: {e}"));
     assert_eq!(d.0, expect, "receive completions out of order");
-    openvia_tests::arena::completion(expect)
+    openvia_tests::arena::completion(DescPtr(expect))
 }
 
 /// Fails unless the status word says done without error.

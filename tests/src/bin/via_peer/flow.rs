@@ -20,12 +20,7 @@ pub fn peer(opts: &Opts) {
     let first = local < remote;
     let m = Arena::new(&ep.nic, ep.ptag, 3, 2 * (LARGE + 64), false, false);
     let post = || {
-        set_desc(
-            m.desc(0),
-            0,
-            &[(m.addr(LARGE + 64), m.handle, LARGE as u32)],
-            0,
-        );
+        m.set_desc(0, 0, &[(m.addr(LARGE + 64), m.handle, LARGE as u32)], 0);
         vi.post_recv(m.desc(0), m.handle).expect("post recv");
     };
     if !first {
@@ -49,8 +44,8 @@ pub fn peer(opts: &Opts) {
             }
             // SAFETY: the send buffer is not posted.
             fill(unsafe { m.bytes(1, n) }, seed);
-            set_desc(
-                m.desc(1),
+            m.set_desc(
+                1,
                 control::IMMEDIATE,
                 &[(m.addr(1), m.handle, n as u32)],
                 j as u32,

@@ -78,12 +78,7 @@ pub fn server(opts: &Opts) {
     let post = |i: usize, j: u64| {
         let k = (j % WINDOW as u64) as usize;
         let m = &mems[i];
-        set_desc(
-            m.desc(k),
-            0,
-            &[(m.addr(k * slot), m.handle, slot as u32)],
-            0,
-        );
+        m.set_desc(k, 0, &[(m.addr(k * slot), m.handle, slot as u32)], 0);
         vis[i].post_recv(m.desc(k), m.handle).expect("post recv");
     };
     for i in 0..plan.vis {
@@ -125,7 +120,7 @@ pub fn server(opts: &Opts) {
                     let j = g.0;
                     let k = (j % WINDOW as u64) as usize;
                     assert_eq!(d.0, mems[i].desc(k), "VI {i}: receive order");
-                    let (st, len, imm) = arena::completion(d.0);
+                    let (st, len, imm) = arena::completion(d);
                     let what = format!("VI {i} message {j}");
                     assert_clean(st, &what);
                     let n = g.1.next().unwrap_or(0);
@@ -164,7 +159,7 @@ pub fn server(opts: &Opts) {
     // Each client VI disconnects after its notice: the closing receives
     // come back flushed through the CQs.
     for (i, m) in mems.iter().enumerate() {
-        set_desc(m.desc(WINDOW + 1), 0, &[], 0);
+        m.set_desc(WINDOW + 1, 0, &[], 0);
         vis[i]
             .post_recv(m.desc(WINDOW + 1), m.handle)
             .expect("post closing recv");
@@ -178,7 +173,7 @@ pub fn server(opts: &Opts) {
                 .expect("CQ wait for the disconnects");
             let i = index[&e.vi_id];
             let d = vis[i].recv_done().expect("closing receive");
-            let (st, _, _) = arena::completion(d.0);
+            let (st, _, _) = arena::completion(d);
             assert_ne!(
                 st & status::DESC_FLUSHED_ERROR,
                 0,
@@ -198,7 +193,7 @@ pub fn client(opts: &Opts) {
         .map(|_| Arena::new(&ep.nic, ep.ptag, WINDOW + 1, WINDOW * slot, false, false))
         .collect();
     for (vi, m) in vis.iter().zip(&mems) {
-        set_desc(m.desc(WINDOW), 0, &[], 0);
+        m.set_desc(WINDOW, 0, &[], 0);
         vi.post_recv(m.desc(WINDOW), m.handle).expect("post recv");
     }
     for vi in &vis {
@@ -220,8 +215,8 @@ pub fn client(opts: &Opts) {
                         unsafe { m.bytes(k * slot, n) },
                         message_seed(Plan::seed(i), j),
                     );
-                    set_desc(
-                        m.desc(k),
+                    m.set_desc(
+                        k,
                         control::IMMEDIATE,
                         &[(m.addr(k * slot), m.handle, n as u32)],
                         j as u32,

@@ -113,12 +113,7 @@ impl Regions {
         // SAFETY: the first bytes of the control area are never posted
         // for receiving and no send of them is outstanding.
         unsafe { t.bytes(0, Info::LEN) }.copy_from_slice(&self.info().encode());
-        set_desc(
-            t.desc(slot),
-            0,
-            &[(t.addr(0), t.handle, Info::LEN as u32)],
-            0,
-        );
+        t.set_desc(slot, 0, &[(t.addr(0), t.handle, Info::LEN as u32)], 0);
         vi.post_send(t.desc(slot), t.handle).expect("post info");
         assert_clean(send_done(vi, t.desc(slot)), "info");
     }
@@ -130,7 +125,7 @@ pub fn server(opts: &Opts) {
     let r = Regions::new(&ep);
     let t = &r.target;
     let post = |slot: usize| {
-        set_desc(t.desc(slot), 0, &[], 0);
+        t.set_desc(slot, 0, &[], 0);
         vi.post_recv(t.desc(slot), t.handle).expect("post recv");
     };
     for slot in 0..RECVS {
@@ -197,7 +192,7 @@ pub fn client(opts: &Opts) {
     let rel = opts.reliability();
     let vi = ep.vi(rel);
     let m = Arena::new(&ep.nic, ep.ptag, 8, 2 * AREA, false, false);
-    set_desc(m.desc(0), 0, &[(m.addr(0), m.handle, Info::LEN as u32)], 0);
+    m.set_desc(0, 0, &[(m.addr(0), m.handle, Info::LEN as u32)], 0);
     vi.post_recv(m.desc(0), m.handle).expect("post recv");
     ep.establish(opts, &vi);
     let (st, _, _) = recv_done(&vi, m.desc(0));
@@ -213,11 +208,11 @@ pub fn client(opts: &Opts) {
         assert_eq!(got, imm, "ack for another request");
     };
     let post_ack = || {
-        set_desc(m.desc(1), 0, &[], 0);
+        m.set_desc(1, 0, &[], 0);
         vi.post_recv(m.desc(1), m.handle).expect("post ack recv");
     };
     let send_ctl = |imm: u32| {
-        set_desc(m.desc(3), control::IMMEDIATE, &[], imm);
+        m.set_desc(3, control::IMMEDIATE, &[], imm);
         vi.post_send(m.desc(3), m.handle).expect("post control");
         assert_clean(send_done(&vi, m.desc(3)), "control");
     };
@@ -233,7 +228,7 @@ pub fn client(opts: &Opts) {
         let mut segs = vec![(info.write_addr, info.target_handle, 0)];
         segs.extend(m.segs(&src));
         let ctl = control::OP_RDMAWRITE | if with_imm { control::IMMEDIATE } else { 0 };
-        set_desc(m.desc(2), ctl, &segs, k as u32);
+        m.set_desc(2, ctl, &segs, k as u32);
         vi.post_send(m.desc(2), m.handle).expect("post RDMA write");
         let st = send_done(&vi, m.desc(2));
         assert_clean(st, &format!("RDMA write {k} ({n} bytes)"));
@@ -253,7 +248,7 @@ pub fn client(opts: &Opts) {
         let dst = spread(AREA, &uneven_split(n, 3, k + 1), 7 - k % 7, 4099);
         let mut segs = vec![(info.read_addr, info.target_handle, 0)];
         segs.extend(m.segs(&dst));
-        set_desc(m.desc(4), control::OP_RDMAREAD, &segs, 0);
+        m.set_desc(4, control::OP_RDMAREAD, &segs, 0);
         vi.post_send(m.desc(4), m.handle).expect("post RDMA read");
         let st = send_done(&vi, m.desc(4));
         assert_clean(st, &format!("RDMA read {k} ({n} bytes)"));
@@ -310,7 +305,7 @@ fn flushed(vi: &Vi, m: &Arena, slot: usize) -> bool {
         .recv_wait(Some(WAIT))
         .expect("receive wait on the broken VI");
     assert_eq!(d.0, m.desc(slot));
-    arena::completion(d.0).0 & status::DESC_FLUSHED_ERROR != 0
+    arena::completion(d).0 & status::DESC_FLUSHED_ERROR != 0
 }
 
 pub fn prot_server(opts: &Opts) {
@@ -324,7 +319,7 @@ pub fn prot_server(opts: &Opts) {
     let mut keep = Vec::new();
     for (name, ..) in CASES {
         let vi = ep.vi(rel);
-        set_desc(t.desc(0), 0, &[], 0);
+        t.set_desc(0, 0, &[], 0);
         vi.post_recv(t.desc(0), t.handle).expect("post recv");
         ep.accept(disc, &vi);
         r.send_info(&vi, 1);
@@ -346,9 +341,9 @@ pub fn prot_client(opts: &Opts) {
     let mut keep = Vec::new();
     for &(name, read, n, target) in CASES {
         let vi = ep.vi(rel);
-        set_desc(m.desc(0), 0, &[(m.addr(0), m.handle, Info::LEN as u32)], 0);
+        m.set_desc(0, 0, &[(m.addr(0), m.handle, Info::LEN as u32)], 0);
         vi.post_recv(m.desc(0), m.handle).expect("post recv");
-        set_desc(m.desc(1), 0, &[], 0);
+        m.set_desc(1, 0, &[], 0);
         vi.post_recv(m.desc(1), m.handle).expect("post recv");
         ep.connect(&vi, opts.str("disc"));
         assert_clean(recv_done(&vi, m.desc(0)).0, "info");
@@ -364,12 +359,7 @@ pub fn prot_client(opts: &Opts) {
         } else {
             control::OP_RDMAWRITE
         };
-        set_desc(
-            m.desc(2),
-            op,
-            &[remote, (m.addr(4096), m.handle, n as u32)],
-            0,
-        );
+        m.set_desc(2, op, &[remote, (m.addr(4096), m.handle, n as u32)], 0);
         vi.post_send(m.desc(2), m.handle).expect("post RDMA");
         let st = send_done(&vi, m.desc(2));
         let f = flushed(&vi, &m, 1);

@@ -49,7 +49,7 @@ pub fn server(opts: &Opts) {
     let mem = Arena::new(&ep.nic, ep.ptag, 4, 2 * (largest() + PAD), false, false);
     let post = |k: usize| {
         let pieces = recv_pieces(k % 2, k, SIZE_CLASSES[k]);
-        set_desc(mem.desc(k % 2), 0, &mem.segs(&pieces), 0);
+        mem.set_desc(k % 2, 0, &mem.segs(&pieces), 0);
         vi.post_recv(mem.desc(k % 2), mem.handle)
             .expect("post recv");
     };
@@ -83,12 +83,7 @@ pub fn server(opts: &Opts) {
                 (off, take)
             })
             .collect();
-        set_desc(
-            mem.desc(2),
-            control::IMMEDIATE,
-            &mem.segs(&echo),
-            checksum32(&data),
-        );
+        mem.set_desc(2, control::IMMEDIATE, &mem.segs(&echo), checksum32(&data));
         vi.post_send(mem.desc(2), mem.handle).expect("post echo");
         assert_clean(send_done(&vi, mem.desc(2)), &what);
     }
@@ -108,7 +103,7 @@ pub fn client(opts: &Opts) {
         let what = format!("client: message {k} ({n} bytes)");
         let payload = pattern(n, message_seed(STREAM, k as u64));
         let back = recv_pieces(1, k + 3, n);
-        set_desc(mem.desc(1), 0, &mem.segs(&back), 0);
+        mem.set_desc(1, 0, &mem.segs(&back), 0);
         vi.post_recv(mem.desc(1), mem.handle).expect("post recv");
 
         let out = spread(0, &uneven_split(n, 3, k), 1 + k % 7, 4097);
@@ -116,13 +111,13 @@ pub fn client(opts: &Opts) {
         unsafe { mem.write_pieces(&out, &payload) };
         // Odd messages carry the checksum; even ones carry no immediate.
         let ctl = if k % 2 == 1 { control::IMMEDIATE } else { 0 };
-        set_desc(mem.desc(0), ctl, &mem.segs(&out), checksum32(&payload));
+        mem.set_desc(0, ctl, &mem.segs(&out), checksum32(&payload));
         vi.post_send(mem.desc(0), mem.handle).expect("post send");
         let st = send_done(&vi, mem.desc(0));
         assert_clean(st, &what);
         assert_eq!(st & status::OP_MASK, status::OP_SEND);
         assert_eq!(
-            arena::completion(mem.desc(0)).1 as usize,
+            arena::completion(DescPtr(mem.desc(0))).1 as usize,
             n,
             "{what}: send length"
         );

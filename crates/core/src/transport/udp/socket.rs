@@ -1,0 +1,591 @@
+//! UDP sockets as the device uses them: non-blocking, large buffers,
+//! batched system calls (sendmmsg/recvmmsg), UDP GSO on send (one call
+//! hands the kernel a run of equal-sized datagrams, `UDP_SEGMENT`) and GRO
+//! on receive (`UDP_GRO`: the kernel may hand back several datagrams glued
+//! together, with their size in a control message). Interface queries
+//! (address, MTU) live here too since they are socket ioctls.
+
+use std::io;
+use std::mem::{size_of, zeroed};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+use crate::sys::cvt;
+
+const SOL_UDP: libc::c_int = 17;
+const UDP_SEGMENT: libc::c_int = 103;
+const UDP_GRO: libc::c_int = 104;
+/// Most datagrams the kernel accepts in one GSO send.
+const GSO_MAX_SEGMENTS: usize = 64;
+/// Largest GSO super-datagram (the UDP length field).
+const GSO_MAX_BYTES: usize = 65000;
+/// Receive buffers per recvmmsg call.
+pub const RX_BATCH: usize = 16;
+/// One receive buffer holds a whole GRO super-datagram.
+pub const RX_BUF: usize = 65536;
+
+fn to_raw(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: all-zero is a valid sockaddr_storage.
+    let mut ss: libc::sockaddr_storage = unsafe { zeroed() };
+    let len = match addr {
+        SocketAddr::V4(a) => {
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
+            let sin = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in) };
+            sin.sin_family = libc::AF_INET as libc::sa_family_t;
+            sin.sin_port = a.port().to_be();
+            sin.sin_addr.s_addr = u32::from(*a.ip()).to_be();
+            size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            // SAFETY: as above, for sockaddr_in6.
+            let sin6 = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in6) };
+            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            sin6.sin6_port = a.port().to_be();
+            sin6.sin6_addr.s6_addr = a.ip().octets();
+            sin6.sin6_scope_id = a.scope_id();
+            size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (ss, len as libc::socklen_t)
+}
+
+fn from_raw(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    match ss.ss_family as libc::c_int {
+        libc::AF_INET => {
+            // SAFETY: the family says this is a sockaddr_in.
+            let sin = unsafe { &*(ss as *const _ as *const libc::sockaddr_in) };
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
+                u16::from_be(sin.sin_port),
+            )))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says this is a sockaddr_in6.
+            let sin6 = unsafe { &*(ss as *const _ as *const libc::sockaddr_in6) };
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(sin6.sin6_addr.s6_addr),
+                u16::from_be(sin6.sin6_port),
+                0,
+                sin6.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+/// A 16-byte VIA host address: IPv6, or IPv4 mapped into IPv6.
+pub fn host_bytes(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    }
+}
+
+/// The IP address a 16-byte VIA host address stands for (mapped → IPv4).
+pub fn host_ip(host: &[u8]) -> Option<IpAddr> {
+    let b: [u8; 16] = host.try_into().ok()?;
+    let v6 = Ipv6Addr::from(b);
+    Some(match v6.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(v6),
+    })
+}
+
+fn setsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int, v: libc::c_int) -> bool {
+    // SAFETY: passing a pointer to a live c_int of the stated size.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&v as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        ) == 0
+    }
+}
+
+/// A non-blocking UDP socket.
+pub struct UdpSock {
+    fd: OwnedFd,
+    /// The kernel took UDP_SEGMENT on this socket.
+    pub gso: bool,
+}
+
+impl UdpSock {
+    /// Binds to `addr` (port 0: any). `reuseport`: join the port's group.
+    pub fn bind(addr: SocketAddr, reuseport: bool) -> io::Result<UdpSock> {
+        let domain = if addr.is_ipv4() {
+            libc::AF_INET
+        } else {
+            libc::AF_INET6
+        };
+        // SAFETY: plain syscall with constant arguments.
+        let fd = cvt(unsafe {
+            libc::socket(
+                domain,
+                libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                0,
+            )
+        })?;
+        // SAFETY: a fresh descriptor we own.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let raw = fd.as_raw_fd();
+        if reuseport {
+            setsockopt_int(raw, libc::SOL_SOCKET, libc::SO_REUSEPORT, 1);
+        }
+        if domain == libc::AF_INET6 && addr.ip().is_unspecified() {
+            setsockopt_int(raw, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 0);
+        }
+        // Bursts of a whole window arrive between two polls: give the
+        // kernel room (FORCE works for root, else the capped request does).
+        let bytes = 8 << 20;
+        if !setsockopt_int(raw, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, bytes) {
+            setsockopt_int(raw, libc::SOL_SOCKET, libc::SO_RCVBUF, bytes);
+        }
+        if !setsockopt_int(raw, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, bytes) {
+            setsockopt_int(raw, libc::SOL_SOCKET, libc::SO_SNDBUF, bytes);
+        }
+        let (ss, len) = to_raw(&addr);
+        // SAFETY: `ss` holds a valid address of `len` bytes.
+        cvt(unsafe { libc::bind(raw, (&ss as *const libc::sockaddr_storage).cast(), len) })?;
+        Ok(UdpSock { fd, gso: false })
+    }
+
+    /// Turns on GSO/GRO where the kernel has them (the flag records GSO).
+    pub fn enable_offloads(&mut self, gso: bool, gro: bool) {
+        let raw = self.fd.as_raw_fd();
+        if gro {
+            setsockopt_int(raw, SOL_UDP, UDP_GRO, 1);
+        }
+        // Probe GSO with a harmless socket-wide default of 0 (off).
+        self.gso = gso && setsockopt_int(raw, SOL_UDP, UDP_SEGMENT, 0);
+    }
+
+    pub fn raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        // SAFETY: getsockname writes at most `len` bytes into `ss`.
+        let mut ss: libc::sockaddr_storage = unsafe { zeroed() };
+        let mut len = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        cvt(unsafe {
+            libc::getsockname(
+                self.raw_fd(),
+                (&mut ss as *mut libc::sockaddr_storage).cast(),
+                &mut len,
+            )
+        })?;
+        from_raw(&ss).ok_or_else(|| io::Error::from(io::ErrorKind::InvalidData))
+    }
+
+    /// Fixes the peer: the kernel then drops datagrams from anyone else.
+    pub fn connect(&self, peer: SocketAddr) -> io::Result<()> {
+        let (ss, len) = to_raw(&peer);
+        // SAFETY: `ss` holds a valid address of `len` bytes.
+        cvt(unsafe {
+            libc::connect(
+                self.raw_fd(),
+                (&ss as *const libc::sockaddr_storage).cast(),
+                len,
+            )
+        })?;
+        Ok(())
+    }
+
+    pub fn send_to(&self, buf: &[u8], to: SocketAddr) -> io::Result<usize> {
+        let (ss, len) = to_raw(&to);
+        // SAFETY: `buf` and `ss` are valid for their lengths.
+        let n = unsafe {
+            libc::sendto(
+                self.raw_fd(),
+                buf.as_ptr().cast(),
+                buf.len(),
+                0,
+                (&ss as *const libc::sockaddr_storage).cast(),
+                len,
+            )
+        };
+        cvt(n as i32).map(|_| n as usize)
+    }
+
+    /// Sends on a connected socket.
+    pub fn send(&self, buf: &[u8]) -> io::Result<usize> {
+        // SAFETY: `buf` is valid for its length.
+        let n = unsafe { libc::send(self.raw_fd(), buf.as_ptr().cast(), buf.len(), 0) };
+        cvt(n as i32).map(|_| n as usize)
+    }
+
+    /// One datagram, without waiting; None if nothing is queued.
+    pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<Option<(usize, SocketAddr)>> {
+        // SAFETY: recvfrom writes at most buf.len() bytes and `len` address bytes.
+        let mut ss: libc::sockaddr_storage = unsafe { zeroed() };
+        let mut len = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        let n = unsafe {
+            libc::recvfrom(
+                self.raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+                (&mut ss as *mut libc::sockaddr_storage).cast(),
+                &mut len,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(None),
+                // A previous send hit a closed port: not this datagram's fault.
+                Some(libc::ECONNREFUSED) => Ok(None),
+                _ => Err(e),
+            };
+        }
+        let from = from_raw(&ss).ok_or_else(|| io::Error::from(io::ErrorKind::InvalidData))?;
+        Ok(Some((n as usize, from)))
+    }
+
+    /// Waits until readable or `timeout` passes; true if readable.
+    pub fn wait_readable(&self, timeout: Duration) -> bool {
+        let mut p = libc::pollfd {
+            fd: self.raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: one pollfd we own.
+        unsafe { libc::poll(&mut p, 1, ms.max(if timeout.is_zero() { 0 } else { 1 })) > 0 }
+    }
+
+    /// Sends the datagrams of `tx` (connected socket) in as few calls as it
+    /// can: runs of equal length become one GSO send, all go through one
+    /// sendmmsg. Returns how many datagrams went out (the rest stay queued
+    /// when the socket buffer is full).
+    pub fn send_batch(&self, tx: &TxBatch) -> io::Result<usize> {
+        let n = tx.lens.len();
+        if n == 0 {
+            return Ok(0);
+        }
+        let mut iovs: Vec<libc::iovec> = Vec::with_capacity(n);
+        let mut groups: Vec<(usize, usize, u16)> = Vec::with_capacity(n); // (first, count, gso)
+        let mut off = 0;
+        let mut i = 0;
+        while i < n {
+            let first = i;
+            let seg = tx.lens[i];
+            let mut bytes = seg;
+            let start = off;
+            off += seg;
+            i += 1;
+            if self.gso {
+                while i < n
+                    && i - first < GSO_MAX_SEGMENTS
+                    && tx.lens[i] <= seg
+                    && bytes + tx.lens[i] <= GSO_MAX_BYTES
+                {
+                    let l = tx.lens[i];
+                    bytes += l;
+                    off += l;
+                    i += 1;
+                    if l < seg {
+                        break; // only the last of a run may be shorter
+                    }
+                }
+            }
+            iovs.push(libc::iovec {
+                iov_base: tx.arena[start..].as_ptr() as *mut libc::c_void,
+                iov_len: bytes,
+            });
+            let gso = if i - first > 1 { seg as u16 } else { 0 };
+            groups.push((first, i - first, gso));
+        }
+        let cmsg_space = {
+            // SAFETY: CMSG_SPACE is a pure computation.
+            unsafe { libc::CMSG_SPACE(size_of::<u16>() as u32) as usize }
+        };
+        let mut cbufs = vec![0u64; groups.len() * cmsg_space.div_ceil(8)];
+        let stride = cmsg_space.div_ceil(8);
+        // SAFETY: all-zero is a valid mmsghdr.
+        let mut msgs: Vec<libc::mmsghdr> = (0..groups.len()).map(|_| unsafe { zeroed() }).collect();
+        for (k, (_, _, gso)) in groups.iter().enumerate() {
+            let m = &mut msgs[k].msg_hdr;
+            m.msg_iov = &mut iovs[k];
+            m.msg_iovlen = 1;
+            if *gso != 0 {
+                let cb = cbufs[k * stride..].as_mut_ptr() as *mut u8;
+                m.msg_control = cb.cast();
+                m.msg_controllen = cmsg_space;
+                // SAFETY: the control buffer is cmsg_space bytes, room for
+                // one header and a u16, as CMSG_SPACE computed.
+                unsafe {
+                    let c = libc::CMSG_FIRSTHDR(m);
+                    (*c).cmsg_level = SOL_UDP;
+                    (*c).cmsg_type = UDP_SEGMENT;
+                    (*c).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as usize;
+                    std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut u16, *gso);
+                }
+            }
+        }
+        let mut done_groups = 0;
+        while done_groups < msgs.len() {
+            // SAFETY: every mmsghdr points at live iovecs and control
+            // buffers that outlive the call.
+            let r = unsafe {
+                libc::sendmmsg(
+                    self.raw_fd(),
+                    msgs[done_groups..].as_mut_ptr(),
+                    (msgs.len() - done_groups) as u32,
+                    0,
+                )
+            };
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EINTR) => continue,
+                    Some(libc::EAGAIN) | Some(libc::ENOBUFS) => break,
+                    // The peer's port is closed (ICMP): the datagrams are
+                    // gone like any lost ones; recovery or the dead-peer
+                    // timer decides.
+                    Some(libc::ECONNREFUSED) => {
+                        done_groups += 1;
+                        continue;
+                    }
+                    _ => return Err(e),
+                }
+            }
+            done_groups += r as usize;
+        }
+        Ok(groups[..done_groups].iter().map(|g| g.1).sum())
+    }
+
+    /// Receives what is queued, without waiting, into `rx`; returns the
+    /// number of buffers filled.
+    pub fn recv_batch(&self, rx: &mut RxBatch) -> io::Result<usize> {
+        let cmsg_space = {
+            // SAFETY: pure computation.
+            unsafe { libc::CMSG_SPACE(size_of::<libc::c_int>() as u32) as usize }
+        };
+        let stride = cmsg_space.div_ceil(8);
+        if rx.cbufs.len() < RX_BATCH * stride {
+            rx.cbufs = vec![0u64; RX_BATCH * stride];
+        }
+        let mut iovs: Vec<libc::iovec> = rx
+            .bufs
+            .iter_mut()
+            .map(|b| libc::iovec {
+                iov_base: b.as_mut_ptr().cast(),
+                iov_len: b.len(),
+            })
+            .collect();
+        // SAFETY: all-zero is a valid mmsghdr.
+        let mut msgs: Vec<libc::mmsghdr> = (0..RX_BATCH).map(|_| unsafe { zeroed() }).collect();
+        for (k, m) in msgs.iter_mut().enumerate() {
+            m.msg_hdr.msg_iov = &mut iovs[k];
+            m.msg_hdr.msg_iovlen = 1;
+            m.msg_hdr.msg_control = rx.cbufs[k * stride..].as_mut_ptr().cast();
+            m.msg_hdr.msg_controllen = cmsg_space;
+        }
+        // SAFETY: every header points at a live buffer and control area.
+        let r = unsafe {
+            libc::recvmmsg(
+                self.raw_fd(),
+                msgs.as_mut_ptr(),
+                RX_BATCH as u32,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::EAGAIN) | Some(libc::EINTR) | Some(libc::ECONNREFUSED) => Ok(0),
+                _ => Err(e),
+            };
+        }
+        let r = r as usize;
+        for (k, m) in msgs.iter().take(r).enumerate() {
+            let mut seg = 0usize;
+            // SAFETY: walking the control messages the kernel wrote, within
+            // msg_controllen.
+            unsafe {
+                let mut c = libc::CMSG_FIRSTHDR(&m.msg_hdr);
+                while !c.is_null() {
+                    if (*c).cmsg_level == SOL_UDP && (*c).cmsg_type == UDP_GRO {
+                        seg = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::c_int)
+                            as usize;
+                    }
+                    c = libc::CMSG_NXTHDR(&m.msg_hdr, c);
+                }
+            }
+            rx.lens[k] = (m.msg_len as usize, seg);
+            let _ = m.msg_hdr.msg_flags & libc::MSG_TRUNC;
+            rx.truncated[k] = m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+        }
+        Ok(r)
+    }
+}
+
+/// Datagrams queued for one `send_batch`, back to back in one arena.
+#[derive(Default)]
+pub struct TxBatch {
+    pub arena: Vec<u8>,
+    pub lens: Vec<usize>,
+}
+
+impl TxBatch {
+    pub fn clear(&mut self) {
+        self.arena.clear();
+        self.lens.clear();
+    }
+    /// Drops the first `n` datagrams (sent).
+    pub fn consume(&mut self, n: usize) {
+        let bytes: usize = self.lens[..n].iter().sum();
+        self.arena.drain(..bytes);
+        self.lens.drain(..n);
+    }
+}
+
+/// Buffers for `recv_batch`.
+pub struct RxBatch {
+    pub bufs: Vec<Vec<u8>>,
+    /// (bytes, GRO segment size or 0) per filled buffer.
+    pub lens: Vec<(usize, usize)>,
+    pub truncated: Vec<bool>,
+    cbufs: Vec<u64>,
+}
+
+impl RxBatch {
+    pub fn new(buf_len: usize) -> Self {
+        Self {
+            bufs: (0..RX_BATCH).map(|_| vec![0u8; buf_len]).collect(),
+            lens: vec![(0, 0); RX_BATCH],
+            truncated: vec![false; RX_BATCH],
+            cbufs: Vec::new(),
+        }
+    }
+
+    /// The datagrams in buffer `k` (a GRO buffer holds several).
+    pub fn datagrams(&self, k: usize) -> impl Iterator<Item = &[u8]> {
+        let (len, seg) = self.lens[k];
+        let data = &self.bufs[k][..len];
+        let step = if seg == 0 { len.max(1) } else { seg };
+        data.chunks(step)
+    }
+}
+
+/// An interface's IP address (IPv4 preferred) and MTU.
+pub fn interface_info(ifname: &str) -> Option<(IpAddr, usize)> {
+    let mut v4 = None;
+    let mut v6 = None;
+    for (name, ip) in interface_addresses() {
+        if name != ifname {
+            continue;
+        }
+        match ip {
+            IpAddr::V4(_) if v4.is_none() => v4 = Some(ip),
+            IpAddr::V6(a) if v6.is_none() && (a.segments()[0] & 0xffc0) != 0xfe80 => v6 = Some(ip),
+            _ => {}
+        }
+    }
+    let ip = v4.or(v6)?;
+    Some((ip, interface_mtu(ifname).unwrap_or(1500)))
+}
+
+/// The first interface with a non-loopback IPv4 address (else IPv6).
+pub fn first_non_loopback() -> Option<(String, IpAddr)> {
+    let all = interface_addresses();
+    all.iter()
+        .find(|(_, ip)| ip.is_ipv4() && !ip.is_loopback())
+        .or_else(|| {
+            all.iter().find(|(_, ip)| match ip {
+                IpAddr::V6(a) => !a.is_loopback() && (a.segments()[0] & 0xffc0) != 0xfe80,
+                _ => false,
+            })
+        })
+        .cloned()
+}
+
+/// The interface holding `ip`, if any.
+pub fn interface_of(ip: IpAddr) -> Option<String> {
+    interface_addresses()
+        .into_iter()
+        .find(|(_, a)| *a == ip)
+        .map(|(n, _)| n)
+}
+
+/// (interface name, address) for every address of this host.
+pub fn interface_addresses() -> Vec<(String, IpAddr)> {
+    let mut out = Vec::new();
+    let mut ifa: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs allocates a list we free below; we read only
+    // sockaddr fields whose family says what they are, and NUL-terminated names.
+    unsafe {
+        if libc::getifaddrs(&mut ifa) != 0 {
+            return out;
+        }
+        let mut p = ifa;
+        while !p.is_null() {
+            let a = (*p).ifa_addr;
+            if !a.is_null() && !(*p).ifa_name.is_null() {
+                let name = std::ffi::CStr::from_ptr((*p).ifa_name)
+                    .to_string_lossy()
+                    .into_owned();
+                let ss = &*(a as *const libc::sockaddr_storage);
+                if matches!(
+                    (*a).sa_family as libc::c_int,
+                    libc::AF_INET | libc::AF_INET6
+                ) {
+                    if let Some(sa) = from_raw_prefix(a, ss) {
+                        out.push((name, sa));
+                    }
+                }
+            }
+            p = (*p).ifa_next;
+        }
+        libc::freeifaddrs(ifa);
+    }
+    out
+}
+
+/// Reads the address of a sockaddr of known family without assuming the
+/// kernel allocated a whole sockaddr_storage behind it.
+///
+/// # Safety
+/// `a` must point at a sockaddr_in or sockaddr_in6 as its family says.
+unsafe fn from_raw_prefix(a: *const libc::sockaddr, _ss: &libc::sockaddr_storage) -> Option<IpAddr> {
+    match (*a).sa_family as libc::c_int {
+        libc::AF_INET => {
+            let sin = &*(a as *const libc::sockaddr_in);
+            Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))))
+        }
+        libc::AF_INET6 => {
+            let sin6 = &*(a as *const libc::sockaddr_in6);
+            Some(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)))
+        }
+        _ => None,
+    }
+}
+
+/// The MTU of interface `ifname` (SIOCGIFMTU).
+pub fn interface_mtu(ifname: &str) -> Option<usize> {
+    if ifname.len() >= libc::IFNAMSIZ {
+        return None;
+    }
+    // SAFETY: a throwaway datagram socket for the ioctl; the ifreq is
+    // zeroed and gets a NUL-terminated name shorter than IFNAMSIZ.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return None;
+        }
+        let fd = OwnedFd::from_raw_fd(fd);
+        let mut req: libc::ifreq = zeroed();
+        for (d, s) in req.ifr_name.iter_mut().zip(ifname.bytes()) {
+            *d = s as libc::c_char;
+        }
+        if libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFMTU, &mut req) != 0 {
+            return None;
+        }
+        Some(req.ifr_ifru.ifru_mtu as usize)
+    }
+}
