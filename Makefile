@@ -33,6 +33,10 @@ test-rust:
 	$(CARGO) test --workspace
 
 test-c: stage
+	@# A C user's build line must work against the installed tree.
+	cc -Wall -Wextra -Werror -o $(STAGE)/vnettest-pkgconfig examples/c/vnettest.c examples/c/vipl_example.c \
+		$$(PKG_CONFIG_PATH=$(STAGE)/lib/pkgconfig pkg-config --cflags --libs vipl)
+	$(STAGE)/vnettest-pkgconfig -h >/dev/null 2>&1 || [ $$? -le 2 ]
 	PKG_CONFIG_PATH=$(STAGE)/lib/pkgconfig tests/c/run.sh $(STAGE)/lib
 
 clean:

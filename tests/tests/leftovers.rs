@@ -28,14 +28,12 @@ fn stream_args(role: &str, disc: &str, side: &str, extra: &[(&str, &str)]) -> Ve
 /// Streams until the victim reports progress, then SIGKILLs it.
 fn kill_mid_stream(disc: &str, kill_server: bool, cma: bool) {
     let env = base_env(cma);
-    let (victim_opts, survivor_opts): (&[(&str, &str)], &[(&str, &str)]) = (
-        &[("count", "0"), ("report", "20")],
-        &[("count", "0"), ("expect_break", "1")],
-    );
+    let victim_opts = [("count", "0"), ("report", "20")];
+    let survivor_opts = [("count", "0"), ("expect_break", "1")];
     let (s_opts, c_opts) = if kill_server {
-        (victim_opts, survivor_opts)
+        (&victim_opts, &survivor_opts)
     } else {
-        (survivor_opts, victim_opts)
+        (&survivor_opts, &victim_opts)
     };
     let mut server = Peer::spawn(
         EXE,

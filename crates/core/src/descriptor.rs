@@ -179,14 +179,20 @@ pub enum PostRefusal {
     BadDescriptor,
 }
 
+/// The control segment fields a post reads once: (Control, SegCount,
+/// ImmediateData).
+pub type ControlWords = (u16, u16, u32);
+
 /// Checks that the descriptor at `ptr` lies in the region `handle` names,
-/// with room for its segments, and belongs to `ptag`.
+/// with room for its segments, and belongs to `ptag`. Returns it with its
+/// control words, read once.
+#[inline]
 pub fn check_placement(
     reg: &MemoryRegistry,
     ptr: *mut Descriptor,
     handle: u32,
     ptag: PtagId,
-) -> Result<DescPtr, PostRefusal> {
+) -> Result<(DescPtr, ControlWords), PostRefusal> {
     let addr = ptr as u64;
     if ptr.is_null() || addr % DESCRIPTOR_ALIGNMENT != 0 {
         return Err(PostRefusal::BadDescriptor);
@@ -196,24 +202,25 @@ pub fn check_placement(
         return Err(PostRefusal::BadDescriptor);
     }
     let d = DescPtr(ptr);
-    let (_, seg_count, _) = d.control();
-    let need = 32 + 16 * seg_count as u64;
+    let words = d.control();
+    let need = 32 + 16 * words.1 as u64;
     if !region.contains(addr, need) {
         return Err(PostRefusal::BadDescriptor);
     }
-    Ok(d)
+    Ok((d, words))
 }
 
 /// Validates a send-queue descriptor and collects its local ranges into
 /// `local`. On failure returns the status error bits to complete it with.
+#[inline]
 pub fn parse_send(
     reg: &MemoryRegistry,
     d: DescPtr,
+    (control, seg_count, imm): ControlWords,
     ptag: PtagId,
     max_transfer: u64,
     local: &mut Vec<Range>,
 ) -> Result<WorkRequest, u32> {
-    let (control, seg_count, imm) = d.control();
     if control & control::RESERVED != 0 || seg_count as usize > MAX_SEGMENTS + 1 {
         return Err(status::FORMAT_ERROR);
     }
@@ -250,19 +257,21 @@ pub fn parse_send(
 }
 
 /// Validates a receive descriptor; returns its capacity in bytes.
+#[inline]
 pub fn parse_recv(
     reg: &MemoryRegistry,
     d: DescPtr,
+    (control, seg_count, _): ControlWords,
     ptag: PtagId,
     local: &mut Vec<Range>,
 ) -> Result<u64, u32> {
-    let (control, seg_count, _) = d.control();
     if control & (control::RESERVED | control::OP_MASK) != 0 || seg_count as usize > MAX_SEGMENTS {
         return Err(status::FORMAT_ERROR);
     }
     collect_ranges(reg, d, 0, seg_count as usize, ptag, local)
 }
 
+#[inline]
 fn collect_ranges(
     reg: &MemoryRegistry,
     d: DescPtr,

@@ -5,7 +5,8 @@
 //! and receive queues of [descriptors](descriptor), and
 //! [completion queues](cq). A VI moves data through a
 //! [`transport::Channel`]; the shared-memory device lives in
-//! [`transport::shm`]. Everything below is plain Rust; the C interface
+//! [`transport::shm`], the network device (UDP) in [`transport::udp`].
+//! Everything below is plain Rust; the C interface
 //! (`libvipl.so`) is a thin shell over it.
 //!
 //! ```no_run
@@ -26,6 +27,7 @@
 //! ```
 
 pub mod config;
+pub mod connect;
 pub mod cq;
 pub mod descriptor;
 pub mod error;
@@ -40,6 +42,5 @@ mod wait;
 
 pub use error::{Result, ViaError};
 pub use openvia_wire::handshake::{Address, ViAttrs};
-pub use transport::shm::connect::{
-    connect_request, connect_wait, peer_done, peer_request, peer_wait, ConnRequest,
-};
+pub use connect::{connect_request, connect_wait, peer_done, peer_request, peer_wait, ConnRequest};
+pub use transport::udp::{stats as udp_stats, StatsSnapshot as UdpStats};

@@ -80,6 +80,8 @@ pub type ErrorHandler = Arc<dyn Fn(&AsyncError) + Send + Sync>;
 pub enum Device {
     /// Processes on this host, over shared memory (`/dev/via_lo`).
     SharedMemory,
+    /// Hosts over UDP (`/dev/via_<ifname>`, `/dev/via_udp`).
+    Udp,
 }
 
 /// What `VipQueryNic` reports.
@@ -143,6 +145,8 @@ pub struct NicShared {
     progress: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Opaque value for the C shell (its handle).
     pub token: AtomicU64,
+    /// The network device's medium (None on shared memory).
+    pub udp: Option<crate::transport::udp::UdpNic>,
 }
 
 /// An open NIC. Dropping the last handle closes it.
@@ -151,22 +155,45 @@ pub struct Nic {
     pub(crate) shared: Arc<NicShared>,
 }
 
-fn parse_device(name: Option<&str>) -> Result<Device> {
+/// The device a name opens, and for the network device the interface
+/// (None: the generic `/dev/via_udp`, bound per `OPENVIA_UDP_BIND`).
+fn parse_device(name: Option<&str>) -> Result<(Device, Option<String>)> {
     match name.map(str::trim) {
         None | Some("") | Some("/dev/via_lo") | Some("via_lo") | Some("lo") | Some("/dev/via_shm") => {
-            Ok(Device::SharedMemory)
+            Ok((Device::SharedMemory, None))
         }
-        Some(n) if n.starts_with("/dev/via_") => Err(ViaError::InvalidParameter(
-            "network devices (/dev/via_<ifname>) come with the UDP transport; only /dev/via_lo is available",
-        )),
-        Some(_) => Err(ViaError::InvalidParameter("unknown device name")),
+        Some("/dev/via_udp") | Some("via_udp") => Ok((Device::Udp, None)),
+        Some(n) => {
+            let ifname = n
+                .strip_prefix("/dev/via_")
+                .or_else(|| n.strip_prefix("via_"))
+                .ok_or(ViaError::InvalidParameter("unknown device name"))?;
+            if ifname.is_empty() || ifname.len() >= libc::IFNAMSIZ {
+                return Err(ViaError::InvalidParameter("unknown device name"));
+            }
+            Ok((Device::Udp, Some(ifname.to_string())))
+        }
     }
 }
 
 impl Nic {
     /// `VipOpenNic`: NULL, "" and "/dev/via_lo" open the shared-memory device.
     pub fn open(device_name: Option<&str>) -> Result<Nic> {
-        let device = parse_device(device_name)?;
+        let (device, ifname) = parse_device(device_name)?;
+        let udp = match device {
+            Device::Udp => Some(crate::transport::udp::UdpNic::open(ifname.as_deref())?),
+            Device::SharedMemory => None,
+        };
+        let (name, address) = match &udp {
+            Some(u) => (
+                match &u.ifname {
+                    Some(i) if ifname.is_some() => format!("/dev/via_{i}"),
+                    _ => "/dev/via_udp".to_string(),
+                },
+                crate::transport::udp::socket::host_bytes(u.ip),
+            ),
+            None => ("/dev/via_lo".to_string(), local_host_address()),
+        };
         ATFORK.call_once(|| {
             // SAFETY: registering a plain extern "C" function with no
             // captured state; it only touches an atomic.
@@ -180,8 +207,8 @@ impl Nic {
             .map_err(|_| ViaError::Resource("epoll"))?;
         let shared = Arc::new(NicShared {
             device,
-            name: "/dev/via_lo".to_string(),
-            address: local_host_address(),
+            name,
+            address,
             config,
             spin_ns: AtomicU64::new(config.spin_ns),
             registry: MemoryRegistry::new(),
@@ -198,6 +225,7 @@ impl Nic {
             fork_generation: FORK_GENERATION.load(Ordering::SeqCst),
             progress: Mutex::new(None),
             token: AtomicU64::new(0),
+            udp,
         });
         let weak = Arc::downgrade(&shared);
         let handle = std::thread::Builder::new()
@@ -235,8 +263,11 @@ impl Nic {
             max_segments_per_desc: MAX_SEGMENTS as u64,
             max_cq: MAX_CQ as u64,
             max_cq_entries: crate::cq::MAX_CQ_ENTRIES as u64,
-            max_transfer_size: MAX_TRANSFER_SIZE,
-            native_mtu: self.shared.config.inline_max as u64,
+            max_transfer_size: self.shared.max_transfer(),
+            native_mtu: match &self.shared.udp {
+                Some(u) => u.mtu as u64,
+                None => self.shared.config.inline_max as u64,
+            },
             max_ptags: MAX_PTAGS as u64,
             reliability_support: reliability::UNRELIABLE
                 | reliability::RELIABLE_DELIVERY
@@ -520,7 +551,7 @@ impl NicShared {
             | reliability::RELIABLE_RECEPTION => {}
             _ => return Err(ViaError::InvalidReliability),
         }
-        if a.max_transfer > MAX_TRANSFER_SIZE {
+        if a.max_transfer > self.max_transfer() {
             return Err(ViaError::InvalidMtu);
         }
         if !self.ptag_valid(a.ptag) {
@@ -530,6 +561,29 @@ impl NicShared {
             return Err(ViaError::InvalidRdmaRead);
         }
         Ok(())
+    }
+
+    /// Largest transfer one descriptor may carry on this NIC's device.
+    pub(crate) fn max_transfer(&self) -> u64 {
+        match self.device {
+            Device::SharedMemory => MAX_TRANSFER_SIZE,
+            Device::Udp => crate::transport::udp::UDP_MAX_TRANSFER,
+        }
+    }
+
+    /// The earliest protocol timer of any VI (CLOCK_MONOTONIC ns).
+    fn next_timer_ns(&self) -> Option<u64> {
+        if self.device != Device::Udp {
+            return None;
+        }
+        self.live_vis()
+            .iter()
+            .filter_map(|vi| match vi.inner.try_lock() {
+                Ok(g) => g.channel.as_ref().and_then(|c| c.timer_deadline_ns()),
+                // Busy: its owner drives it; look again soon.
+                Err(_) => Some(crate::sys::now_ns() + 1_000_000),
+            })
+            .min()
     }
 
     pub(crate) fn vi(&self, id: u64) -> Option<Arc<Vi>> {
@@ -651,6 +705,9 @@ impl NicShared {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
+        if self.udp.is_some() {
+            crate::transport::udp::connect::forget_nic(self);
+        }
         self.registry.clear();
         self.doorbell.event().signal();
         let h = self
@@ -697,6 +754,15 @@ fn progress_loop(weak: Weak<NicShared>, epoll: Arc<Epoll>) {
                     Some(Duration::from_secs(1))
                 }
             }
+        };
+        // Never sleep past a protocol timer (retransmission, keepalive,
+        // dead peer): a posted descriptor must complete on its own.
+        let timeout = match weak.upgrade().and_then(|n| n.next_timer_ns()) {
+            Some(t) => {
+                let left = Duration::from_nanos(t.saturating_sub(crate::sys::now_ns()));
+                Some(timeout.map_or(left, |d| d.min(left)))
+            }
+            None => timeout,
         };
         epoll.wait(timeout, &mut tokens);
         let Some(nic) = weak.upgrade() else { return };

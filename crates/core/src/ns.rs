@@ -1,9 +1,11 @@
 //! The name service: host names to VIA host addresses and back.
 //!
-//! The shared-memory device reaches only this host, so a name resolves if
-//! it denotes this host: empty, `localhost`, the host name, or any name
-//! whose addresses include a loopback address or one of this host's
-//! interface addresses.
+//! The shared-memory device reaches only this host, so there a name
+//! resolves if it denotes this host: empty, `localhost`, the host name, or
+//! any name whose addresses include a loopback address or one of this
+//! host's interface addresses. The network device resolves any host name
+//! or IPv4/IPv6 literal to 16 bytes (IPv4 mapped into IPv6, IPv4 preferred
+//! when a name has both); a name of this host gives the NIC's own address.
 
 use std::net::{IpAddr, ToSocketAddrs};
 
@@ -72,24 +74,51 @@ pub fn is_local_name(name: &str) -> bool {
         .any(|ip| ip.is_loopback() || mine.contains(&ip))
 }
 
-/// `VipNSGetHostByName` for the shared-memory device.
+/// Resolves `name` (host name or IPv4/IPv6 literal) to a 16-byte address.
+pub fn resolve(name: &str) -> Result<[u8; NIC_ADDRESS_LEN]> {
+    let name = name.trim();
+    let literal = name.trim_start_matches('[').trim_end_matches(']');
+    if let Ok(ip) = literal.parse::<IpAddr>() {
+        return Ok(crate::transport::udp::socket::host_bytes(ip));
+    }
+    let addrs: Vec<IpAddr> = (name, 0u16)
+        .to_socket_addrs()
+        .map_err(|e| ViaError::NameService(format!("{name}: {e}")))?
+        .map(|a| a.ip())
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or_else(|| addrs.first())
+        .map(|ip| crate::transport::udp::socket::host_bytes(*ip))
+        .ok_or_else(|| ViaError::NameService(format!("{name}: no address")))
+}
+
+/// `VipNSGetHostByName`. `local` is the NIC's address: the shared-memory
+/// device's (loopback) accepts only names of this host.
 pub fn get_host_by_name(name: &str, local: [u8; NIC_ADDRESS_LEN]) -> Result<[u8; NIC_ADDRESS_LEN]> {
     if is_local_name(name) {
-        Ok(local)
-    } else {
-        Err(ViaError::NameService(format!(
-            "{name} is not this host (shared-memory device)"
-        )))
+        return Ok(local);
     }
+    if local == crate::nic::local_host_address() {
+        return Err(ViaError::NameService(format!(
+            "{name} is not this host (shared-memory device)"
+        )));
+    }
+    resolve(name)
 }
 
 /// `VipNSGetHostByAddr`.
 pub fn get_host_by_addr(addr: &[u8], local: [u8; NIC_ADDRESS_LEN]) -> Result<String> {
     if addr == local {
-        Ok(hostname())
-    } else {
-        Err(ViaError::NameService("unknown host address".into()))
+        return Ok(hostname());
     }
+    if local == crate::nic::local_host_address() || addr.len() != NIC_ADDRESS_LEN {
+        return Err(ViaError::NameService("unknown host address".into()));
+    }
+    crate::transport::udp::socket::host_ip(addr)
+        .map(|ip| ip.to_string())
+        .ok_or_else(|| ViaError::NameService("unknown host address".into()))
 }
 
 #[cfg(test)]
@@ -103,5 +132,16 @@ mod tests {
         assert!(is_local_name("127.0.0.1"));
         assert!(is_local_name(&hostname()));
         assert!(!is_local_name("192.0.2.77"), "TEST-NET address is not ours");
+    }
+
+    #[test]
+    fn literals_resolve_mapped() {
+        let a = resolve("192.0.2.7").unwrap();
+        assert_eq!(&a[..12], &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff]);
+        assert_eq!(&a[12..], &[192, 0, 2, 7]);
+        let b = resolve("[2001:db8::1]").unwrap();
+        assert_eq!(b[0..2], [0x20, 0x01]);
+        assert_eq!(b[15], 1);
+        assert!(resolve("no-such-host.invalid").is_err());
     }
 }

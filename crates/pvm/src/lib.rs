@@ -1,1 +1,13 @@
-//! PVM 3 on openvia: pvmd, the task library and the global pool. (work in progress)
+//! PVM 3 on openvia: the pvmd daemon, the task-side library logic behind
+//! libpvm3.so.3 and the `pvm` console, message encodings and the EPVM
+//! global page pool.
+
+pub mod codec;
+pub mod daemon;
+pub mod error;
+pub mod frame;
+pub mod paths;
+pub mod task;
+pub mod tid;
+
+pub use error::{PvmError, PvmResult};

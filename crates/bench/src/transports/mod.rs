@@ -22,6 +22,7 @@ pub mod kernel_tcp;
 pub mod kernel_udp;
 pub mod shm;
 mod socket_io;
+pub mod udp;
 
 use crate::error::{BenchError, Result};
 use std::time::Duration;
@@ -236,6 +237,7 @@ pub trait Endpoint {
 pub fn registry() -> Vec<Box<dyn Transport>> {
     vec![
         Box::new(shm::Shm::new()),
+        Box::new(udp::Udp::new()),
         Box::new(kernel_tcp::KernelTcp::new("kernel-tcp", WaitMode::Block)),
         Box::new(kernel_tcp::KernelTcp::new(
             "kernel-tcp-spin",

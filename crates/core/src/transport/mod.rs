@@ -10,6 +10,7 @@
 //! and whatever its medium needs.
 
 pub mod shm;
+pub mod udp;
 
 use std::os::fd::RawFd;
 
@@ -93,4 +94,11 @@ pub trait Channel: Send {
 
     /// Tells the peer we are leaving (`broken`: because of an error).
     fn close(&mut self, broken: bool);
+
+    /// When (CLOCK_MONOTONIC ns) `progress` must run next even if nothing
+    /// arrives: protocol timers (retransmission, keepalive, dead peer).
+    /// The progress thread sleeps no longer than this.
+    fn timer_deadline_ns(&self) -> Option<u64> {
+        None
+    }
 }

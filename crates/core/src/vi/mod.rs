@@ -213,7 +213,7 @@ impl Vi {
         let mut deferred = Vec::new();
         let mut g = self.lock();
         let ptag = g.attrs.ptag;
-        let d = descriptor::check_placement(&self.nic.registry, desc, mem_handle, ptag)
+        let (d, words) = descriptor::check_placement(&self.nic.registry, desc, mem_handle, ptag)
             .map_err(|_| ViaError::InvalidParameter("descriptor"))?;
         if g.sq.entries.len() >= MAX_DESCRIPTORS_PER_QUEUE {
             return Err(ViaError::Resource("send queue full"));
@@ -234,6 +234,7 @@ impl Vi {
         let parsed = descriptor::parse_send(
             &self.nic.registry,
             d,
+            words,
             ptag,
             inner.attrs.max_transfer,
             &mut inner.scratch,
@@ -319,7 +320,7 @@ impl Vi {
         let mut deferred = Vec::new();
         let mut g = self.lock();
         let ptag = g.attrs.ptag;
-        let d = descriptor::check_placement(&self.nic.registry, desc, mem_handle, ptag)
+        let (d, words) = descriptor::check_placement(&self.nic.registry, desc, mem_handle, ptag)
             .map_err(|_| ViaError::InvalidParameter("descriptor"))?;
         if g.rq.entries.len() >= MAX_DESCRIPTORS_PER_QUEUE {
             return Err(ViaError::Resource("receive queue full"));
@@ -328,7 +329,7 @@ impl Vi {
         let inner = &mut *g;
         let mut ranges = inner.rq.take_spare();
         let state = self.state();
-        match descriptor::parse_recv(&self.nic.registry, d, ptag, &mut ranges) {
+        match descriptor::parse_recv(&self.nic.registry, d, words, ptag, &mut ranges) {
             Ok(capacity) if state != ViState::Error => {
                 inner.rq.entries.push_back(RecvEntry {
                     desc: d,
@@ -440,6 +441,7 @@ impl Vi {
                 Fault::RdmaReadProtection => ErrorCode::RdmarProt,
                 Fault::RemoteRefused(_) => ErrorCode::RdmaTransport,
                 Fault::Transport => ErrorCode::RdmaTransport,
+                Fault::PeerGone => ErrorCode::ConnLost,
             };
             if reliable && self.state() == ViState::Connected {
                 self.fail(inner, code, true, deferred);
@@ -484,8 +486,10 @@ impl Vi {
         did
     }
 
-    /// Breaks the connection: deliver what already arrived, tell the peer
-    /// (if `tell_peer`), flush both queues, report `code`.
+    /// Breaks the connection, flushes both queues, reports `code`.
+    /// `tell_peer`: the break is ours (an error here); the peer is told and
+    /// nothing more is delivered. Otherwise the peer broke it, and what it
+    /// wrote before is delivered first.
     fn fail(
         &self,
         inner: &mut ViInner,
@@ -497,16 +501,21 @@ impl Vi {
             return;
         }
         self.set_state(ViState::Error);
-        self.close_channel(inner, tell_peer);
+        self.close_channel(inner, tell_peer, !tell_peer);
         deferred.push(Deferred::Error(self.async_error(code, ResourceCode::Vi)));
         self.nic.doorbell.ring_local();
     }
 
-    /// Ends the connection: deliver what already arrived (data the peer
-    /// wrote before it left is still in the ring), close the channel
-    /// (`broken`: tell the peer it was an error) and flush both queues.
-    fn close_channel(&self, inner: &mut ViInner, broken: bool) {
-        self.drain_and_reap(inner);
+    /// Ends the connection: deliver what already arrived if `drain` (data
+    /// the peer wrote before it left is still in the ring), close the
+    /// channel (`broken`: tell the peer it was an error) and flush both
+    /// queues.
+    fn close_channel(&self, inner: &mut ViInner, broken: bool, drain: bool) {
+        // Without a drain, sends not yet seen complete are flushed: an
+        // unread refusal could otherwise pass for success.
+        if drain {
+            self.drain_and_reap(inner);
+        }
         if let Some(mut ch) = inner.channel.take() {
             self.nic.unwatch(ch.liveness_fd());
             ch.close(broken);
@@ -784,7 +793,7 @@ impl Vi {
         *self.peer.lock().unwrap_or_else(|e| e.into_inner()) = None;
         let mut g = self.lock();
         let inner = &mut *g;
-        self.close_channel(inner, false);
+        self.close_channel(inner, false, true);
         inner.remote_attrs = None;
         self.set_state(ViState::Idle);
         drop(g);

@@ -26,6 +26,16 @@ pub enum Fault {
     RemoteRefused(u32),
     /// Data could not be copied (the peer's memory went away).
     Transport,
+    /// Data could not be copied because the peer's process is gone.
+    PeerGone,
+}
+
+impl Fault {
+    /// Whether data was lost: on the reliable levels nothing after it may
+    /// be delivered (a hole in the stream).
+    pub fn lost_data(&self) -> bool {
+        matches!(self, Fault::Transport | Fault::PeerGone)
+    }
 }
 
 /// The receiving side of a VI, lent to a transport for one progress call.

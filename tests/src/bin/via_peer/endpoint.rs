@@ -7,7 +7,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use openvia_core::cq::CompletionQueue;
-use openvia_core::descriptor::{status, Descriptor};
+use openvia_core::descriptor::{status, DescPtr, Descriptor};
 use openvia_core::mem::PtagId;
 use openvia_core::nic::{AsyncError, ErrorCode, Nic};
 use openvia_core::vi::{reliability, Vi, ViAttributes, ViState};
@@ -258,7 +258,7 @@ pub fn assert_clean(st: u32, what: &str) {
 /// still needs it. Only for a VI with no other receive posted.
 pub fn await_peer_close(vi: &Vi, arena: &openvia_tests::arena::Arena, slot: usize) {
     let d = arena.desc(slot);
-    openvia_tests::arena::set_desc(d, 0, &[], 0);
+    arena.set_desc(slot, 0, &[], 0);
     vi.post_recv(d, arena.handle)
         .expect("post the closing receive");
     expect_flushed(vi, d);

@@ -5,10 +5,10 @@
 //! saw. Any check that fails panics: exit status 101, message on stderr.
 
 mod endpoint;
-mod flow;
 mod many;
-mod meet;
+mod peer;
 mod rdma;
+mod setup;
 mod sizes;
 mod stream;
 
@@ -45,9 +45,9 @@ fn main() {
         "prot-client" => rdma::prot_client(&opts),
         "stream-send" => stream::sender(&opts),
         "stream-recv" => stream::receiver(&opts),
-        "peer" => flow::peer(&opts),
-        "connect-once" => meet::connect_once(&opts),
-        "accept-once" => meet::accept_once(&opts),
+        "peer" => peer::peer(&opts),
+        "connect-once" => setup::connect_once(&opts),
+        "accept-once" => setup::accept_once(&opts),
         _ => {
             eprintln!("usage: via_peer <role> [key=value ...]; unknown role `{role}`");
             std::process::exit(2);

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use openvia_core::descriptor::{control, status};
 use openvia_core::vi::Vi;
-use openvia_tests::arena::{self, set_desc, Arena};
+use openvia_tests::arena::{self, Arena};
 use openvia_tests::pattern::{fill, first_mismatch, message_seed, Rng};
 
 use crate::endpoint::{assert_clean, recv_done, send_done, Endpoint, Opts, WAIT};
@@ -140,7 +140,7 @@ pub fn server(opts: &Opts) {
                     }
                     if g.0 == plan.msgs {
                         let notice = mems[i].desc(WINDOW);
-                        set_desc(notice, control::IMMEDIATE, &[], plan.msgs as u32);
+                        mems[i].set_desc(WINDOW, control::IMMEDIATE, &[], plan.msgs as u32);
                         vis[i]
                             .post_send(notice, mems[i].handle)
                             .expect("post notice");

@@ -13,7 +13,7 @@
 
 use openvia_core::descriptor::{control, status};
 use openvia_core::vi::{reliability, Vi, ViState};
-use openvia_tests::arena::{self, set_desc, spread, uneven_split, Arena};
+use openvia_tests::arena::{self, spread, uneven_split, Arena};
 use openvia_tests::pattern::{fill, first_mismatch, splitmix64};
 
 use crate::endpoint::{assert_clean, expect_flushed, recv_done, send_done, Endpoint, Opts, WAIT};
@@ -178,7 +178,7 @@ pub fn server(opts: &Opts) {
             _ => panic!("unexpected control message: status {st:#x} immediate {imm:#x}"),
         }
         let ack = t.desc(RECVS + 1);
-        set_desc(ack, control::IMMEDIATE, &[], imm);
+        t.set_desc(RECVS + 1, control::IMMEDIATE, &[], imm);
         vi.post_send(ack, t.handle).expect("post ack");
         assert_clean(send_done(&vi, ack), "ack");
     }

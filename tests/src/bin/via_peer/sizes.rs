@@ -4,8 +4,8 @@
 //! immediate data, and echoes the very bytes it received; the client checks
 //! the echo. Zero-length pieces appear for the smallest sizes.
 
-use openvia_core::descriptor::{control, status};
-use openvia_tests::arena::{self, set_desc, spread, uneven_split, Arena};
+use openvia_core::descriptor::{control, status, DescPtr};
+use openvia_tests::arena::{self, spread, uneven_split, Arena};
 use openvia_tests::pattern::{checksum32, first_mismatch, message_seed, pattern};
 use openvia_tests::SIZE_CLASSES;
 

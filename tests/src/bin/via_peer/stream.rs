@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use openvia_core::descriptor::{control, status};
 use openvia_core::vi::ViState;
-use openvia_tests::arena::{self, set_desc, Arena};
+use openvia_tests::arena::{self, Arena};
 use openvia_tests::pattern::{fill, first_mismatch, message_seed, Rng};
 
 use crate::endpoint::{assert_clean, await_peer_close, send_done, Endpoint, Opts, WAIT};
@@ -288,7 +288,7 @@ pub fn receiver(opts: &Opts) {
         return;
     }
     let notice = mem.desc(s.window);
-    set_desc(notice, control::IMMEDIATE, &[], s.count as u32);
+    mem.set_desc(s.window, control::IMMEDIATE, &[], s.count as u32);
     vi.post_send(notice, mem.handle).expect("post notice");
     assert_clean(send_done(&vi, notice), "notice");
     println!("RESULT received={k} ms={}", started.elapsed().as_millis());

@@ -325,13 +325,14 @@ impl ShmChannel {
                 }
                 if cma_rec {
                     let local = place.recv_ranges().to_vec();
-                    let err = match cma::read_from(self.peer_pid, &local, &remote) {
-                        Ok(n) if n == h.total_len => 0,
-                        _ => status::TRANSPORT_ERROR,
+                    let got = cma::read_from(self.peer_pid, &local, &remote);
+                    let err = match cma_fault(&got, h.total_len) {
+                        None => 0,
+                        Some(f) => {
+                            place.faults.push(f);
+                            status::TRANSPORT_ERROR
+                        }
                     };
-                    if err != 0 {
-                        place.faults.push(Fault::Transport);
-                    }
                     place.recv_complete(h.total_len, imm, false, err);
                     return Ok(Some(true));
                 }
@@ -363,9 +364,11 @@ impl ShmChannel {
                     len: h.total_len,
                 }];
                 if cma_rec {
-                    let ok = matches!(cma::read_from(self.peer_pid, &target, &remote), Ok(n) if n == h.total_len);
-                    if !ok {
-                        place.faults.push(Fault::Transport);
+                    let got = cma::read_from(self.peer_pid, &target, &remote);
+                    let fault = cma_fault(&got, h.total_len);
+                    let ok = fault.is_none();
+                    if let Some(f) = fault {
+                        place.faults.push(f);
                         self.queue_control(RecordKind::Nack, h.msg_seq, status::TRANSPORT_ERROR);
                     }
                     if imm.is_some() {
@@ -524,6 +527,15 @@ impl ShmChannel {
     }
 }
 
+/// What a CMA copy's outcome means: None when all `want` bytes moved.
+fn cma_fault(got: &std::io::Result<u64>, want: u64) -> Option<Fault> {
+    match got {
+        Ok(n) if *n == want => None,
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Some(Fault::PeerGone),
+        _ => Some(Fault::Transport),
+    }
+}
+
 impl Channel for ShmChannel {
     fn post(
         &mut self,
@@ -535,6 +547,36 @@ impl Channel for ShmChannel {
             return Err(ChannelFailed("closed"));
         }
         let seq = self.next_seq + 1;
+        // The common case, written straight into the ring: a small send.
+        if wr.op == OpKind::Send
+            && !track
+            && self.pending.is_empty()
+            && wr.total_len <= self.cfg.inline_max as u64
+        {
+            let mut flags = 0;
+            let mut imm = 0;
+            if let Some(i) = wr.immediate {
+                flags |= FLAG_IMMEDIATE;
+                imm = i;
+            }
+            // SAFETY: `local` ranges were validated against the registry.
+            let pushed = self.tx.push_data(
+                Op::Send,
+                flags,
+                wr.total_len as u32,
+                imm,
+                seq,
+                |buf| unsafe {
+                    ranges::gather(local, 0, buf);
+                },
+            );
+            if pushed {
+                self.next_seq = seq;
+                self.sent = seq;
+                self.peer.ring();
+                return Ok((seq, Completion::Sent));
+            }
+        }
         let mut header = self.first_header(wr, seq);
         if track {
             header.flags |= FLAG_WAKE;
@@ -606,6 +648,7 @@ impl Channel for ShmChannel {
                 Ok(None) => break,
                 Err(_) => return Err(ChannelFailed("malformed ring record")),
             };
+            let faults_before = place.faults.len();
             let done = match pk.header.kind {
                 RecordKind::First => {
                     if self.inbound.is_some() {
@@ -633,6 +676,11 @@ impl Channel for ShmChannel {
             }
             self.settle_owed();
             delivered_any = true;
+            // After lost data, let the VI decide (on the reliable levels
+            // nothing behind it may be delivered).
+            if place.faults[faults_before..].iter().any(Fault::lost_data) {
+                break;
+            }
         }
         if delivered_any {
             did = true;

@@ -9,7 +9,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use openvia_wire::shm::{record_len, RecordHeader, RecordKind, FLAG_WAKE, LINE};
+use openvia_wire::shm::{record_len, Op, RecordHeader, RecordKind, CORE, FLAG_WAKE, LINE};
 use openvia_wire::WireError;
 
 /// The consumer-written words of one direction, on their own cache line.
@@ -137,6 +137,53 @@ impl Producer {
             self.write_record(&pad, |_| {});
         }
         self.write_record(hdr, fill);
+        true
+    }
+
+    /// Writes a whole message as one compact data record (a `First` of
+    /// `op` carrying all `len` bytes), without building a header value
+    /// first. False if there is no room.
+    #[inline]
+    pub fn push_data(
+        &mut self,
+        op: Op,
+        flags: u8,
+        len: u32,
+        immediate: u32,
+        seq: u64,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> bool {
+        let rec = (CORE + len as usize).div_ceil(LINE) * LINE;
+        let off = (self.tail as usize) & (self.ring.size - 1);
+        if off + rec > self.ring.size || !self.can_push_record(rec) {
+            // Wrapping or full: the general path pads or queues.
+            return false;
+        }
+        let mut flags = flags;
+        if (self.tail - self.cached_head) as usize + rec > self.ring.size / 2 {
+            flags |= FLAG_WAKE;
+        }
+        let p = self.ring.line_ptr(self.tail);
+        // SAFETY: [tail, tail+rec) is reserved and inside the data area; the
+        // fields match the layout documented in openvia_wire::shm; the
+        // consumer reads nothing before the stamp is released.
+        unsafe {
+            *p.add(8) = RecordKind::First as u8;
+            *p.add(9) = op as u8;
+            *p.add(10) = flags;
+            *p.add(11) = 0;
+            std::ptr::write_unaligned(p.add(12) as *mut u32, len);
+            std::ptr::write_unaligned(p.add(16) as *mut u32, len);
+            std::ptr::write_unaligned(p.add(20) as *mut u32, immediate);
+            std::ptr::write_unaligned(p.add(24) as *mut u64, seq);
+            if len > 0 {
+                fill(std::slice::from_raw_parts_mut(p.add(CORE), len as usize));
+            }
+        }
+        self.ring
+            .stamp(self.tail)
+            .store(self.tail + 1, Ordering::Release);
+        self.tail += rec as u64;
         true
     }
 
@@ -298,7 +345,6 @@ pub fn fuzz_consume(data: &[u8]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use openvia_wire::shm::Op;
 
     struct TestRing {
         _mem: Vec<u64>,

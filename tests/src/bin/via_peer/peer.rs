@@ -4,7 +4,7 @@
 
 use openvia_core::descriptor::control;
 use openvia_core::{peer_request, peer_wait};
-use openvia_tests::arena::{set_desc, Arena};
+use openvia_tests::arena::Arena;
 use openvia_tests::pattern::{fill, first_mismatch, message_seed, Rng};
 
 use crate::endpoint::{assert_clean, await_peer_close, recv_done, send_done, Endpoint, Opts, WAIT};

@@ -1,0 +1,277 @@
+//! The connection agent: how a client that knows only (host,
+//! discriminator) reaches the right server process on that host.
+//!
+//! Every process that opens a network NIC runs one agent thread holding a
+//! UDP socket on the well-known port (`OPENVIA_AGENT_PORT`, 7250) with
+//! `SO_REUSEPORT`, so any number of processes share the port and none of
+//! them owns it: there is nothing to hand over when a process exits. The
+//! kernel gives each connect request to one of them, whichever; that agent
+//! forwards it, with the client's address, to the server waiting on the
+//! discriminator through an abstract Unix datagram socket named after a
+//! hash of the discriminator (`openvia-udp/<port>/<tag>`). Abstract names
+//! belong to the network namespace and vanish with their process, so a
+//! stale server cannot linger and two namespaces never mix. The server
+//! answers the client directly from the VI's own socket; from then on the
+//! agent plays no part.
+//!
+//! Handshake user data (64 bytes at most): mode (1), target tag (16),
+//! the client's wall-clock time in ms (8, replay window), then the client's
+//! own discriminator (up to 39 bytes; longer ones are cut).
+
+use std::io;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr as UnixAddr, UnixDatagram};
+use std::sync::atomic::Ordering;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use openvia_wire::rum::{Body, Packet, Repr, AUTHENTICATOR_LEN};
+
+use super::mac::{hmac_sha256, sha256, tags_equal};
+use super::socket::{host_bytes, UdpSock};
+use super::stats::STATS;
+
+/// Client-server request.
+pub const MODE_CLIENT_SERVER: u8 = 1;
+/// Peer-to-peer request.
+pub const MODE_PEER: u8 = 2;
+pub const TAG_LEN: usize = 16;
+const USER_FIXED: usize = 1 + TAG_LEN + 8;
+/// Longest client discriminator carried in a request.
+pub const MAX_CARRIED_DISCRIMINATOR: usize = openvia_wire::rum::MAX_USER_DATA - USER_FIXED;
+/// Requests older (or newer) than this are replays (or clocks too far apart).
+pub const REPLAY_WINDOW_MS: u64 = 60_000;
+/// Forwarded frame: client IP (16), port (2), datagram.
+const FWD_HEADER: usize = 18;
+
+/// The tag a server listens on: clients compute the same from the address.
+pub fn tag(mode: u8, listener: &[u8], other: &[u8]) -> [u8; TAG_LEN] {
+    let mut v = vec![mode, listener.len() as u8];
+    v.extend_from_slice(listener);
+    v.extend_from_slice(other);
+    let h = sha256(&v);
+    let mut t = [0u8; TAG_LEN];
+    t.copy_from_slice(&h[..TAG_LEN]);
+    t
+}
+
+pub fn wall_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// What a connect request's user data says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestData {
+    pub mode: u8,
+    pub tag: [u8; TAG_LEN],
+    pub time_ms: u64,
+    pub client_disc: Vec<u8>,
+}
+
+impl RequestData {
+    pub fn emit(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(USER_FIXED + self.client_disc.len());
+        v.push(self.mode);
+        v.extend_from_slice(&self.tag);
+        v.extend_from_slice(&self.time_ms.to_be_bytes());
+        let n = self.client_disc.len().min(MAX_CARRIED_DISCRIMINATOR);
+        v.extend_from_slice(&self.client_disc[..n]);
+        v
+    }
+
+    pub fn parse(b: &[u8]) -> Option<Self> {
+        if b.len() < USER_FIXED || !matches!(b[0], MODE_CLIENT_SERVER | MODE_PEER) {
+            return None;
+        }
+        let mut tag = [0u8; TAG_LEN];
+        tag.copy_from_slice(&b[1..1 + TAG_LEN]);
+        Some(Self {
+            mode: b[0],
+            tag,
+            time_ms: u64::from_be_bytes(b[1 + TAG_LEN..USER_FIXED].try_into().ok()?),
+            client_disc: b[USER_FIXED..].to_vec(),
+        })
+    }
+}
+
+/// Fills the authenticator of a handshake datagram (no-op without a key
+/// or for other packets).
+pub fn sign(key: Option<&[u8]>, dg: &mut [u8]) {
+    let Some(key) = key else { return };
+    let Ok(mut p) = Packet::new_checked(&mut *dg) else {
+        return;
+    };
+    let Some(range) = p.authenticator_range() else {
+        return;
+    };
+    let zero = [0u8; AUTHENTICATOR_LEN];
+    p.set_authenticator(&zero);
+    let mac = hmac_sha256(key, &[&p.as_bytes()[..]]);
+    let _ = range;
+    p.set_authenticator(&mac);
+}
+
+/// Checks a handshake datagram's authenticator; without a key, requires
+/// that none is claimed either (both ends must agree on using a key).
+pub fn verify(key: Option<&[u8]>, dg: &[u8]) -> bool {
+    let Ok(p) = Packet::new_checked(dg) else {
+        return false;
+    };
+    match (key, p.authenticator_range()) {
+        (None, None) => true,
+        (Some(key), Some(range)) => {
+            let mut copy = dg.to_vec();
+            copy[range.clone()].fill(0);
+            let mac = hmac_sha256(key, &[&copy]);
+            tags_equal(&mac, &dg[range])
+        }
+        _ => false,
+    }
+}
+
+fn listener_name(port: u16, tag: &[u8; TAG_LEN]) -> Vec<u8> {
+    let hex: String = tag.iter().map(|b| format!("{b:02x}")).collect();
+    format!("openvia-udp/{port}/{hex}").into_bytes()
+}
+
+/// A server's mailbox: forwarded connect requests arrive here.
+pub struct Listener {
+    sock: UnixDatagram,
+}
+
+impl Listener {
+    /// Claims `tag` on this host (this network namespace); fails if
+    /// another process already waits on it.
+    pub fn bind(port: u16, tag: &[u8; TAG_LEN]) -> io::Result<Listener> {
+        let addr = UnixAddr::from_abstract_name(listener_name(port, tag))?;
+        let sock = UnixDatagram::bind_addr(&addr)?;
+        Ok(Listener { sock })
+    }
+
+    /// Next forwarded request: (client address, datagram).
+    pub fn recv(&self, timeout: Duration) -> io::Result<Option<(SocketAddr, Vec<u8>)>> {
+        self.sock
+            .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))?;
+        let mut buf = vec![0u8; 2048];
+        let n = match self.sock.recv(&mut buf) {
+            Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Ok(None)
+            }
+            Err(e) => return Err(e),
+        };
+        if n < FWD_HEADER {
+            return Ok(None);
+        }
+        let ip: [u8; 16] = buf[..16].try_into().unwrap_or_default();
+        let v6 = Ipv6Addr::from(ip);
+        let ip = v6
+            .to_ipv4_mapped()
+            .map_or(IpAddr::V6(v6), IpAddr::V4);
+        let port = u16::from_be_bytes([buf[16], buf[17]]);
+        buf.truncate(n);
+        buf.drain(..FWD_HEADER);
+        Ok(Some((SocketAddr::new(ip, port), buf)))
+    }
+}
+
+/// Sends a request to the listener of `tag` (the agent's job).
+fn forward(out: &UnixDatagram, port: u16, tag: &[u8; TAG_LEN], from: SocketAddr, dg: &[u8]) {
+    let Ok(addr) = UnixAddr::from_abstract_name(listener_name(port, tag)) else {
+        return;
+    };
+    let mut frame = Vec::with_capacity(FWD_HEADER + dg.len());
+    frame.extend_from_slice(&host_bytes(from.ip()));
+    frame.extend_from_slice(&from.port().to_be_bytes());
+    frame.extend_from_slice(dg);
+    match out.send_to_addr(&frame, &addr) {
+        Ok(_) => {
+            STATS.agent_forwarded.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(_) => {
+            // Nobody waits on that discriminator (yet): the client retries.
+            STATS.agent_no_listener.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+fn agent_loop(sock: UdpSock, port: u16) {
+    let Ok(out) = UnixDatagram::unbound() else {
+        return;
+    };
+    let mut buf = vec![0u8; 2048];
+    loop {
+        if !sock.wait_readable(Duration::from_secs(3600)) {
+            continue;
+        }
+        while let Ok(Some((n, from))) = sock.recv_from(&mut buf) {
+            let dg = &buf[..n];
+            let target = match Repr::parse(dg) {
+                Ok(Repr {
+                    header,
+                    body: Body::ConnectRequest(h),
+                }) if header.conn_id == 0 => RequestData::parse(h.user_data).map(|d| d.tag),
+                _ => None,
+            };
+            match target {
+                Some(tag) => forward(&out, port, &tag, from, dg),
+                None => {
+                    STATS.agent_garbage.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+}
+
+/// Starts this process's agent on `port` (once; it lives as long as the
+/// process). IPv6 dual-stack where the kernel has it, else IPv4.
+pub fn ensure_agent(port: u16) -> io::Result<()> {
+    static STARTED: OnceLock<Mutex<Vec<u16>>> = OnceLock::new();
+    let mut started = STARTED
+        .get_or_init(|| Mutex::new(Vec::new()))
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if started.contains(&port) {
+        return Ok(());
+    }
+    let sock = UdpSock::bind(SocketAddr::new(IpAddr::from(Ipv6Addr::UNSPECIFIED), port), true)
+        .or_else(|_| UdpSock::bind(SocketAddr::new(IpAddr::from([0, 0, 0, 0]), port), true))?;
+    std::thread::Builder::new()
+        .name("openvia-agent".into())
+        .spawn(move || agent_loop(sock, port))?;
+    started.push(port);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_data_round_trip() {
+        let d = RequestData {
+            mode: MODE_PEER,
+            tag: tag(MODE_PEER, b"a", b"b"),
+            time_ms: 12345,
+            client_disc: b"client".to_vec(),
+        };
+        assert_eq!(RequestData::parse(&d.emit()), Some(d));
+        assert_eq!(RequestData::parse(&[9; 30]), None);
+        assert_eq!(RequestData::parse(&[1; 5]), None);
+    }
+
+    #[test]
+    fn tags_separate_modes_and_orders() {
+        assert_ne!(tag(MODE_PEER, b"a", b"b"), tag(MODE_PEER, b"b", b"a"));
+        assert_ne!(tag(MODE_PEER, b"a", b""), tag(MODE_CLIENT_SERVER, b"a", b""));
+        assert_ne!(tag(MODE_PEER, b"ab", b""), tag(MODE_PEER, b"a", b"b"));
+    }
+}

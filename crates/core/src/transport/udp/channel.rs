@@ -1,0 +1,532 @@
+//! One connected VI pair over UDP: a [`Channel`] that feeds an
+//! `openvia_proto::Connection` with datagrams and time, and turns the
+//! messages it delivers into placements.
+//!
+//! Each VI owns a UDP socket connected to the peer's, so the kernel does
+//! the demultiplexing and drops datagrams from anyone else; the socket is
+//! also the descriptor the NIC's progress thread sleeps on. Every call of
+//! `progress` reads the socket without blocking (recvmmsg, GRO), runs due
+//! timers, places complete messages and sends what the protocol wants to
+//! send (sendmmsg with GSO runs). An acknowledgement owed for a message
+//! just delivered waits for the next call, so a reply the application
+//! posts right away carries it.
+//!
+//! VIA operations map onto RUM messages one to one. An RDMA read request
+//! carries (length, tag) as 16 bytes of payload, the tag being the
+//! requester's message number; the response is a message of op
+//! `RdmaReadResponse` whose remote address is the tag. A refusal (an RDMA
+//! write or read that fails the target's protection check) is a response
+//! with memory handle [`NACK_HANDLE`], the refused message number as remote
+//! address and the status bits as immediate data.
+
+use std::os::fd::RawFd;
+use std::sync::atomic::Ordering;
+
+use openvia_proto::{
+    Connection, Event, MessageInfo, MessageSink, OutgoingMessage, Placement as Offer, Time, ViaOp,
+};
+use openvia_wire::handshake::ViAttrs;
+
+use super::socket::{RxBatch, TxBatch, UdpSock, RX_BUF};
+use super::stats::STATS;
+use crate::descriptor::{status, OpKind, WorkRequest};
+use crate::ranges::{self, Range};
+use crate::transport::{Channel, ChannelFailed, Completion, PeerEvent};
+use crate::vi::placement::{Fault, Placement};
+
+/// Memory handle that marks a response as a refusal.
+pub const NACK_HANDLE: u32 = u32::MAX;
+/// Datagrams gathered before one sendmmsg.
+const TX_BATCH: usize = 64;
+
+/// Now, as the protocol's time (CLOCK_MONOTONIC).
+pub fn now() -> Time {
+    Time::from_nanos(crate::sys::now_ns())
+}
+
+/// The server's Accept, sent again until the client is heard from (the
+/// client's repeated requests reach the listener, not this connection).
+pub struct AcceptEcho {
+    pub datagram: Vec<u8>,
+    pub next: u64,
+    pub interval_ns: u64,
+    pub give_up: u64,
+}
+
+pub struct UdpChannel {
+    sock: UdpSock,
+    conn: Connection,
+    remote: ViAttrs,
+    reliable: bool,
+    tx: TxBatch,
+    rx: RxBatch,
+    scratch: Vec<u8>,
+    /// Messages posted (our sequence numbers are message id + 1).
+    posted: u64,
+    /// Every message below this id has completed.
+    completed: u64,
+    failed: Option<&'static str>,
+    closed: bool,
+    /// An acknowledgement (or other datagram) waits for the next call.
+    flush_owed: bool,
+    /// The progress thread saw the socket readable.
+    readable: bool,
+    echo: Option<AcceptEcho>,
+    heard: bool,
+    replies: Vec<OutgoingMessage>,
+}
+
+impl UdpChannel {
+    pub fn new(sock: UdpSock, conn: Connection, remote: ViAttrs, echo: Option<AcceptEcho>) -> Self {
+        let reliable = conn.config().reliability.is_reliable();
+        let scratch = vec![0u8; conn.max_datagram_len().max(2048)];
+        let rx_buf = if sock.gso {
+            RX_BUF
+        } else {
+            conn.max_datagram_len().max(2048)
+        };
+        let mut ch = Self {
+            sock,
+            conn,
+            remote,
+            reliable,
+            tx: TxBatch::default(),
+            rx: RxBatch::new(rx_buf),
+            scratch,
+            posted: 0,
+            completed: 0,
+            failed: None,
+            closed: false,
+            flush_owed: false,
+            readable: false,
+            heard: echo.is_none(),
+            echo,
+            replies: Vec::new(),
+        };
+        ch.drain_events();
+        ch
+    }
+
+    fn drain_events(&mut self) {
+        while let Some(ev) = self.conn.poll_event() {
+            match ev {
+                Event::SendCompleted(id) => self.completed = self.completed.max(id + 1),
+                Event::ConnectionLost(reason) => {
+                    self.failed.get_or_insert(match reason {
+                        openvia_proto::LostReason::PeerSilent => "peer silent",
+                        openvia_proto::LostReason::RetransmitLimit => "retransmission limit",
+                        openvia_proto::LostReason::LossWithoutRecovery => "loss on lossless mode",
+                        openvia_proto::LostReason::ProtocolViolation => "protocol violation",
+                        openvia_proto::LostReason::ConnectTimeout => "connect timeout",
+                    });
+                }
+                Event::PeerDisconnected { .. } => {
+                    self.failed.get_or_insert("peer disconnected");
+                }
+                Event::Connected(_) | Event::Rejected { .. } => {}
+            }
+        }
+    }
+
+    /// Pulls datagrams out of the protocol and sends them in batches.
+    fn flush(&mut self, now: Time) {
+        self.flush_owed = false;
+        loop {
+            let mut pulled = false;
+            while self.tx.lens.len() < TX_BATCH {
+                match self.conn.poll_transmit(now, &mut self.scratch) {
+                    Some(n) => {
+                        self.tx.arena.extend_from_slice(&self.scratch[..n]);
+                        self.tx.lens.push(n);
+                        pulled = true;
+                    }
+                    None => break,
+                }
+            }
+            if self.tx.lens.is_empty() {
+                break;
+            }
+            let sent = match self.sock.send_batch(&self.tx) {
+                Ok(n) => n,
+                Err(_) => {
+                    // An unreachable network: like a loss; timers decide.
+                    self.tx.lens.len()
+                }
+            };
+            self.tx.consume(sent);
+            if !self.tx.lens.is_empty() {
+                // Socket buffer full: keep the rest for the next call.
+                self.flush_owed = true;
+                break;
+            }
+            if !pulled {
+                break;
+            }
+        }
+        self.drain_events();
+    }
+
+    fn receive(&mut self, now: Time) -> bool {
+        let mut any = false;
+        loop {
+            let n = match self.sock.recv_batch(&mut self.rx) {
+                Ok(n) => n,
+                Err(_) => 0,
+            };
+            for k in 0..n {
+                if self.rx.truncated[k] {
+                    STATS.truncated.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                let (rx, conn) = (&self.rx, &mut self.conn);
+                for dg in rx.datagrams(k) {
+                    conn.handle_datagram(now, dg);
+                }
+            }
+            any |= n > 0;
+            if n < super::socket::RX_BATCH {
+                break;
+            }
+        }
+        if any {
+            self.heard = true;
+            self.echo = None;
+        }
+        any
+    }
+
+    fn run_echo(&mut self, now: u64) {
+        let Some(e) = self.echo.as_mut() else { return };
+        if now >= e.give_up {
+            self.echo = None;
+            return;
+        }
+        if now >= e.next {
+            let _ = self.sock.send(&e.datagram);
+            e.interval_ns = (e.interval_ns * 2).min(500_000_000);
+            e.next = now + e.interval_ns;
+        }
+    }
+
+    fn local_data(local: &[Range], len: u64) -> Vec<u8> {
+        let mut data = vec![0u8; len as usize];
+        // SAFETY: the ranges were validated against the registry at post.
+        unsafe { ranges::gather(local, 0, &mut data) };
+        data
+    }
+
+    fn publish_counters(&self) {
+        let c = self.conn.counters();
+        STATS.add_connection(c);
+        if std::env::var_os("OPENVIA_UDP_STATS").is_some() {
+            eprintln!("openvia udp: connection {:#x} counters {c:?}", self.conn.local_conn_id());
+        }
+    }
+}
+
+/// Places delivered messages for one progress call.
+struct Sink<'p, 'a> {
+    place: &'p mut Placement<'a>,
+    reliable: bool,
+    replies: &'p mut Vec<OutgoingMessage>,
+}
+
+fn nack(seq: u64, bits: u32) -> OutgoingMessage {
+    OutgoingMessage {
+        op: ViaOp::RdmaReadResponse,
+        immediate: Some(bits),
+        mem_handle: NACK_HANDLE,
+        remote_addr: seq,
+        data: Vec::new(),
+    }
+}
+
+fn scatter_segments(target: &[Range], segments: &[&[u8]]) {
+    let mut off = 0u64;
+    for s in segments {
+        // SAFETY: callers pass ranges validated against the registry (a
+        // posted receive, a checked RDMA target, a read's local buffers).
+        unsafe { ranges::scatter(target, off, s) };
+        off += s.len() as u64;
+    }
+}
+
+impl Sink<'_, '_> {
+    /// No receive descriptor: hold the sender (reliable) or drop and count.
+    fn no_descriptor(&mut self) -> Offer {
+        if self.reliable {
+            Offer::NotNow
+        } else {
+            STATS.no_descriptor_drops.fetch_add(1, Ordering::Relaxed);
+            Offer::Placed
+        }
+    }
+}
+
+impl MessageSink for Sink<'_, '_> {
+    fn place(&mut self, info: &MessageInfo, segments: &[&[u8]]) -> Offer {
+        let len = info.len as u64;
+        let p = &mut *self.place;
+        match info.op {
+            ViaOp::Send => {
+                let Some(cap) = p.recv_capacity() else {
+                    return self.no_descriptor();
+                };
+                if len > cap {
+                    p.recv_complete(0, info.immediate, false, status::LENGTH_ERROR);
+                    return Offer::Placed;
+                }
+                let mut off = 0u64;
+                for s in segments {
+                    p.recv_write(off, s);
+                    off += s.len() as u64;
+                }
+                p.recv_complete(len, info.immediate, false, 0);
+                Offer::Placed
+            }
+            ViaOp::RdmaWrite => {
+                if let Err(bits) = p.check_rdma(true, info.remote_addr, info.mem_handle, len) {
+                    p.faults.push(Fault::RdmaWriteProtection);
+                    self.replies.push(nack(info.msg_id + 1, bits));
+                    return Offer::Placed;
+                }
+                if info.immediate.is_some() && p.recv_capacity().is_none() {
+                    return self.no_descriptor();
+                }
+                let target = [Range {
+                    addr: info.remote_addr,
+                    len,
+                }];
+                scatter_segments(&target, segments);
+                if info.immediate.is_some() {
+                    let p = &mut *self.place;
+                    p.recv_complete(len, info.immediate, true, 0);
+                }
+                Offer::Placed
+            }
+            ViaOp::RdmaReadRequest => {
+                let mut req = [0u8; 16];
+                let mut got = 0;
+                for s in segments {
+                    let n = s.len().min(16 - got);
+                    req[got..got + n].copy_from_slice(&s[..n]);
+                    got += n;
+                }
+                if len != 16 {
+                    STATS.malformed.fetch_add(1, Ordering::Relaxed);
+                    return Offer::Placed;
+                }
+                let want = u64::from_be_bytes(req[..8].try_into().unwrap_or_default());
+                let tag = u64::from_be_bytes(req[8..].try_into().unwrap_or_default());
+                if let Err(bits) = p.check_rdma(false, info.remote_addr, info.mem_handle, want) {
+                    p.faults.push(Fault::RdmaReadProtection);
+                    self.replies.push(nack(tag, bits));
+                    return Offer::Placed;
+                }
+                let data = UdpChannel::local_data(
+                    &[Range {
+                        addr: info.remote_addr,
+                        len: want,
+                    }],
+                    want,
+                );
+                self.replies.push(OutgoingMessage {
+                    op: ViaOp::RdmaReadResponse,
+                    immediate: None,
+                    mem_handle: 0,
+                    remote_addr: tag,
+                    data,
+                });
+                Offer::Placed
+            }
+            ViaOp::RdmaReadResponse => {
+                let tag = info.remote_addr;
+                if info.mem_handle == NACK_HANDLE {
+                    p.remote_refused(tag, info.immediate.unwrap_or(status::TRANSPORT_ERROR));
+                    return Offer::Placed;
+                }
+                match p.read_ranges(tag) {
+                    Some(local) if ranges::total(local) >= len => {
+                        let local = local.to_vec();
+                        scatter_segments(&local, segments);
+                        p.read_done(tag, 0);
+                    }
+                    Some(_) => p.read_done(tag, status::TRANSPORT_ERROR),
+                    None => {
+                        STATS.malformed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                Offer::Placed
+            }
+        }
+    }
+}
+
+impl Channel for UdpChannel {
+    fn post(
+        &mut self,
+        wr: &WorkRequest,
+        local: &[Range],
+        _track: bool,
+    ) -> Result<(u64, Completion), ChannelFailed> {
+        if self.closed {
+            return Err(ChannelFailed("closed"));
+        }
+        if let Some(why) = self.failed {
+            return Err(ChannelFailed(why));
+        }
+        let seq = self.posted + 1;
+        let (addr, handle) = wr.remote.unwrap_or((0, 0));
+        let msg = match wr.op {
+            OpKind::Send => OutgoingMessage {
+                op: ViaOp::Send,
+                immediate: wr.immediate,
+                mem_handle: 0,
+                remote_addr: 0,
+                data: Self::local_data(local, wr.total_len),
+            },
+            OpKind::RdmaWrite => OutgoingMessage {
+                op: ViaOp::RdmaWrite,
+                immediate: wr.immediate,
+                mem_handle: handle,
+                remote_addr: addr,
+                data: Self::local_data(local, wr.total_len),
+            },
+            OpKind::RdmaRead => {
+                let mut data = Vec::with_capacity(16);
+                data.extend_from_slice(&wr.total_len.to_be_bytes());
+                data.extend_from_slice(&seq.to_be_bytes());
+                OutgoingMessage {
+                    op: ViaOp::RdmaReadRequest,
+                    immediate: None,
+                    mem_handle: handle,
+                    remote_addr: addr,
+                    data,
+                }
+            }
+        };
+        self.send_message(msg)?;
+        self.flush(now());
+        let completion = if wr.op == OpKind::RdmaRead {
+            Completion::ReadDone
+        } else {
+            Completion::Sent
+        };
+        Ok((seq, completion))
+    }
+
+    fn progress(&mut self, place: &mut Placement) -> Result<bool, ChannelFailed> {
+        if self.closed {
+            return Err(ChannelFailed("closed"));
+        }
+        self.readable = false;
+        let now_t = now();
+        if self.flush_owed {
+            self.flush(now_t);
+        }
+        let mut did = self.receive(now_t);
+        if self.conn.poll_timeout().is_some_and(|t| t <= now_t) {
+            self.conn.handle_timeout(now_t);
+            self.flush_owed = true;
+        }
+        self.run_echo(now_t.as_nanos());
+        let mut sink = Sink {
+            place,
+            reliable: self.reliable,
+            replies: &mut self.replies,
+        };
+        let mut delivered = false;
+        while self.conn.poll_message(&mut sink).is_some() {
+            delivered = true;
+        }
+        did |= delivered;
+        let replies = std::mem::take(&mut self.replies);
+        let replied = !replies.is_empty();
+        for m in replies {
+            self.send_message(m)?;
+        }
+        self.drain_events();
+        // Hold a bare acknowledgement for a reply the application may post
+        // next; anything else goes out now.
+        if delivered && !replied {
+            self.flush_owed = true;
+        } else if did || self.flush_owed {
+            self.flush(now_t);
+        }
+        if let Some(why) = self.failed {
+            self.flush(now_t);
+            return Err(ChannelFailed(why));
+        }
+        Ok(did)
+    }
+
+    fn has_work(&self) -> bool {
+        // Whether the socket holds data is known only by asking it, which
+        // progress does without blocking.
+        !self.closed
+    }
+
+    fn sent(&self) -> u64 {
+        self.completed
+    }
+
+    fn consumed(&self) -> u64 {
+        self.completed
+    }
+
+    fn remote_attrs(&self) -> ViAttrs {
+        self.remote
+    }
+
+    fn liveness_fd(&self) -> RawFd {
+        self.sock.raw_fd()
+    }
+
+    fn peer_event(&mut self) -> PeerEvent {
+        self.readable = true;
+        PeerEvent::Quiet
+    }
+
+    fn close(&mut self, broken: bool) {
+        if self.closed {
+            return;
+        }
+        if broken {
+            self.failed.get_or_insert("broken");
+        }
+        self.conn.close();
+        self.flush(now());
+        self.closed = true;
+        self.publish_counters();
+    }
+
+    fn timer_deadline_ns(&self) -> Option<u64> {
+        if self.closed {
+            return None;
+        }
+        let t = self.conn.poll_timeout().map(|t| t.as_nanos());
+        let e = self.echo.as_ref().map(|e| e.next);
+        let f = self.flush_owed.then(crate::sys::now_ns);
+        [t, e, f].into_iter().flatten().min()
+    }
+}
+
+impl UdpChannel {
+    fn send_message(&mut self, msg: OutgoingMessage) -> Result<(), ChannelFailed> {
+        match self.conn.send_message(msg) {
+            Ok(id) => {
+                self.posted = id + 1;
+                Ok(())
+            }
+            Err(_) => Err(ChannelFailed("message refused by the protocol")),
+        }
+    }
+}
+
+impl Drop for UdpChannel {
+    fn drop(&mut self) {
+        if !self.closed {
+            self.close(false);
+        }
+    }
+}

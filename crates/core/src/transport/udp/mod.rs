@@ -1,0 +1,211 @@
+//! The network device (`/dev/via_<ifname>`, `/dev/via_udp`): VIs between
+//! hosts over UDP, with the RUM protocol core (`openvia_proto`) doing
+//! sequencing, flow control and loss recovery. See docs/udp.md.
+//!
+//! - `socket`: batched UDP I/O with GSO/GRO, interface address and MTU.
+//! - `channel`: the [`Channel`](crate::transport::Channel) of a connected VI.
+//! - `agent`: the per-host rendezvous on the well-known port.
+//! - `connect`: client, server and peer-to-peer connection setup.
+//! - `mac`: SHA-256/HMAC for the cluster key.
+//! - `stats`: drop counters.
+
+pub mod agent;
+pub mod channel;
+pub mod connect;
+pub mod mac;
+pub mod socket;
+pub mod stats;
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use openvia_proto::{FlowMode, Reliability, SegmentPolicy};
+
+use crate::error::{Result, ViaError};
+pub use stats::{stats, StatsSnapshot};
+
+/// Default well-known port of the connection agent.
+pub const DEFAULT_AGENT_PORT: u16 = 7250;
+/// Largest transfer one descriptor may carry on the network device.
+pub const UDP_MAX_TRANSFER: u64 = 16 << 20;
+
+/// Settings of the network device, from the environment:
+///
+/// | variable | meaning | default |
+/// |---|---|---|
+/// | `OPENVIA_AGENT_PORT` | well-known agent port | 7250 |
+/// | `OPENVIA_UDP_BIND` | address of the generic `/dev/via_udp` | first non-loopback |
+/// | `OPENVIA_CLUSTER_KEY` | key file authenticating handshakes | none |
+/// | `OPENVIA_UDP_MTU` | MTU to assume instead of the interface's | interface |
+/// | `OPENVIA_UDP_SEGMENT` | `fixed`, `page`, `largest` or a byte count | `fixed` |
+/// | `OPENVIA_UDP_FLOW` | `hetero`, `homo` | `hetero` |
+/// | `OPENVIA_UDP_LOSSLESS` | 1: flow-control-only mode (no retransmission) | 0 |
+/// | `OPENVIA_UDP_WINDOW` | receive window in segments (raised to one message) | 1024 |
+/// | `OPENVIA_UDP_GSO`, `OPENVIA_UDP_GRO` | 0 turns the offload off | 1 |
+/// | `OPENVIA_UDP_KEEPALIVE_MS` | keepalive interval | 500 |
+/// | `OPENVIA_UDP_DEAD_MS` | silence after which the peer is dead | 3000 |
+#[derive(Clone, Debug)]
+pub struct UdpSettings {
+    pub agent_port: u16,
+    pub key: Option<Vec<u8>>,
+    pub mtu_override: Option<usize>,
+    pub segment: SegmentChoice,
+    pub flow_mode: FlowMode,
+    pub lossless: bool,
+    pub window: u32,
+    pub gso: bool,
+    pub gro: bool,
+    pub keepalive: Duration,
+    pub dead_peer: Duration,
+}
+
+/// How the segment size is chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SegmentChoice {
+    Policy(SegmentPolicy),
+    Bytes(usize),
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().map(|s| s.trim().to_string())
+}
+
+fn env_num(name: &str) -> Option<u64> {
+    env(name)?.parse().ok()
+}
+
+impl UdpSettings {
+    pub fn from_env() -> Result<Self> {
+        let key = match env("OPENVIA_CLUSTER_KEY") {
+            Some(path) if !path.is_empty() => {
+                let k = std::fs::read(&path)
+                    .map_err(|_| ViaError::InvalidParameter("cannot read OPENVIA_CLUSTER_KEY"))?;
+                if k.len() < 16 {
+                    return Err(ViaError::InvalidParameter(
+                        "cluster key shorter than 16 bytes",
+                    ));
+                }
+                Some(k)
+            }
+            _ => None,
+        };
+        let segment = match env("OPENVIA_UDP_SEGMENT").as_deref() {
+            None | Some("") | Some("fixed") => SegmentChoice::Policy(SegmentPolicy::Fixed),
+            Some("page") | Some("page-aligned") => {
+                SegmentChoice::Policy(SegmentPolicy::PageAligned)
+            }
+            Some("largest") => SegmentChoice::Policy(SegmentPolicy::LargestThatFits),
+            Some(n) => SegmentChoice::Bytes(
+                n.parse()
+                    .map_err(|_| ViaError::InvalidParameter("OPENVIA_UDP_SEGMENT"))?,
+            ),
+        };
+        let flow_mode = match env("OPENVIA_UDP_FLOW").as_deref() {
+            Some("homo") => FlowMode::Homo,
+            _ => FlowMode::Hetero,
+        };
+        Ok(Self {
+            agent_port: env_num("OPENVIA_AGENT_PORT")
+                .map(|p| p as u16)
+                .unwrap_or(DEFAULT_AGENT_PORT),
+            key,
+            mtu_override: env_num("OPENVIA_UDP_MTU").map(|m| m as usize),
+            segment,
+            flow_mode,
+            lossless: env_num("OPENVIA_UDP_LOSSLESS") == Some(1),
+            window: env_num("OPENVIA_UDP_WINDOW").unwrap_or(1024).clamp(16, 1 << 24) as u32,
+            gso: env_num("OPENVIA_UDP_GSO") != Some(0),
+            gro: env_num("OPENVIA_UDP_GRO") != Some(0),
+            keepalive: Duration::from_millis(env_num("OPENVIA_UDP_KEEPALIVE_MS").unwrap_or(500)),
+            dead_peer: Duration::from_millis(env_num("OPENVIA_UDP_DEAD_MS").unwrap_or(3000)),
+        })
+    }
+}
+
+/// What a NIC on the network device knows about its medium.
+#[derive(Clone, Debug)]
+pub struct UdpNic {
+    pub ip: IpAddr,
+    pub ifname: Option<String>,
+    pub mtu: usize,
+    pub settings: UdpSettings,
+}
+
+impl UdpNic {
+    /// Opens on interface `ifname`, or (None) on `OPENVIA_UDP_BIND` / the
+    /// first non-loopback address.
+    pub fn open(ifname: Option<&str>) -> Result<Self> {
+        let settings = UdpSettings::from_env()?;
+        let (ip, ifname) = match ifname {
+            Some(name) => {
+                let (ip, _) = socket::interface_info(name)
+                    .ok_or(ViaError::InvalidParameter("no such interface (or no address)"))?;
+                (ip, Some(name.to_string()))
+            }
+            None => match env("OPENVIA_UDP_BIND") {
+                Some(a) if !a.is_empty() => {
+                    let ip: IpAddr = a
+                        .parse()
+                        .map_err(|_| ViaError::InvalidParameter("OPENVIA_UDP_BIND"))?;
+                    (ip, socket::interface_of(ip))
+                }
+                _ => match socket::first_non_loopback() {
+                    Some((n, ip)) => (ip, Some(n)),
+                    None => (IpAddr::from([127, 0, 0, 1]), Some("lo".to_string())),
+                },
+            },
+        };
+        let mtu = settings.mtu_override.unwrap_or_else(|| {
+            ifname
+                .as_deref()
+                .and_then(socket::interface_mtu)
+                .unwrap_or(1500)
+        });
+        Ok(Self {
+            ip,
+            ifname,
+            mtu,
+            settings,
+        })
+    }
+
+    /// Payload bytes per segment under the settings.
+    pub fn segment_size(&self) -> usize {
+        let overhead = if self.ip.is_ipv4() {
+            openvia_proto::segment::IPV4_UDP_OVERHEAD
+        } else {
+            openvia_proto::segment::IPV6_UDP_OVERHEAD
+        };
+        match self.settings.segment {
+            SegmentChoice::Bytes(n) => n.clamp(64, openvia_wire::rum::MAX_DATAGRAM - 64),
+            SegmentChoice::Policy(p) => openvia_proto::segment_size(self.mtu, overhead, p)
+                .unwrap_or(512)
+                .max(64),
+        }
+    }
+
+    /// The protocol settings for a VI with these attributes.
+    pub fn proto_config(&self, attrs: &crate::vi::ViAttributes) -> openvia_proto::Config {
+        let reliability = Reliability::from_via_bits(attrs.reliability)
+            .unwrap_or(Reliability::ReliableDelivery);
+        let segment_size = self.segment_size();
+        let max_transfer = attrs.max_transfer.clamp(1, UDP_MAX_TRANSFER) as u32;
+        let need = openvia_proto::segments_for(max_transfer as usize, segment_size) as u32;
+        let keepalive = self.settings.keepalive;
+        let dead = self.settings.dead_peer.max(keepalive + Duration::from_millis(1));
+        openvia_proto::Config {
+            reliability,
+            flow_mode: self.settings.flow_mode,
+            flow_control_only: self.settings.lossless && reliability.is_reliable(),
+            segment_size,
+            max_transfer_size: max_transfer,
+            recv_window: self.settings.window.max(need),
+            rdma_write: attrs.rdma_write,
+            rdma_read: attrs.rdma_read && reliability.is_reliable(),
+            authenticated: self.settings.key.is_some(),
+            keepalive_interval: keepalive,
+            dead_peer_timeout: dead,
+            ..openvia_proto::Config::default()
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! Process-wide counters of the UDP device: what was dropped and why, so
+//! that garbage, truncated, replayed or spoofed datagrams are never silent.
+//! Connections add their protocol counters when they close; read them with
+//! [`stats`], or set `OPENVIA_UDP_STATS=1` to have each connection print
+//! its counters to stderr when it closes.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use openvia_proto::Counters;
+
+macro_rules! counters {
+    ($($name:ident),* $(,)?) => {
+        /// Live counters (atomics).
+        pub struct Stats { $(pub $name: AtomicU64,)* }
+        /// A snapshot of [`Stats`].
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub struct StatsSnapshot { $(pub $name: u64,)* }
+        impl Stats {
+            const fn new() -> Self { Self { $($name: AtomicU64::new(0),)* } }
+            pub fn snapshot(&self) -> StatsSnapshot {
+                StatsSnapshot { $($name: self.$name.load(Ordering::Relaxed),)* }
+            }
+        }
+    };
+}
+
+counters!(
+    // Protocol (summed over closed connections).
+    datagrams_received,
+    parse_errors,
+    wrong_conn_id,
+    unexpected_packets,
+    duplicate_segments,
+    out_of_window,
+    bogus_acks,
+    protocol_violations,
+    retransmissions,
+    fast_retransmits,
+    messages_dropped,
+    // Device.
+    truncated,
+    malformed,
+    no_descriptor_drops,
+    auth_failures,
+    replayed_requests,
+    agent_garbage,
+    agent_no_listener,
+    agent_forwarded,
+);
+
+pub static STATS: Stats = Stats::new();
+
+impl Stats {
+    pub(crate) fn add_connection(&self, c: &Counters) {
+        let add = |a: &AtomicU64, v: u64| {
+            a.fetch_add(v, Ordering::Relaxed);
+        };
+        add(&self.datagrams_received, c.datagrams_received);
+        add(&self.parse_errors, c.parse_errors);
+        add(&self.wrong_conn_id, c.wrong_conn_id);
+        add(&self.unexpected_packets, c.unexpected_packets);
+        add(&self.duplicate_segments, c.duplicate_segments);
+        add(&self.out_of_window, c.out_of_window);
+        add(&self.bogus_acks, c.bogus_acks);
+        add(&self.protocol_violations, c.protocol_violations);
+        add(&self.retransmissions, c.retransmissions);
+        add(&self.fast_retransmits, c.fast_retransmits);
+        add(&self.messages_dropped, c.messages_dropped);
+    }
+}
+
+/// The device's counters so far in this process.
+pub fn stats() -> StatsSnapshot {
+    STATS.snapshot()
+}

@@ -1,0 +1,369 @@
+//! pvmd: one per host. A single-threaded poll loop owns every task
+//! connection, routes messages between tasks, spawns and reaps tasks,
+//! forwards their output, and keeps the mailbox and notify lists. It never
+//! blocks on a task: outgoing bytes queue per connection, so a slow or
+//! stuck task cannot stall the others.
+
+mod conn;
+mod mbox;
+mod requests;
+mod spawn;
+
+pub use spawn::{ENV_SOCK, ENV_TID};
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
+
+use crate::codec;
+use crate::frame::{Frame, Msg};
+use crate::tid;
+use conn::Conn;
+
+/// pvmd settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub socket: PathBuf,
+    pub log: PathBuf,
+    pub exec_path: Vec<PathBuf>,
+    pub hostname: String,
+    pub arch: String,
+}
+
+impl Config {
+    /// Settings from the environment, as PVM reads them.
+    pub fn from_env() -> Config {
+        Config {
+            socket: crate::paths::daemon_socket(),
+            log: crate::paths::daemon_log(),
+            exec_path: crate::paths::default_exec_path(),
+            hostname: crate::paths::hostname(),
+            arch: crate::paths::arch(),
+        }
+    }
+}
+
+/// What pvmd knows about one task.
+struct TaskRec {
+    ptid: i32,
+    pid: i32,
+    name: String,
+    conn: Option<RawFd>,
+    /// Frames for a spawned task that has not enrolled yet.
+    pending: Vec<Frame>,
+    siblings: Vec<i32>,
+    out_tid: i32,
+    out_code: i32,
+    out_ctx: i32,
+}
+
+/// A pvm_notify request.
+struct Notify {
+    what: i32,
+    watcher: i32,
+    tag: i32,
+    ctx: i32,
+    target: i32,
+}
+
+/// A blocked pvm_recvinfo.
+struct InfoWaiter {
+    fd: RawFd,
+    seq: u32,
+    name: String,
+    index: i32,
+    flags: i32,
+}
+
+/// A child's stdout/stderr pipe.
+struct OutputPipe {
+    tid: i32,
+    file: File,
+}
+
+/// The daemon's whole state.
+pub struct Daemon {
+    cfg: Config,
+    listener: UnixListener,
+    conns: HashMap<RawFd, Conn>,
+    tasks: BTreeMap<i32, TaskRec>,
+    outputs: HashMap<RawFd, OutputPipe>,
+    next_local: i32,
+    notifies: Vec<Notify>,
+    mailbox: mbox::Mailbox,
+    info_waiters: Vec<InfoWaiter>,
+    log: File,
+    halting: bool,
+}
+
+/// This host's number (host 1 until multi-host lands).
+const HOST_NUM: u32 = 1;
+
+impl Daemon {
+    /// Binds the socket; fails if another pvmd answers there.
+    pub fn bind(cfg: Config) -> io::Result<Daemon> {
+        if std::os::unix::net::UnixStream::connect(&cfg.socket).is_ok() {
+            return Err(io::Error::new(io::ErrorKind::AddrInUse, "a pvmd is already running"));
+        }
+        let _ = std::fs::remove_file(&cfg.socket);
+        let listener = UnixListener::bind(&cfg.socket)?;
+        listener.set_nonblocking(true)?;
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&cfg.log)?;
+        let mut d = Daemon {
+            cfg,
+            listener,
+            conns: HashMap::new(),
+            tasks: BTreeMap::new(),
+            outputs: HashMap::new(),
+            next_local: 1,
+            notifies: Vec::new(),
+            mailbox: mbox::Mailbox::default(),
+            info_waiters: Vec::new(),
+            log,
+            halting: false,
+        };
+        d.logln(&format!("openvia pvmd ready on {} ({})", d.cfg.hostname, d.cfg.arch));
+        Ok(d)
+    }
+
+    /// This pvmd's tid.
+    pub fn tid(&self) -> i32 {
+        tid::daemon_tid(HOST_NUM)
+    }
+
+    fn logln(&mut self, line: &str) {
+        let _ = writeln!(self.log, "[t{:x}] {}", self.tid() as u32, line);
+    }
+
+    fn new_tid(&mut self) -> i32 {
+        loop {
+            let t = tid::task_tid(HOST_NUM, self.next_local);
+            self.next_local = (self.next_local % tid::LOCAL_MASK) + 1;
+            if !self.tasks.contains_key(&t) {
+                return t;
+            }
+        }
+    }
+
+    /// Serves until halted.
+    pub fn run(&mut self) -> io::Result<()> {
+        while !self.halting {
+            self.poll_once(200)?;
+            self.reap_children();
+        }
+        self.shutdown();
+        Ok(())
+    }
+
+    fn poll_once(&mut self, timeout_ms: i32) -> io::Result<()> {
+        let mut fds = vec![libc::pollfd { fd: self.listener.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+        for (fd, c) in &self.conns {
+            let ev = libc::POLLIN | if c.wants_write() { libc::POLLOUT } else { 0 };
+            fds.push(libc::pollfd { fd: *fd, events: ev, revents: 0 });
+        }
+        for fd in self.outputs.keys() {
+            fds.push(libc::pollfd { fd: *fd, events: libc::POLLIN, revents: 0 });
+        }
+        // SAFETY: fds is a valid array of pollfd for its length.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::Interrupted { Ok(()) } else { Err(e) };
+        }
+        for p in fds.iter().filter(|p| p.revents != 0) {
+            if p.fd == self.listener.as_raw_fd() {
+                self.accept_all();
+            } else if self.outputs.contains_key(&p.fd) {
+                self.read_output(p.fd);
+            } else if self.conns.contains_key(&p.fd) {
+                if p.revents & libc::POLLOUT != 0 {
+                    self.flush(p.fd);
+                }
+                if p.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+                    self.read_conn(p.fd);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn accept_all(&mut self) {
+        while let Ok((s, _)) = self.listener.accept() {
+            if let Ok(c) = Conn::new(s) {
+                self.conns.insert(c.fd(), c);
+            }
+        }
+    }
+
+    fn flush(&mut self, fd: RawFd) {
+        let dead = match self.conns.get_mut(&fd) {
+            Some(c) => c.flush().is_err(),
+            None => false,
+        };
+        if dead {
+            self.drop_conn(fd);
+        }
+    }
+
+    fn read_conn(&mut self, fd: RawFd) {
+        let frames = match self.conns.get_mut(&fd).map(Conn::read_frames) {
+            Some(Ok(f)) => f,
+            Some(Err(_)) => {
+                self.drop_conn(fd);
+                return;
+            }
+            None => return,
+        };
+        let mut closed = false;
+        for f in frames {
+            match f {
+                None => closed = true,
+                Some(Frame::Msg(m)) => {
+                    if let Some(src) = self.conns.get(&fd).and_then(|c| c.tid) {
+                        self.route(Msg { src, ..m });
+                    }
+                }
+                Some(Frame::Req { seq, op, args }) => self.request(fd, seq, op, args),
+                Some(Frame::Reply { .. }) => {}
+            }
+        }
+        if closed {
+            self.drop_conn(fd);
+        }
+    }
+
+    /// Sends a frame to a task, holding it if the task has not enrolled.
+    fn deliver(&mut self, to: i32, f: Frame) -> bool {
+        let Some(rec) = self.tasks.get_mut(&to) else { return false };
+        match rec.conn {
+            Some(fd) => {
+                let broken = match self.conns.get_mut(&fd) {
+                    Some(c) => c.queue(&f).is_err(),
+                    None => true,
+                };
+                if broken {
+                    self.drop_conn(fd);
+                }
+            }
+            None => rec.pending.push(f),
+        }
+        true
+    }
+
+    fn route(&mut self, m: Msg) {
+        let dst = m.dst;
+        if !self.deliver(dst, Frame::Msg(m)) {
+            self.logln(&format!("message for t{dst:x}: no such task, dropped"));
+        }
+    }
+
+    fn reply(&mut self, fd: RawFd, seq: u32, code: i32, args: crate::frame::Args) {
+        let broken = match self.conns.get_mut(&fd) {
+            Some(c) => c.queue(&Frame::Reply { seq, code, args }).is_err(),
+            None => false,
+        };
+        if broken {
+            self.drop_conn(fd);
+        }
+    }
+
+    fn drop_conn(&mut self, fd: RawFd) {
+        let Some(c) = self.conns.remove(&fd) else { return };
+        self.info_waiters.retain(|w| w.fd != fd);
+        if let Some(t) = c.tid {
+            self.task_gone(t);
+        }
+    }
+
+    /// Forgets a task and tells whoever asked to know.
+    fn task_gone(&mut self, t: i32) {
+        let Some(rec) = self.tasks.remove(&t) else { return };
+        if let Some(fd) = rec.conn {
+            self.conns.remove(&fd);
+        }
+        self.logln(&format!("task t{t:x} ({}) exited", rec.name));
+        self.mailbox.owner_exited(t);
+        let fired: Vec<Notify> = {
+            let (f, keep) = std::mem::take(&mut self.notifies)
+                .into_iter()
+                .partition(|n| n.what == 1 && n.target == t);
+            self.notifies = keep;
+            f
+        };
+        self.notifies.retain(|n| n.watcher != t);
+        for n in fired {
+            self.send_notify(&n);
+        }
+    }
+
+    fn send_notify(&mut self, n: &Notify) {
+        let mut body = Vec::new();
+        codec::pack_i32(codec::ENC_DEFAULT, n.target, &mut body);
+        let m = Msg { src: self.tid(), dst: n.watcher, tag: n.tag, ctx: n.ctx, enc: codec::ENC_DEFAULT, body };
+        self.route(m);
+    }
+
+    fn reap_children(&mut self) {
+        loop {
+            let mut status = 0;
+            // SAFETY: waitpid with WNOHANG only inspects our children.
+            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+            if pid <= 0 {
+                break;
+            }
+            let gone: Vec<i32> =
+                self.tasks.iter().filter(|(_, r)| r.pid == pid && r.conn.is_none()).map(|(t, _)| *t).collect();
+            for t in gone {
+                self.task_gone(t);
+            }
+        }
+    }
+
+    fn read_output(&mut self, fd: RawFd) {
+        let mut buf = [0u8; 4096];
+        let n = match self.outputs.get_mut(&fd) {
+            Some(p) => io::Read::read(&mut p.file, &mut buf).unwrap_or(0),
+            None => return,
+        };
+        let tid = self.outputs[&fd].tid;
+        if n == 0 {
+            self.outputs.remove(&fd);
+        }
+        self.forward_output(tid, &buf[..n]);
+    }
+
+    /// Task output goes to the task's output tid as (tid, len, bytes)
+    /// messages (len 0 = end), or to the log when nobody asked for it.
+    fn forward_output(&mut self, tid: i32, data: &[u8]) {
+        let (out_tid, code, ctx) = match self.tasks.get(&tid) {
+            Some(r) => (r.out_tid, r.out_code, r.out_ctx),
+            None => (0, 0, 0),
+        };
+        if out_tid > 0 {
+            let mut body = Vec::new();
+            codec::pack_i32(codec::ENC_DEFAULT, tid, &mut body);
+            codec::pack_i32(codec::ENC_DEFAULT, data.len() as i32, &mut body);
+            codec::pack(codec::ENC_DEFAULT, codec::Elem::Byte, data, data.len(), 1, &mut body);
+            let m = Msg { src: self.tid(), dst: out_tid, tag: code, ctx, enc: codec::ENC_DEFAULT, body };
+            self.route(m);
+        } else if !data.is_empty() {
+            for line in String::from_utf8_lossy(data).lines() {
+                let _ = writeln!(self.log, "[t{tid:x}] {line}");
+            }
+        }
+    }
+
+    fn shutdown(&mut self) {
+        for r in self.tasks.values() {
+            if r.pid > 0 {
+                // SAFETY: signalling a process id we spawned or that enrolled.
+                unsafe { libc::kill(r.pid, libc::SIGTERM) };
+            }
+        }
+        let _ = std::fs::remove_file(&self.cfg.socket);
+        self.logln("halted");
+    }
+}

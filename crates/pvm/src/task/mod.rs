@@ -1,0 +1,407 @@
+//! The task side of PVM: enrollment with the local pvmd (started on demand,
+//! as PVM does), buffers, send and receive. Everything libpvm3 exports is a
+//! thin shell over [`Task`]; the `pvm` console uses it directly.
+
+pub mod buffers;
+mod start;
+
+pub use start::start_daemon;
+
+use std::collections::VecDeque;
+use std::io::{self, BufReader, BufWriter, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use crate::codec;
+use crate::error::{PvmError, PvmResult};
+use crate::frame::{self, op, Args, Frame, Msg};
+use buffers::{BufTable, MsgBuf};
+
+/// Options pvm_setopt can change.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub route: i32,
+    pub auto_err: i32,
+    pub out_tid: i32,
+    pub out_code: i32,
+    pub out_ctx: i32,
+    pub frag_size: i32,
+    pub show_tids: i32,
+    pub no_reset: i32,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options { route: 1, auto_err: 1, out_tid: 0, out_code: 0, out_ctx: 0, frag_size: 4096, show_tids: 1, no_reset: 0 }
+    }
+}
+
+/// How long a receive may wait.
+#[derive(Debug, Clone, Copy)]
+pub enum Wait {
+    Forever,
+    Never,
+    For(Duration),
+}
+
+/// An enrolled PVM task.
+pub struct Task {
+    rd: BufReader<UnixStream>,
+    wr: BufWriter<UnixStream>,
+    pub mytid: i32,
+    pub ptid: i32,
+    pub siblings: Vec<i32>,
+    pub hostname: String,
+    seq: u32,
+    queue: VecDeque<Msg>,
+    pub bufs: BufTable,
+    pub sbuf: i32,
+    pub rbuf: i32,
+    pub ctx: i32,
+    next_ctx: i32,
+    pub opts: Options,
+}
+
+fn sys(_: io::Error) -> PvmError {
+    PvmError::SysErr
+}
+
+impl Task {
+    /// Enrolls this process, starting a pvmd if none answers.
+    pub fn enroll() -> PvmResult<Task> {
+        let path = crate::paths::daemon_socket();
+        let stream = match UnixStream::connect(&path) {
+            Ok(s) => s,
+            Err(_) => {
+                start::start_daemon().map_err(|_| PvmError::SysErr)?;
+                UnixStream::connect(&path).map_err(sys)?
+            }
+        };
+        let hint = std::env::var(crate::daemon::ENV_TID).ok().and_then(|s| s.parse().ok()).unwrap_or(0);
+        let name = std::env::args().next().unwrap_or_default();
+        let name = name.rsplit('/').next().unwrap_or_default().to_string();
+        let mut t = Task {
+            rd: BufReader::with_capacity(256 * 1024, stream.try_clone().map_err(sys)?),
+            wr: BufWriter::with_capacity(64 * 1024, stream),
+            mytid: 0,
+            ptid: 0,
+            siblings: Vec::new(),
+            hostname: String::new(),
+            seq: 0,
+            queue: VecDeque::new(),
+            bufs: BufTable::default(),
+            sbuf: 0,
+            rbuf: 0,
+            ctx: 0,
+            next_ctx: 1,
+            opts: Options::default(),
+        };
+        // SAFETY: getpid has no preconditions.
+        let pid = unsafe { libc::getpid() };
+        let (code, args) = t.call(op::HELLO, Args { ints: vec![hint, pid], strs: vec![name], bytes: vec![] })?;
+        if code <= 0 {
+            return Err(PvmError::from_code(code).unwrap_or(PvmError::SysErr));
+        }
+        t.mytid = code;
+        t.ptid = args.ints.first().copied().unwrap_or(0);
+        let n = args.ints.get(1).copied().unwrap_or(0).max(0) as usize;
+        t.siblings = args.ints.iter().skip(2).take(n).copied().collect();
+        t.hostname = args.strs.first().cloned().unwrap_or_default();
+        // Our tid is a fresh one: drop the hint so our children do not reuse it.
+        std::env::remove_var(crate::daemon::ENV_TID);
+        Ok(t)
+    }
+
+    fn write(&mut self, f: &Frame) -> PvmResult<()> {
+        frame::write_frame(&mut self.wr, f).and_then(|_| self.wr.flush()).map_err(sys)
+    }
+
+    /// Reads one frame from the pvmd, waiting at most until `deadline`.
+    /// Messages go to the queue; a reply is returned.
+    fn pump(&mut self, deadline: Option<Instant>) -> PvmResult<Option<(u32, i32, Args)>> {
+        if self.rd.buffer().is_empty() {
+            if let Some(d) = deadline {
+                let left = d.saturating_duration_since(Instant::now());
+                let mut p = libc::pollfd { fd: self.rd.get_ref().as_raw_fd(), events: libc::POLLIN, revents: 0 };
+                let ms = left.as_millis().min(i32::MAX as u128) as i32;
+                // SAFETY: one valid pollfd.
+                let n = unsafe { libc::poll(&mut p, 1, ms) };
+                if n == 0 {
+                    return Ok(None);
+                }
+            }
+        }
+        match frame::read_frame(&mut self.rd).map_err(sys)? {
+            None => Err(PvmError::SysErr),
+            Some(Frame::Msg(m)) => {
+                self.queue.push_back(m);
+                Ok(None)
+            }
+            Some(Frame::Reply { seq, code, args }) => Ok(Some((seq, code, args))),
+            Some(Frame::Req { .. }) => Ok(None),
+        }
+    }
+
+    /// A synchronous request to the pvmd.
+    pub fn call(&mut self, opcode: u32, args: Args) -> PvmResult<(i32, Args)> {
+        self.seq = self.seq.wrapping_add(1);
+        let seq = self.seq;
+        self.write(&Frame::Req { seq, op: opcode, args })?;
+        loop {
+            if let Some((s, code, args)) = self.pump(None)? {
+                if s == seq {
+                    return Ok((code, args));
+                }
+            }
+        }
+    }
+
+    /// The socket to the pvmd (pvm_getfds).
+    pub fn socket_fd(&self) -> i32 {
+        self.rd.get_ref().as_raw_fd()
+    }
+
+    // ---- buffers ----
+
+    pub fn mkbuf(&mut self, enc: i32) -> PvmResult<i32> {
+        if !(0..=2).contains(&enc) && enc != 4 {
+            return Err(PvmError::BadParam);
+        }
+        Ok(self.bufs.insert(MsgBuf::new(enc)))
+    }
+
+    pub fn freebuf(&mut self, id: i32) -> PvmResult<()> {
+        self.bufs.remove(id)?;
+        if self.sbuf == id {
+            self.sbuf = 0;
+        }
+        if self.rbuf == id {
+            self.rbuf = 0;
+        }
+        Ok(())
+    }
+
+    pub fn initsend(&mut self, enc: i32) -> PvmResult<i32> {
+        let id = self.mkbuf(enc)?;
+        if self.sbuf > 0 {
+            let _ = self.bufs.remove(self.sbuf);
+        }
+        self.sbuf = id;
+        Ok(id)
+    }
+
+    pub fn setsbuf(&mut self, id: i32) -> PvmResult<i32> {
+        if id != 0 {
+            self.bufs.get(id)?;
+        }
+        Ok(std::mem::replace(&mut self.sbuf, id))
+    }
+
+    pub fn setrbuf(&mut self, id: i32) -> PvmResult<i32> {
+        if id != 0 {
+            self.bufs.get(id)?;
+        }
+        Ok(std::mem::replace(&mut self.rbuf, id))
+    }
+
+    /// The send buffer, for packing.
+    pub fn send_buf(&mut self) -> PvmResult<&mut MsgBuf> {
+        let id = self.sbuf;
+        self.bufs.get(id)
+    }
+
+    /// The receive buffer, for unpacking.
+    pub fn recv_buf(&mut self) -> PvmResult<&mut MsgBuf> {
+        let id = self.rbuf;
+        self.bufs.get(id)
+    }
+
+    // ---- sending ----
+
+    /// Sends buffer `id` (the send buffer if 0) to every tid in `dsts`.
+    pub fn send_buffer(&mut self, dsts: &[i32], tag: i32) -> PvmResult<()> {
+        let id = self.sbuf;
+        let b = self.bufs.get(id)?;
+        let (enc, body) = (b.enc, b.body());
+        let ctx = self.ctx;
+        for &dst in dsts {
+            if dst <= 0 && dst & crate::tid::DAEMON_BIT as i32 == 0 {
+                return Err(PvmError::BadParam);
+            }
+            let m = Msg { src: self.mytid, dst, tag, ctx, enc, body: body.clone() };
+            if dst == self.mytid {
+                self.queue.push_back(m);
+            } else {
+                frame::write_frame(&mut self.wr, &Frame::Msg(m)).map_err(sys)?;
+            }
+        }
+        self.wr.flush().map_err(sys)
+    }
+
+    pub fn send(&mut self, dst: i32, tag: i32) -> PvmResult<()> {
+        if tag < 0 {
+            return Err(PvmError::BadParam);
+        }
+        self.send_buffer(&[dst], tag)
+    }
+
+    pub fn mcast(&mut self, tids: &[i32], tag: i32) -> PvmResult<()> {
+        if tag < 0 {
+            return Err(PvmError::BadParam);
+        }
+        let others: Vec<i32> = tids.iter().copied().filter(|&t| t != self.mytid).collect();
+        self.send_buffer(&others, tag)
+    }
+
+    // ---- receiving ----
+
+    fn matches(m: &Msg, src: i32, tag: i32, ctx: i32) -> bool {
+        (src == -1 || m.src == src) && (tag == -1 || m.tag == tag) && m.ctx == ctx
+    }
+
+    fn take_match(&mut self, src: i32, tag: i32) -> Option<Msg> {
+        let ctx = self.ctx;
+        let i = self.queue.iter().position(|m| Self::matches(m, src, tag, ctx))?;
+        self.queue.remove(i)
+    }
+
+    /// Waits for a matching message; returns its new buffer id (0 if none
+    /// arrived in time). The old receive buffer is freed, as in PVM.
+    pub fn recv(&mut self, src: i32, tag: i32, wait: Wait) -> PvmResult<i32> {
+        let deadline = match wait {
+            Wait::Forever => None,
+            Wait::Never => Some(Instant::now()),
+            Wait::For(d) => Some(Instant::now() + d),
+        };
+        loop {
+            if let Some(m) = self.take_match(src, tag) {
+                return Ok(self.install_rbuf(m));
+            }
+            if matches!(deadline, Some(d) if Instant::now() >= d) && self.rd.buffer().is_empty() {
+                // One last non-blocking look at the socket.
+                let mut p = libc::pollfd { fd: self.rd.get_ref().as_raw_fd(), events: libc::POLLIN, revents: 0 };
+                // SAFETY: one valid pollfd.
+                if unsafe { libc::poll(&mut p, 1, 0) } <= 0 {
+                    return Ok(0);
+                }
+            }
+            self.pump(deadline)?;
+        }
+    }
+
+    /// Like recv but leaves the message queued; returns a buffer id for
+    /// bufinfo without making it the receive buffer.
+    pub fn probe(&mut self, src: i32, tag: i32) -> PvmResult<i32> {
+        loop {
+            let mut p = libc::pollfd { fd: self.rd.get_ref().as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            // SAFETY: one valid pollfd.
+            if self.rd.buffer().is_empty() && unsafe { libc::poll(&mut p, 1, 0) } <= 0 {
+                break;
+            }
+            self.pump(None)?;
+        }
+        let ctx = self.ctx;
+        match self.queue.iter().find(|m| Self::matches(m, src, tag, ctx)) {
+            Some(m) => {
+                let b = MsgBuf { enc: m.enc, data: m.body.clone(), src: m.src, tag: m.tag, ctx: m.ctx, ..MsgBuf::default() };
+                Ok(self.bufs.insert(b))
+            }
+            None => Ok(0),
+        }
+    }
+
+    fn install_rbuf(&mut self, m: Msg) -> i32 {
+        if self.rbuf > 0 {
+            let _ = self.bufs.remove(self.rbuf);
+        }
+        let b = MsgBuf { enc: m.enc, data: m.body, src: m.src, tag: m.tag, ctx: m.ctx, ..MsgBuf::default() };
+        self.rbuf = self.bufs.insert(b);
+        self.rbuf
+    }
+
+    /// (bytes, tag, source) of a buffer.
+    pub fn bufinfo(&mut self, id: i32) -> PvmResult<(i32, i32, i32)> {
+        let b = self.bufs.get(id)?;
+        Ok((b.len() as i32, b.tag, b.src))
+    }
+
+    // ---- contexts ----
+
+    pub fn newcontext(&mut self) -> i32 {
+        let c = (self.mytid & crate::tid::HOST_MASK) | (self.mytid & 0xfff) << 6 | (self.next_ctx & 0x3f);
+        self.next_ctx += 1;
+        c.max(1)
+    }
+
+    // ---- requests to the pvmd ----
+
+    pub fn spawn(&mut self, file: &str, argv: &[String], flags: i32, where_: &str, count: i32) -> PvmResult<Vec<i32>> {
+        if count < 1 {
+            return Err(PvmError::BadParam);
+        }
+        let mut strs = vec![file.to_string(), where_.to_string()];
+        strs.extend(argv.iter().cloned());
+        strs.extend(exported_env());
+        let ints = vec![flags, count, argv.len() as i32, self.opts.out_tid, self.opts.out_code, self.opts.out_ctx];
+        let (_, args) = self.call(op::SPAWN, Args { ints, strs, bytes: vec![] })?;
+        Ok(args.ints)
+    }
+
+    pub fn exit(&mut self) -> PvmResult<()> {
+        self.call(op::EXIT, Args::default()).map(|_| ())
+    }
+
+    /// A request whose reply is just a code.
+    pub fn simple(&mut self, opcode: u32, ints: Vec<i32>, strs: Vec<String>) -> PvmResult<i32> {
+        let (code, _) = self.call(opcode, Args { ints, strs, bytes: vec![] })?;
+        if code < 0 {
+            Err(PvmError::from_code(code).unwrap_or(PvmError::SysErr))
+        } else {
+            Ok(code)
+        }
+    }
+
+    /// pvm_putinfo: stores buffer `id` under `name`.
+    pub fn putinfo(&mut self, name: &str, id: i32, flags: i32) -> PvmResult<i32> {
+        let b = self.bufs.get(id)?;
+        let (enc, body) = (b.enc, b.body());
+        let (code, _) = self.call(op::PUTINFO, Args { ints: vec![flags, enc], strs: vec![name.into()], bytes: body })?;
+        if code < 0 {
+            return Err(PvmError::from_code(code).unwrap_or(PvmError::SysErr));
+        }
+        Ok(code)
+    }
+
+    /// pvm_recvinfo: a new buffer holding the stored message.
+    pub fn recvinfo(&mut self, name: &str, index: i32, flags: i32) -> PvmResult<i32> {
+        let (code, a) = self.call(op::RECVINFO, Args { ints: vec![index, flags], strs: vec![name.into()], bytes: vec![] })?;
+        if code < 0 {
+            return Err(PvmError::from_code(code).unwrap_or(PvmError::SysErr));
+        }
+        let enc = a.ints.first().copied().unwrap_or(0);
+        let src = a.ints.get(1).copied().unwrap_or(0);
+        Ok(self.bufs.insert(MsgBuf { enc, data: a.bytes, src, tag: 0, ..MsgBuf::default() }))
+    }
+}
+
+/// Values of the variables named in PVM_EXPORT (colon separated), which
+/// PVM passes on to spawned tasks.
+fn exported_env() -> Vec<String> {
+    let mut out = Vec::new();
+    if let Ok(list) = std::env::var("PVM_EXPORT") {
+        out.push(format!("PVM_EXPORT={list}"));
+        for name in list.split(':').filter(|n| !n.is_empty()) {
+            if let Ok(v) = std::env::var(name) {
+                out.push(format!("{name}={v}"));
+            }
+        }
+    }
+    out
+}
+
+/// Unpacks one int from a message body in its encoding (used by callers
+/// decoding pvmd-built messages such as notifications).
+pub fn first_int(enc: i32, body: &[u8]) -> PvmResult<i32> {
+    codec::unpack_i32(enc, body, &mut 0)
+}
