@@ -272,7 +272,7 @@ def main():
             print("compare.py: cannot run viabench (%s): build it (cargo build --release -p viabench) "
                   "or pass --viabench PATH" % e, file=sys.stderr)
             return 2
-        shm = [t["name"] for t in listed if t["name"] == "shm" and t["available"]]
+        shm = [t["name"] for t in listed if t["name"] in ("shm", "shm-block") and t["available"]]
         kernel = [t["name"] for t in listed if t["name"] in KERNEL_FALLBACK]
         transports = shm + kernel
 

@@ -8,7 +8,18 @@ fn main() {
     let obj = out.join("varargs.o");
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
     let status = Command::new(&cc)
-        .args(["-c", "-O2", "-fPIC", "-Wall", "-Wextra", "-Werror", "-I", "../../include", "c/varargs.c", "-o"])
+        .args([
+            "-c",
+            "-O2",
+            "-fPIC",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-I",
+            "../../include",
+            "c/varargs.c",
+            "-o",
+        ])
         .arg(&obj)
         .status()
         .expect("running the C compiler");

@@ -37,10 +37,14 @@ pub fn unique_disc(tag: &str) -> String {
 
 /// Settings every child gets: bounded spinning (idle waits block on a
 /// 2-CPU machine) and the large-message path under test.
+/// `cma`: large messages take the one-copy CMA path (from 16 KiB up, so
+/// the tests exercise it; the default threshold is 8 MiB); otherwise CMA is
+/// off and everything streams through the ring.
 pub fn base_env(cma: bool) -> Vec<(String, String)> {
     vec![
         ("OPENVIA_SPIN_NS".into(), "20000".into()),
         ("OPENVIA_CMA".into(), if cma { "1" } else { "0" }.into()),
+        ("OPENVIA_CMA_MIN".into(), "16K".into()),
     ]
 }
 

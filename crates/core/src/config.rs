@@ -20,6 +20,11 @@ pub struct Config {
     pub chunk_bytes: usize,
     /// Allow cross-memory attach. `OPENVIA_CMA=0` forces the bounce path.
     pub cma: bool,
+    /// Messages of at least this many bytes take one CMA copy; smaller ones
+    /// above `inline_max` stream through the ring in chunks, both sides
+    /// copying at once (cheaper than a system call per message while the
+    /// data fits in cache). `OPENVIA_CMA_MIN`.
+    pub cma_min: usize,
     /// While the application is active, the progress thread looks in this
     /// often (µs) instead of asking peers to wake it. `OPENVIA_PROGRESS_US`.
     pub progress_interval_us: u64,
@@ -31,8 +36,9 @@ impl Default for Config {
             spin_ns: 50_000,
             inline_max: 16 * 1024,
             ring_bytes: 1 << 20,
-            chunk_bytes: 128 * 1024,
+            chunk_bytes: 16 * 1024,
             cma: true,
+            cma_min: 8 * 1024 * 1024,
             progress_interval_us: 2000,
         }
     }
@@ -64,6 +70,9 @@ impl Config {
         }
         if let Some(v) = env_u64("OPENVIA_CHUNK_BYTES") {
             c.chunk_bytes = (v as usize).max(4096);
+        }
+        if let Some(v) = env_u64("OPENVIA_CMA_MIN") {
+            c.cma_min = v as usize;
         }
         if let Some(v) = env_u64("OPENVIA_CMA") {
             c.cma = v != 0;

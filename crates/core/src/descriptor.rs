@@ -194,7 +194,7 @@ pub fn check_placement(
     ptag: PtagId,
 ) -> Result<(DescPtr, ControlWords), PostRefusal> {
     let addr = ptr as u64;
-    if ptr.is_null() || addr % DESCRIPTOR_ALIGNMENT != 0 {
+    if ptr.is_null() || !addr.is_multiple_of(DESCRIPTOR_ALIGNMENT) {
         return Err(PostRefusal::BadDescriptor);
     }
     let region = reg.lookup(handle).ok_or(PostRefusal::BadDescriptor)?;

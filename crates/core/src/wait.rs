@@ -33,7 +33,7 @@ pub(crate) fn wait_for<T>(
             return Ok(v);
         }
         n = n.wrapping_add(1);
-        if n % 64 != 0 {
+        if !n.is_multiple_of(64) {
             cpu_relax();
             continue;
         }

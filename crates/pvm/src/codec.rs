@@ -214,7 +214,11 @@ pub fn unpack_str<'m>(enc: i32, msg: &'m [u8], pos: &mut usize) -> PvmResult<&'m
         return Err(PvmError::NoData);
     }
     let w = [msg[*pos], msg[*pos + 1], msg[*pos + 2], msg[*pos + 3]];
-    let len = if is_native(enc) { i32::from_ne_bytes(w) } else { i32::from_be_bytes(w) };
+    let len = if is_native(enc) {
+        i32::from_ne_bytes(w)
+    } else {
+        i32::from_be_bytes(w)
+    };
     if len < 1 {
         return Err(PvmError::BadMsg);
     }
@@ -256,7 +260,14 @@ mod tests {
     #[test]
     fn xdr_ints_are_big_endian() {
         let mut out = Vec::new();
-        pack(ENC_DEFAULT, Elem::Int, &bytes_of(&[1i32, -2]), 2, 1, &mut out);
+        pack(
+            ENC_DEFAULT,
+            Elem::Int,
+            &bytes_of(&[1i32, -2]),
+            2,
+            1,
+            &mut out,
+        );
         assert_eq!(out, [0, 0, 0, 1, 0xff, 0xff, 0xff, 0xfe]);
     }
 
@@ -267,10 +278,22 @@ mod tests {
             (Elem::Short, bytes_of(&[-1i16, 2, -3, 4, 5, 6, 7])),
             (Elem::Int, bytes_of(&[-1i32, 2, 3, 4, 5, 6, 7])),
             (Elem::Long, bytes_of(&[-1i64, 2, 3, 4, 5, 6, 7])),
-            (Elem::Float, bytes_of(&[1.5f32, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0])),
-            (Elem::Double, bytes_of(&[1.5f64, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0])),
-            (Elem::Cplx, bytes_of(&[1.5f32, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0])),
-            (Elem::Dcplx, bytes_of(&[1.5f64, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0])),
+            (
+                Elem::Float,
+                bytes_of(&[1.5f32, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]),
+            ),
+            (
+                Elem::Double,
+                bytes_of(&[1.5f64, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]),
+            ),
+            (
+                Elem::Cplx,
+                bytes_of(&[1.5f32, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]),
+            ),
+            (
+                Elem::Dcplx,
+                bytes_of(&[1.5f64, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]),
+            ),
         ];
         for enc in [ENC_DEFAULT, ENC_RAW] {
             for (elem, src) in &cases {
@@ -283,10 +306,17 @@ mod tests {
                 unpack(enc, *elem, &msg, &mut pos, n, stride, &mut dst).unwrap();
                 for i in 0..n {
                     let s = elem.size();
-                    assert_eq!(dst[i * 2 * s..][..s], src[i * 2 * s..][..s], "{elem:?} enc {enc}");
+                    assert_eq!(
+                        dst[i * 2 * s..][..s],
+                        src[i * 2 * s..][..s],
+                        "{elem:?} enc {enc}"
+                    );
                 }
                 assert_eq!(unpack_str(enc, &msg, &mut pos).unwrap(), b"tail\0");
-                assert_eq!(unpack(enc, *elem, &msg, &mut pos, 1, 1, &mut dst), Err(PvmError::NoData));
+                assert_eq!(
+                    unpack(enc, *elem, &msg, &mut pos, 1, 1, &mut dst),
+                    Err(PvmError::NoData)
+                );
             }
         }
     }

@@ -118,17 +118,32 @@ impl Frame {
             KIND_MSG => {
                 let (src, dst, tag, ctx, enc) = (r.i32()?, r.i32()?, r.i32()?, r.i32()?, r.i32()?);
                 let body = r.blob()?.to_vec();
-                Ok(Frame::Msg(Msg { src, dst, tag, ctx, enc, body }))
+                Ok(Frame::Msg(Msg {
+                    src,
+                    dst,
+                    tag,
+                    ctx,
+                    enc,
+                    body,
+                }))
             }
             KIND_REQ => {
                 let seq = r.u32()?;
                 let op = r.u32()?;
-                Ok(Frame::Req { seq, op, args: r.args()? })
+                Ok(Frame::Req {
+                    seq,
+                    op,
+                    args: r.args()?,
+                })
             }
             KIND_REPLY => {
                 let seq = r.u32()?;
                 let code = r.i32()?;
-                Ok(Frame::Reply { seq, code, args: r.args()? })
+                Ok(Frame::Reply {
+                    seq,
+                    code,
+                    args: r.args()?,
+                })
             }
             k => Err(bad(&format!("unknown frame kind {k}"))),
         }
@@ -242,13 +257,28 @@ mod tests {
     #[test]
     fn frames_round_trip() {
         let frames = [
-            Frame::Msg(Msg { src: 1, dst: 2, tag: 3, ctx: 4, enc: 0, body: vec![1, 2, 3] }),
+            Frame::Msg(Msg {
+                src: 1,
+                dst: 2,
+                tag: 3,
+                ctx: 4,
+                enc: 0,
+                body: vec![1, 2, 3],
+            }),
             Frame::Req {
                 seq: 7,
                 op: op::SPAWN,
-                args: Args { ints: vec![1, -2], strs: vec!["a".into()], bytes: vec![9] },
+                args: Args {
+                    ints: vec![1, -2],
+                    strs: vec!["a".into()],
+                    bytes: vec![9],
+                },
             },
-            Frame::Reply { seq: 7, code: -31, args: Args::default() },
+            Frame::Reply {
+                seq: 7,
+                code: -31,
+                args: Args::default(),
+            },
         ];
         let mut rd = FrameReader::default();
         for f in &frames {

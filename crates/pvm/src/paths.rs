@@ -5,7 +5,9 @@
 use std::path::PathBuf;
 
 fn tmp_dir() -> PathBuf {
-    std::env::var_os("PVM_TMP").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/tmp"))
+    std::env::var_os("PVM_TMP")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/tmp"))
 }
 
 fn uid() -> u32 {
@@ -36,7 +38,9 @@ pub fn arch() -> String {
 
 /// PVM_ROOT, Debian's default unless set.
 pub fn pvm_root() -> PathBuf {
-    std::env::var_os("PVM_ROOT").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/usr/lib/pvm3"))
+    std::env::var_os("PVM_ROOT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/lib/pvm3"))
 }
 
 /// The executable search path: `$HOME/pvm3/bin/$PVM_ARCH`, then

@@ -22,7 +22,13 @@ pub extern "C" fn pvm_mytid() -> c_int {
 
 #[no_mangle]
 pub extern "C" fn pvm_parent() -> c_int {
-    code("pvm_parent", |t| if t.ptid > 0 { Ok(t.ptid) } else { Err(PvmError::NoParent) })
+    code("pvm_parent", |t| {
+        if t.ptid > 0 {
+            Ok(t.ptid)
+        } else {
+            Err(PvmError::NoParent)
+        }
+    })
 }
 
 #[no_mangle]
@@ -88,7 +94,12 @@ pub extern "C" fn pvm_setrbuf(id: c_int) -> c_int {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pvm_bufinfo(id: c_int, bytes: *mut c_int, tag: *mut c_int, src: *mut c_int) -> c_int {
+pub unsafe extern "C" fn pvm_bufinfo(
+    id: c_int,
+    bytes: *mut c_int,
+    tag: *mut c_int,
+    src: *mut c_int,
+) -> c_int {
     match with("pvm_bufinfo", |t| t.bufinfo(id)) {
         Ok((b, g, s)) => {
             // SAFETY: caller's out-pointers, each may be NULL.
@@ -130,7 +141,16 @@ pub unsafe extern "C" fn pvm_getminfo(id: c_int, mi: *mut MInfo) -> c_int {
     code("pvm_getminfo", |t| {
         let me = t.mytid;
         let b = t.bufs.get(id)?;
-        let v = MInfo { len: b.len() as c_int, ctx: b.ctx, tag: b.tag, wid: 0, enc: b.enc, crc: 0, src: b.src, dst: me };
+        let v = MInfo {
+            len: b.len() as c_int,
+            ctx: b.ctx,
+            tag: b.tag,
+            wid: 0,
+            enc: b.enc,
+            crc: 0,
+            src: b.src,
+            dst: me,
+        };
         // SAFETY: checked non-NULL; caller's struct.
         unsafe { mi.write(v) };
         Ok(0)
@@ -187,7 +207,10 @@ pub unsafe extern "C" fn pvm_trecv(src: c_int, tag: c_int, tmout: *mut libc::tim
     } else {
         // SAFETY: caller's timeval.
         let tv = unsafe { *tmout };
-        Wait::For(Duration::from_secs(tv.tv_sec.max(0) as u64) + Duration::from_micros(tv.tv_usec.max(0) as u64))
+        Wait::For(
+            Duration::from_secs(tv.tv_sec.max(0) as u64)
+                + Duration::from_micros(tv.tv_usec.max(0) as u64),
+        )
     };
     code("pvm_trecv", |t| t.recv(src, tag, wait))
 }
@@ -198,7 +221,13 @@ pub extern "C" fn pvm_probe(src: c_int, tag: c_int) -> c_int {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pvm_psend(dst: c_int, tag: c_int, buf: *mut c_void, n: c_int, ty: c_int) -> c_int {
+pub unsafe extern "C" fn pvm_psend(
+    dst: c_int,
+    tag: c_int,
+    buf: *mut c_void,
+    n: c_int,
+    ty: c_int,
+) -> c_int {
     let (Some(elem), false, true) = (Elem::from_pvm_type(ty), buf.is_null(), n >= 0) else {
         return err("pvm_psend", PvmError::BadParam);
     };
@@ -374,7 +403,9 @@ pub unsafe extern "C" fn pvm_spawn(
             i += 1;
         }
     }
-    match with("pvm_spawn", |t| t.spawn(&file, &args, flags, &where_, count)) {
+    match with("pvm_spawn", |t| {
+        t.spawn(&file, &args, flags, &where_, count)
+    }) {
         Ok(list) => {
             if !tids.is_null() {
                 for (i, &v) in list.iter().enumerate().take(count.max(0) as usize) {
@@ -403,7 +434,9 @@ pub extern "C" fn pvm_kill(t: c_int) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn pvm_sendsig(t: c_int, sig: c_int) -> c_int {
-    code("pvm_sendsig", |task| task.simple(op::SENDSIG, vec![t, sig], vec![]))
+    code("pvm_sendsig", |task| {
+        task.simple(op::SENDSIG, vec![t, sig], vec![])
+    })
 }
 
 #[no_mangle]
@@ -426,7 +459,12 @@ pub extern "C" fn pvm_halt() -> c_int {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pvm_notify(what: c_int, tag: c_int, cnt: c_int, tids: *mut c_int) -> c_int {
+pub unsafe extern "C" fn pvm_notify(
+    what: c_int,
+    tag: c_int,
+    cnt: c_int,
+    tids: *mut c_int,
+) -> c_int {
     let list = if tids.is_null() || cnt <= 0 {
         Vec::new()
     } else {
@@ -447,13 +485,27 @@ unsafe fn host_list(names: *mut *mut c_char, n: c_int) -> Vec<String> {
         .collect()
 }
 
-unsafe fn host_op(name: &str, opcode: u32, names: *mut *mut c_char, n: c_int, infos: *mut c_int) -> c_int {
+unsafe fn host_op(
+    name: &str,
+    opcode: u32,
+    names: *mut *mut c_char,
+    n: c_int,
+    infos: *mut c_int,
+) -> c_int {
     if names.is_null() || n < 1 {
         return err(name, PvmError::BadParam);
     }
     // SAFETY: forwarded caller contract.
     let hosts = unsafe { host_list(names, n) };
-    match with(name, |t| t.call(opcode, openvia_pvm::frame::Args { strs: hosts, ..Default::default() })) {
+    match with(name, |t| {
+        t.call(
+            opcode,
+            openvia_pvm::frame::Args {
+                strs: hosts,
+                ..Default::default()
+            },
+        )
+    }) {
         Ok((_, a)) => {
             if !infos.is_null() {
                 for (i, &c) in a.ints.iter().enumerate().take(n as usize) {
@@ -468,19 +520,31 @@ unsafe fn host_op(name: &str, opcode: u32, names: *mut *mut c_char, n: c_int, in
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pvm_addhosts(names: *mut *mut c_char, n: c_int, infos: *mut c_int) -> c_int {
+pub unsafe extern "C" fn pvm_addhosts(
+    names: *mut *mut c_char,
+    n: c_int,
+    infos: *mut c_int,
+) -> c_int {
     // SAFETY: forwarded caller contract.
     unsafe { host_op("pvm_addhosts", op::ADDHOSTS, names, n, infos) }
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pvm_delhosts(names: *mut *mut c_char, n: c_int, infos: *mut c_int) -> c_int {
+pub unsafe extern "C" fn pvm_delhosts(
+    names: *mut *mut c_char,
+    n: c_int,
+    infos: *mut c_int,
+) -> c_int {
     // SAFETY: forwarded caller contract.
     unsafe { host_op("pvm_delhosts", op::DELHOSTS, names, n, infos) }
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pvm_hostsync(_host: c_int, clk: *mut libc::timeval, delta: *mut libc::timeval) -> c_int {
+pub unsafe extern "C" fn pvm_hostsync(
+    _host: c_int,
+    clk: *mut libc::timeval,
+    delta: *mut libc::timeval,
+) -> c_int {
     // One host: its clock is ours and the difference is zero.
     // SAFETY: caller's out-pointers, each may be NULL.
     unsafe {
@@ -488,14 +552,21 @@ pub unsafe extern "C" fn pvm_hostsync(_host: c_int, clk: *mut libc::timeval, del
             libc::gettimeofday(clk, std::ptr::null_mut());
         }
         if !delta.is_null() {
-            *delta = libc::timeval { tv_sec: 0, tv_usec: 0 };
+            *delta = libc::timeval {
+                tv_sec: 0,
+                tv_usec: 0,
+            };
         }
     }
     code("pvm_hostsync", |_| Ok(0))
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pvm_start_pvmd(_argc: c_int, _argv: *mut *mut c_char, _block: c_int) -> c_int {
+pub unsafe extern "C" fn pvm_start_pvmd(
+    _argc: c_int,
+    _argv: *mut *mut c_char,
+    _block: c_int,
+) -> c_int {
     if std::os::unix::net::UnixStream::connect(openvia_pvm::paths::daemon_socket()).is_ok() {
         return err("pvm_start_pvmd", PvmError::DupHost);
     }
@@ -510,22 +581,30 @@ pub unsafe extern "C" fn pvm_start_pvmd(_argc: c_int, _argv: *mut *mut c_char, _
 #[no_mangle]
 pub unsafe extern "C" fn pvm_putinfo(name: *mut c_char, id: c_int, flags: c_int) -> c_int {
     // SAFETY: C string from the caller.
-    let Some(n) = (unsafe { text(name) }) else { return err("pvm_putinfo", PvmError::BadParam) };
+    let Some(n) = (unsafe { text(name) }) else {
+        return err("pvm_putinfo", PvmError::BadParam);
+    };
     code("pvm_putinfo", |t| t.putinfo(&n, id, flags))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn pvm_recvinfo(name: *mut c_char, index: c_int, flags: c_int) -> c_int {
     // SAFETY: C string from the caller.
-    let Some(n) = (unsafe { text(name) }) else { return err("pvm_recvinfo", PvmError::BadParam) };
+    let Some(n) = (unsafe { text(name) }) else {
+        return err("pvm_recvinfo", PvmError::BadParam);
+    };
     code("pvm_recvinfo", |t| t.recvinfo(&n, index, flags))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn pvm_delinfo(name: *mut c_char, index: c_int, _flags: c_int) -> c_int {
     // SAFETY: C string from the caller.
-    let Some(n) = (unsafe { text(name) }) else { return err("pvm_delinfo", PvmError::BadParam) };
-    code("pvm_delinfo", |t| t.simple(op::DELINFO, vec![index, 0], vec![n]))
+    let Some(n) = (unsafe { text(name) }) else {
+        return err("pvm_delinfo", PvmError::BadParam);
+    };
+    code("pvm_delinfo", |t| {
+        t.simple(op::DELINFO, vec![index, 0], vec![n])
+    })
 }
 
 // ---- errors and environment ----
@@ -555,7 +634,10 @@ pub extern "C" fn pvm_strerror() -> *const c_char {
 
 fn edit_export(name: &str, add: bool) {
     let cur = std::env::var("PVM_EXPORT").unwrap_or_default();
-    let mut list: Vec<&str> = cur.split(':').filter(|s| !s.is_empty() && *s != name).collect();
+    let mut list: Vec<&str> = cur
+        .split(':')
+        .filter(|s| !s.is_empty() && *s != name)
+        .collect();
     if add {
         list.push(name);
     }
@@ -590,7 +672,8 @@ pub unsafe extern "C" fn pvm_unexport(name: *mut c_char) -> c_int {
 pub extern "C" fn pvmgetrsh() -> *const c_char {
     static RSH: std::sync::OnceLock<std::ffi::CString> = std::sync::OnceLock::new();
     RSH.get_or_init(|| {
-        std::ffi::CString::new(std::env::var("PVM_RSH").unwrap_or_else(|_| "ssh".into())).unwrap_or_default()
+        std::ffi::CString::new(std::env::var("PVM_RSH").unwrap_or_else(|_| "ssh".into()))
+            .unwrap_or_default()
     })
     .as_ptr()
 }
@@ -599,7 +682,8 @@ pub extern "C" fn pvmgetrsh() -> *const c_char {
 pub extern "C" fn pvmgettmp() -> *const c_char {
     static TMP: std::sync::OnceLock<std::ffi::CString> = std::sync::OnceLock::new();
     TMP.get_or_init(|| {
-        std::ffi::CString::new(std::env::var("PVM_TMP").unwrap_or_else(|_| "/tmp".into())).unwrap_or_default()
+        std::ffi::CString::new(std::env::var("PVM_TMP").unwrap_or_else(|_| "/tmp".into()))
+            .unwrap_or_default()
     })
     .as_ptr()
 }

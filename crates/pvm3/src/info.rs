@@ -47,7 +47,11 @@ fn cstring(s: &str) -> CString {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pvm_config(nhost: *mut c_int, narch: *mut c_int, hostp: *mut *mut PvmHostInfo) -> c_int {
+pub unsafe extern "C" fn pvm_config(
+    nhost: *mut c_int,
+    narch: *mut c_int,
+    hostp: *mut *mut PvmHostInfo,
+) -> c_int {
     let r = with("pvm_config", |t| t.call(op::CONFIG, Args::default()));
     let (n, a) = match r {
         Ok(v) => v,
@@ -72,7 +76,10 @@ pub unsafe extern "C" fn pvm_config(nhost: *mut c_int, narch: *mut c_int, hostp:
     archs.sort();
     archs.dedup();
     let mut kept = HOSTS.lock().unwrap_or_else(|p| p.into_inner());
-    *kept = Some(Kept { items, _strings: strings });
+    *kept = Some(Kept {
+        items,
+        _strings: strings,
+    });
     // SAFETY: out-pointers supplied by the caller (each may be NULL).
     unsafe {
         if !nhost.is_null() {
@@ -89,9 +96,19 @@ pub unsafe extern "C" fn pvm_config(nhost: *mut c_int, narch: *mut c_int, hostp:
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pvm_tasks(which: c_int, ntask: *mut c_int, taskp: *mut *mut PvmTaskInfo) -> c_int {
+pub unsafe extern "C" fn pvm_tasks(
+    which: c_int,
+    ntask: *mut c_int,
+    taskp: *mut *mut PvmTaskInfo,
+) -> c_int {
     let r = with("pvm_tasks", |t| {
-        let (n, a) = t.call(op::TASKS, Args { ints: vec![which], ..Args::default() })?;
+        let (n, a) = t.call(
+            op::TASKS,
+            Args {
+                ints: vec![which],
+                ..Args::default()
+            },
+        )?;
         if n < 0 {
             return Err(PvmError::from_code(n).unwrap_or(PvmError::SysErr));
         }
@@ -117,7 +134,10 @@ pub unsafe extern "C" fn pvm_tasks(which: c_int, ntask: *mut c_int, taskp: *mut 
         strings.push(name);
     }
     let mut kept = TASKS.lock().unwrap_or_else(|p| p.into_inner());
-    *kept = Some(Kept { items, _strings: strings });
+    *kept = Some(Kept {
+        items,
+        _strings: strings,
+    });
     // SAFETY: out-pointers supplied by the caller (each may be NULL).
     unsafe {
         if !ntask.is_null() {
@@ -159,4 +179,3 @@ pub unsafe extern "C" fn pvm_getfds(fds: *mut *mut c_int) -> c_int {
     }
     1
 }
-

@@ -29,7 +29,8 @@ unsafe fn unpack_raw(name: &str, elem: Elem, p: *mut u8, n: c_int, stride: c_int
     // SAFETY: PVM's contract: p has room for n items spaced by stride.
     let dst = unsafe { std::slice::from_raw_parts_mut(p, len) };
     code(name, |t| {
-        t.recv_buf()?.unpack(elem, dst, n as usize, stride as usize)?;
+        t.recv_buf()?
+            .unpack(elem, dst, n as usize, stride as usize)?;
         Ok(0)
     })
 }

@@ -236,7 +236,8 @@ pub trait Endpoint {
 /// Every transport viabench knows, available here or not.
 pub fn registry() -> Vec<Box<dyn Transport>> {
     vec![
-        Box::new(shm::Shm::new()),
+        Box::new(shm::Shm::new("shm", WaitMode::Spin)),
+        Box::new(shm::Shm::new("shm-block", WaitMode::Block)),
         Box::new(udp::Udp::new()),
         Box::new(kernel_tcp::KernelTcp::new("kernel-tcp", WaitMode::Block)),
         Box::new(kernel_tcp::KernelTcp::new(

@@ -34,11 +34,15 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// A Wait that sees nothing for this long means the peer is stuck.
 const WAIT_LIMIT: Duration = Duration::from_secs(60);
 
-pub struct Shm;
+pub struct Shm {
+    name: &'static str,
+    mode: WaitMode,
+}
 
 impl Shm {
-    pub fn new() -> Self {
-        Shm
+    /// `shm` polls; `shm-block` sleeps on the doorbell at once.
+    pub fn new(name: &'static str, mode: WaitMode) -> Self {
+        Shm { name, mode }
     }
 }
 
@@ -134,7 +138,7 @@ fn setup(opts: &EndpointOptions) -> Result<(Nic, PtagId, Arc<Vi>)> {
 
 impl Transport for Shm {
     fn name(&self) -> &'static str {
-        "shm"
+        self.name
     }
 
     fn available(&self) -> std::result::Result<(), String> {
@@ -144,7 +148,7 @@ impl Transport for Shm {
     }
 
     fn default_mode(&self) -> WaitMode {
-        WaitMode::Spin
+        self.mode
     }
 
     fn supports_remote(&self) -> bool {

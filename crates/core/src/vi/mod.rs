@@ -260,9 +260,10 @@ impl Vi {
                 entry.length = wr.total_len as u32;
                 entry.immediate = wr.immediate.is_some();
                 let remote = inner.remote_attrs.unwrap_or_default();
-                if wr.op == OpKind::RdmaRead && (!inner.attrs.reliable() || !remote.rdma_read) {
-                    entry.error = status::RDMA_PROT_ERROR;
-                } else if wr.op == OpKind::RdmaWrite && !remote.rdma_write {
+                let rdma_refused = (wr.op == OpKind::RdmaRead
+                    && (!inner.attrs.reliable() || !remote.rdma_read))
+                    || (wr.op == OpKind::RdmaWrite && !remote.rdma_write);
+                if rdma_refused {
                     entry.error = status::RDMA_PROT_ERROR;
                 } else if state == ViState::Error {
                     entry.error = status::DESC_FLUSHED_ERROR;

@@ -19,7 +19,13 @@ pub struct Conn {
 impl Conn {
     pub fn new(stream: UnixStream) -> io::Result<Conn> {
         stream.set_nonblocking(true)?;
-        Ok(Conn { stream, reader: FrameReader::default(), out: Vec::new(), out_pos: 0, tid: None })
+        Ok(Conn {
+            stream,
+            reader: FrameReader::default(),
+            out: Vec::new(),
+            out_pos: 0,
+            tid: None,
+        })
     }
 
     pub fn fd(&self) -> RawFd {

@@ -34,7 +34,10 @@ impl Mailbox {
     pub fn put(&mut self, name: &str, e: Entry) -> Result<i32, PvmError> {
         let slots = self.classes.entry(name.to_string()).or_default();
         if e.flags & MULTI_INSTANCE != 0 {
-            let idx = slots.iter().position(|s| s.is_none()).unwrap_or(slots.len());
+            let idx = slots
+                .iter()
+                .position(|s| s.is_none())
+                .unwrap_or(slots.len());
             if idx == slots.len() {
                 slots.push(None);
             }
@@ -74,7 +77,9 @@ impl Mailbox {
     /// Deletes an entry; only its owner may.
     pub fn delete(&mut self, name: &str, index: i32, by: i32) -> Result<(), PvmError> {
         let slots = self.classes.get_mut(name).ok_or(PvmError::NotFound)?;
-        let slot = slots.get_mut(index.max(0) as usize).ok_or(PvmError::NotFound)?;
+        let slot = slots
+            .get_mut(index.max(0) as usize)
+            .ok_or(PvmError::NotFound)?;
         match slot {
             Some(e) if e.owner == by => {
                 *slot = None;
@@ -103,7 +108,12 @@ mod tests {
     use super::*;
 
     fn entry(owner: i32, flags: i32) -> Entry {
-        Entry { owner, flags, enc: 0, body: vec![owner as u8] }
+        Entry {
+            owner,
+            flags,
+            enc: 0,
+            body: vec![owner as u8],
+        }
     }
 
     #[test]

@@ -55,9 +55,6 @@ struct TaskRec {
     /// Frames for a spawned task that has not enrolled yet.
     pending: Vec<Frame>,
     siblings: Vec<i32>,
-    out_tid: i32,
-    out_code: i32,
-    out_ctx: i32,
 }
 
 /// A pvm_notify request.
@@ -79,9 +76,14 @@ struct InfoWaiter {
 }
 
 /// A child's stdout/stderr pipe.
+/// Where its output goes is kept here, not in the task record: the pipe
+/// may drain after the task has already left.
 struct OutputPipe {
     tid: i32,
     file: File,
+    out_tid: i32,
+    out_code: i32,
+    out_ctx: i32,
 }
 
 /// The daemon's whole state.
@@ -96,6 +98,8 @@ pub struct Daemon {
     mailbox: mbox::Mailbox,
     info_waiters: Vec<InfoWaiter>,
     log: File,
+    /// Task output not yet ended by a newline, per task.
+    partial_lines: HashMap<i32, Vec<u8>>,
     halting: bool,
 }
 
@@ -106,12 +110,18 @@ impl Daemon {
     /// Binds the socket; fails if another pvmd answers there.
     pub fn bind(cfg: Config) -> io::Result<Daemon> {
         if std::os::unix::net::UnixStream::connect(&cfg.socket).is_ok() {
-            return Err(io::Error::new(io::ErrorKind::AddrInUse, "a pvmd is already running"));
+            return Err(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                "a pvmd is already running",
+            ));
         }
         let _ = std::fs::remove_file(&cfg.socket);
         let listener = UnixListener::bind(&cfg.socket)?;
         listener.set_nonblocking(true)?;
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&cfg.log)?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&cfg.log)?;
         let mut d = Daemon {
             cfg,
             listener,
@@ -123,9 +133,13 @@ impl Daemon {
             mailbox: mbox::Mailbox::default(),
             info_waiters: Vec::new(),
             log,
+            partial_lines: HashMap::new(),
             halting: false,
         };
-        d.logln(&format!("openvia pvmd ready on {} ({})", d.cfg.hostname, d.cfg.arch));
+        d.logln(&format!(
+            "openvia pvmd ready on {} ({})",
+            d.cfg.hostname, d.cfg.arch
+        ));
         Ok(d)
     }
 
@@ -159,19 +173,35 @@ impl Daemon {
     }
 
     fn poll_once(&mut self, timeout_ms: i32) -> io::Result<()> {
-        let mut fds = vec![libc::pollfd { fd: self.listener.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+        let mut fds = vec![libc::pollfd {
+            fd: self.listener.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
         for (fd, c) in &self.conns {
             let ev = libc::POLLIN | if c.wants_write() { libc::POLLOUT } else { 0 };
-            fds.push(libc::pollfd { fd: *fd, events: ev, revents: 0 });
+            fds.push(libc::pollfd {
+                fd: *fd,
+                events: ev,
+                revents: 0,
+            });
         }
         for fd in self.outputs.keys() {
-            fds.push(libc::pollfd { fd: *fd, events: libc::POLLIN, revents: 0 });
+            fds.push(libc::pollfd {
+                fd: *fd,
+                events: libc::POLLIN,
+                revents: 0,
+            });
         }
         // SAFETY: fds is a valid array of pollfd for its length.
         let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
         if n < 0 {
             let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::Interrupted { Ok(()) } else { Err(e) };
+            return if e.kind() == io::ErrorKind::Interrupted {
+                Ok(())
+            } else {
+                Err(e)
+            };
         }
         for p in fds.iter().filter(|p| p.revents != 0) {
             if p.fd == self.listener.as_raw_fd() {
@@ -237,7 +267,9 @@ impl Daemon {
 
     /// Sends a frame to a task, holding it if the task has not enrolled.
     fn deliver(&mut self, to: i32, f: Frame) -> bool {
-        let Some(rec) = self.tasks.get_mut(&to) else { return false };
+        let Some(rec) = self.tasks.get_mut(&to) else {
+            return false;
+        };
         match rec.conn {
             Some(fd) => {
                 let broken = match self.conns.get_mut(&fd) {
@@ -271,7 +303,9 @@ impl Daemon {
     }
 
     fn drop_conn(&mut self, fd: RawFd) {
-        let Some(c) = self.conns.remove(&fd) else { return };
+        let Some(c) = self.conns.remove(&fd) else {
+            return;
+        };
         self.info_waiters.retain(|w| w.fd != fd);
         if let Some(t) = c.tid {
             self.task_gone(t);
@@ -280,7 +314,9 @@ impl Daemon {
 
     /// Forgets a task and tells whoever asked to know.
     fn task_gone(&mut self, t: i32) {
-        let Some(rec) = self.tasks.remove(&t) else { return };
+        let Some(rec) = self.tasks.remove(&t) else {
+            return;
+        };
         if let Some(fd) = rec.conn {
             self.conns.remove(&fd);
         }
@@ -302,7 +338,14 @@ impl Daemon {
     fn send_notify(&mut self, n: &Notify) {
         let mut body = Vec::new();
         codec::pack_i32(codec::ENC_DEFAULT, n.target, &mut body);
-        let m = Msg { src: self.tid(), dst: n.watcher, tag: n.tag, ctx: n.ctx, enc: codec::ENC_DEFAULT, body };
+        let m = Msg {
+            src: self.tid(),
+            dst: n.watcher,
+            tag: n.tag,
+            ctx: n.ctx,
+            enc: codec::ENC_DEFAULT,
+            body,
+        };
         self.route(m);
     }
 
@@ -314,8 +357,12 @@ impl Daemon {
             if pid <= 0 {
                 break;
             }
-            let gone: Vec<i32> =
-                self.tasks.iter().filter(|(_, r)| r.pid == pid && r.conn.is_none()).map(|(t, _)| *t).collect();
+            let gone: Vec<i32> = self
+                .tasks
+                .iter()
+                .filter(|(_, r)| r.pid == pid && r.conn.is_none())
+                .map(|(t, _)| *t)
+                .collect();
             for t in gone {
                 self.task_gone(t);
             }
@@ -328,29 +375,55 @@ impl Daemon {
             Some(p) => io::Read::read(&mut p.file, &mut buf).unwrap_or(0),
             None => return,
         };
-        let tid = self.outputs[&fd].tid;
+        let p = &self.outputs[&fd];
+        let to = (p.tid, p.out_tid, p.out_code, p.out_ctx);
         if n == 0 {
             self.outputs.remove(&fd);
         }
-        self.forward_output(tid, &buf[..n]);
+        self.forward_output(to, &buf[..n]);
     }
 
     /// Task output goes to the task's output tid as (tid, len, bytes)
     /// messages (len 0 = end), or to the log when nobody asked for it.
-    fn forward_output(&mut self, tid: i32, data: &[u8]) {
-        let (out_tid, code, ctx) = match self.tasks.get(&tid) {
-            Some(r) => (r.out_tid, r.out_code, r.out_ctx),
-            None => (0, 0, 0),
-        };
+    fn forward_output(&mut self, (tid, out_tid, code, ctx): (i32, i32, i32, i32), data: &[u8]) {
         if out_tid > 0 {
             let mut body = Vec::new();
             codec::pack_i32(codec::ENC_DEFAULT, tid, &mut body);
             codec::pack_i32(codec::ENC_DEFAULT, data.len() as i32, &mut body);
-            codec::pack(codec::ENC_DEFAULT, codec::Elem::Byte, data, data.len(), 1, &mut body);
-            let m = Msg { src: self.tid(), dst: out_tid, tag: code, ctx, enc: codec::ENC_DEFAULT, body };
+            codec::pack(
+                codec::ENC_DEFAULT,
+                codec::Elem::Byte,
+                data,
+                data.len(),
+                1,
+                &mut body,
+            );
+            let m = Msg {
+                src: self.tid(),
+                dst: out_tid,
+                tag: code,
+                ctx,
+                enc: codec::ENC_DEFAULT,
+                body,
+            };
             self.route(m);
-        } else if !data.is_empty() {
-            for line in String::from_utf8_lossy(data).lines() {
+        } else {
+            // Whole lines only: unbuffered stderr arrives in fragments.
+            let pending = self.partial_lines.entry(tid).or_default();
+            pending.extend_from_slice(data);
+            let cut = if data.is_empty() {
+                pending.len()
+            } else {
+                pending
+                    .iter()
+                    .rposition(|&b| b == b'\n')
+                    .map_or(0, |i| i + 1)
+            };
+            let text: Vec<u8> = pending.drain(..cut).collect();
+            if data.is_empty() {
+                self.partial_lines.remove(&tid);
+            }
+            for line in String::from_utf8_lossy(&text).lines() {
                 let _ = writeln!(self.log, "[t{tid:x}] {line}");
             }
         }

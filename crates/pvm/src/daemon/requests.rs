@@ -44,11 +44,17 @@ impl Daemon {
             op::PSTAT => {
                 let t = int(&a, 0);
                 let ok = self.tasks.contains_key(&t) || t == self.tid();
-                (if ok { 0 } else { PvmError::NoTask.code() }, Args::default())
+                (
+                    if ok { 0 } else { PvmError::NoTask.code() },
+                    Args::default(),
+                )
             }
             op::MSTAT => {
                 let ok = self.host_name_ok(&string(&a, 0));
-                (if ok { 0 } else { PvmError::NoHost.code() }, Args::default())
+                (
+                    if ok { 0 } else { PvmError::NoHost.code() },
+                    Args::default(),
+                )
             }
             op::NOTIFY => self.notify(me, &a),
             op::EXIT => {
@@ -58,11 +64,18 @@ impl Daemon {
             }
             op::HALT => {
                 self.reply(fd, seq, 0, Args::default());
+                // Everyone else gets SIGTERM at shutdown; the caller just exits.
+                self.tasks.remove(&me);
                 self.halting = true;
                 return;
             }
             op::PUTINFO => {
-                let e = Entry { owner: me, flags: int(&a, 0), enc: int(&a, 1), body: a.bytes.clone() };
+                let e = Entry {
+                    owner: me,
+                    flags: int(&a, 0),
+                    enc: int(&a, 1),
+                    body: a.bytes.clone(),
+                };
                 let name = string(&a, 0);
                 let r = self.mailbox.put(&name, e);
                 if r.is_ok() {
@@ -75,7 +88,13 @@ impl Daemon {
                 match self.mailbox.get(&name, index, flags) {
                     Ok(e) => (0, info_args(e)),
                     Err(_) if flags & WAIT_FOR_INFO != 0 => {
-                        self.info_waiters.push(InfoWaiter { fd, seq, name, index, flags });
+                        self.info_waiters.push(InfoWaiter {
+                            fd,
+                            seq,
+                            name,
+                            index,
+                            flags,
+                        });
                         return;
                     }
                     Err(e) => (e.code(), Args::default()),
@@ -86,12 +105,30 @@ impl Daemon {
                 (r.map(|_| 0).unwrap_or_else(|e| e.code()), Args::default())
             }
             op::ADDHOSTS => {
-                let codes = a.strs.iter().map(|h| if self.host_name_ok(h) { PvmError::DupHost.code() } else { PvmError::CantStart.code() });
-                (0, Args { ints: codes.collect(), ..Args::default() })
+                let codes = a.strs.iter().map(|h| {
+                    if self.host_name_ok(h) {
+                        PvmError::DupHost.code()
+                    } else {
+                        PvmError::CantStart.code()
+                    }
+                });
+                (
+                    0,
+                    Args {
+                        ints: codes.collect(),
+                        ..Args::default()
+                    },
+                )
             }
             op::DELHOSTS => {
                 let codes = a.strs.iter().map(|_| PvmError::NoHost.code()).collect();
-                (0, Args { ints: codes, ..Args::default() })
+                (
+                    0,
+                    Args {
+                        ints: codes,
+                        ..Args::default()
+                    },
+                )
             }
             _ => (PvmError::NotImpl.code(), Args::default()),
         };
@@ -117,9 +154,6 @@ impl Daemon {
                     conn: None,
                     pending: Vec::new(),
                     siblings: vec![t],
-                    out_tid: 0,
-                    out_code: 0,
-                    out_ctx: 0,
                 };
                 self.tasks.insert(t, rec);
                 t
@@ -135,14 +169,27 @@ impl Daemon {
             c.tid = Some(t);
         }
         // The reply must precede the held messages: the task reads it first.
-        self.reply(fd, seq, t, Args { ints, strs: vec![self.cfg.hostname.clone()], bytes: Vec::new() });
+        self.reply(
+            fd,
+            seq,
+            t,
+            Args {
+                ints,
+                strs: vec![self.cfg.hostname.clone()],
+                bytes: Vec::new(),
+            },
+        );
         for f in pending {
             self.deliver(t, f);
         }
     }
 
     fn req_spawn(&mut self, me: i32, a: &Args) -> (i32, Args) {
-        let (flags, count, nargs) = (int(a, 0), int(a, 1).max(0) as usize, int(a, 2).max(0) as usize);
+        let (flags, count, nargs) = (
+            int(a, 0),
+            int(a, 1).max(0) as usize,
+            int(a, 2).max(0) as usize,
+        );
         let argv: Vec<String> = a.strs.iter().skip(2).take(nargs).cloned().collect();
         let env = a.strs.iter().skip(2 + nargs).filter_map(|kv| {
             let (k, v) = kv.split_once('=')?;
@@ -162,13 +209,26 @@ impl Daemon {
         };
         let tids = self.spawn(req);
         let ok = tids.iter().filter(|&&t| t > 0).count() as i32;
-        (ok, Args { ints: tids, ..Args::default() })
+        (
+            ok,
+            Args {
+                ints: tids,
+                ..Args::default()
+            },
+        )
     }
 
     fn config(&self) -> (i32, Args) {
         let ints = vec![tid::host_tid(super::HOST_NUM), 1000, 0x0040_8841];
         let strs = vec![self.cfg.hostname.clone(), self.cfg.arch.clone()];
-        (1, Args { ints, strs, bytes: Vec::new() })
+        (
+            1,
+            Args {
+                ints,
+                strs,
+                bytes: Vec::new(),
+            },
+        )
     }
 
     fn list_tasks(&self, which: i32) -> (i32, Args) {
@@ -204,13 +264,21 @@ impl Daemon {
         let kind = what & !NOTIFY_CANCEL;
         if what & NOTIFY_CANCEL != 0 {
             let targets = &a.ints[3.min(a.ints.len())..];
-            self.notifies.retain(|n| !(n.watcher == me && n.what == kind && n.tag == tag && targets.contains(&n.target)));
+            self.notifies.retain(|n| {
+                !(n.watcher == me && n.what == kind && n.tag == tag && targets.contains(&n.target))
+            });
             return (0, Args::default());
         }
         match kind {
             TASK_EXIT => {
                 for &target in &a.ints[3.min(a.ints.len())..] {
-                    let n = Notify { what: kind, watcher: me, tag, ctx, target };
+                    let n = Notify {
+                        what: kind,
+                        watcher: me,
+                        tag,
+                        ctx,
+                        target,
+                    };
                     if self.tasks.contains_key(&target) {
                         self.notifies.push(n);
                     } else {
@@ -222,7 +290,13 @@ impl Daemon {
             HOST_DELETE | HOST_ADD => {
                 // One host: it is never deleted while we run, none is added.
                 for &target in &a.ints[3.min(a.ints.len())..] {
-                    self.notifies.push(Notify { what: kind, watcher: me, tag, ctx, target });
+                    self.notifies.push(Notify {
+                        what: kind,
+                        watcher: me,
+                        tag,
+                        ctx,
+                        target,
+                    });
                 }
                 (0, Args::default())
             }
@@ -232,7 +306,9 @@ impl Daemon {
 
     fn wake_info_waiters(&mut self, name: &str) {
         let waiting: Vec<InfoWaiter> = {
-            let (w, keep) = std::mem::take(&mut self.info_waiters).into_iter().partition(|w| w.name == name);
+            let (w, keep) = std::mem::take(&mut self.info_waiters)
+                .into_iter()
+                .partition(|w| w.name == name);
             self.info_waiters = keep;
             w
         };
@@ -246,5 +322,9 @@ impl Daemon {
 }
 
 fn info_args(e: Entry) -> Args {
-    Args { ints: vec![e.enc, e.owner], strs: Vec::new(), bytes: e.body }
+    Args {
+        ints: vec![e.enc, e.owner],
+        strs: Vec::new(),
+        bytes: e.body,
+    }
 }

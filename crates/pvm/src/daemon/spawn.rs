@@ -36,7 +36,11 @@ impl Daemon {
             let p = PathBuf::from(file);
             return p.is_file().then_some(p);
         }
-        self.cfg.exec_path.iter().map(|d| d.join(file)).find(|p| p.is_file())
+        self.cfg
+            .exec_path
+            .iter()
+            .map(|d| d.join(file))
+            .find(|p| p.is_file())
     }
 
     fn host_matches(&self, where_: &str) -> bool {
@@ -56,7 +60,11 @@ impl Daemon {
             return fail(PvmError::NoFile);
         };
         let tids: Vec<i32> = (0..req.count).map(|_| self.new_tid()).collect();
-        let ptid = if req.flags & NO_SPAWN_PARENT != 0 { 0 } else { req.parent };
+        let ptid = if req.flags & NO_SPAWN_PARENT != 0 {
+            0
+        } else {
+            req.parent
+        };
         let mut result = Vec::with_capacity(req.count);
         for &t in &tids {
             match self.start_one(&path, &req, t) {
@@ -70,12 +78,18 @@ impl Daemon {
                             conn: None,
                             pending: Vec::new(),
                             siblings: tids.clone(),
+                        },
+                    );
+                    self.outputs.insert(
+                        pipe.as_raw_fd(),
+                        OutputPipe {
+                            tid: t,
+                            file: pipe,
                             out_tid: req.out_tid,
                             out_code: req.out_code,
                             out_ctx: req.out_ctx,
                         },
                     );
-                    self.outputs.insert(pipe.as_raw_fd(), OutputPipe { tid: t, file: pipe });
                     self.logln(&format!("spawned t{t:x} pid {pid}: {}", path.display()));
                     result.push(t);
                 }
@@ -85,7 +99,12 @@ impl Daemon {
         result
     }
 
-    fn start_one(&self, path: &PathBuf, req: &SpawnRequest, t: i32) -> Result<(i32, std::fs::File), PvmError> {
+    fn start_one(
+        &self,
+        path: &PathBuf,
+        req: &SpawnRequest,
+        t: i32,
+    ) -> Result<(i32, std::fs::File), PvmError> {
         let mut fds = [0; 2];
         // SAFETY: pipe2 writes two descriptors into the array.
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {

@@ -22,7 +22,12 @@ pub struct MsgBuf {
 
 impl MsgBuf {
     pub fn new(enc: i32) -> MsgBuf {
-        MsgBuf { enc, src: -1, tag: -1, ..MsgBuf::default() }
+        MsgBuf {
+            enc,
+            src: -1,
+            tag: -1,
+            ..MsgBuf::default()
+        }
     }
 
     /// The bytes to send, with in-place items read now.
@@ -55,7 +60,8 @@ impl MsgBuf {
     /// Packs `n` items from `src` (a byte span of the caller's array).
     pub fn pack(&mut self, elem: Elem, src: &[u8], n: usize, stride: usize) {
         if self.enc == ENC_INPLACE && stride == 1 {
-            self.refs.push((self.data.len(), src.as_ptr() as usize, n * elem.size()));
+            self.refs
+                .push((self.data.len(), src.as_ptr() as usize, n * elem.size()));
         } else {
             codec::pack(self.enc, elem, src, n, stride, &mut self.data);
         }
@@ -76,7 +82,11 @@ pub struct BufTable {
 impl BufTable {
     pub fn insert(&mut self, b: MsgBuf) -> i32 {
         loop {
-            self.next = if self.next >= i32::MAX - 1 { 1 } else { self.next + 1 };
+            self.next = if self.next >= i32::MAX - 1 {
+                1
+            } else {
+                self.next + 1
+            };
             if !self.bufs.contains_key(&self.next) {
                 break;
             }
@@ -87,7 +97,11 @@ impl BufTable {
 
     pub fn get(&mut self, id: i32) -> PvmResult<&mut MsgBuf> {
         if id <= 0 {
-            return Err(if id == 0 { PvmError::NoBuf } else { PvmError::BadParam });
+            return Err(if id == 0 {
+                PvmError::NoBuf
+            } else {
+                PvmError::BadParam
+            });
         }
         self.bufs.get_mut(&id).ok_or(PvmError::NoSuchBuf)
     }

@@ -33,7 +33,16 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Options {
-        Options { route: 1, auto_err: 1, out_tid: 0, out_code: 0, out_ctx: 0, frag_size: 4096, show_tids: 1, no_reset: 0 }
+        Options {
+            route: 1,
+            auto_err: 1,
+            out_tid: 0,
+            out_code: 0,
+            out_ctx: 0,
+            frag_size: 4096,
+            show_tids: 1,
+            no_reset: 0,
+        }
     }
 }
 
@@ -78,7 +87,10 @@ impl Task {
                 UnixStream::connect(&path).map_err(sys)?
             }
         };
-        let hint = std::env::var(crate::daemon::ENV_TID).ok().and_then(|s| s.parse().ok()).unwrap_or(0);
+        let hint = std::env::var(crate::daemon::ENV_TID)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
         let name = std::env::args().next().unwrap_or_default();
         let name = name.rsplit('/').next().unwrap_or_default().to_string();
         let mut t = Task {
@@ -99,7 +111,14 @@ impl Task {
         };
         // SAFETY: getpid has no preconditions.
         let pid = unsafe { libc::getpid() };
-        let (code, args) = t.call(op::HELLO, Args { ints: vec![hint, pid], strs: vec![name], bytes: vec![] })?;
+        let (code, args) = t.call(
+            op::HELLO,
+            Args {
+                ints: vec![hint, pid],
+                strs: vec![name],
+                bytes: vec![],
+            },
+        )?;
         if code <= 0 {
             return Err(PvmError::from_code(code).unwrap_or(PvmError::SysErr));
         }
@@ -114,7 +133,9 @@ impl Task {
     }
 
     fn write(&mut self, f: &Frame) -> PvmResult<()> {
-        frame::write_frame(&mut self.wr, f).and_then(|_| self.wr.flush()).map_err(sys)
+        frame::write_frame(&mut self.wr, f)
+            .and_then(|_| self.wr.flush())
+            .map_err(sys)
     }
 
     /// Reads one frame from the pvmd, waiting at most until `deadline`.
@@ -123,7 +144,11 @@ impl Task {
         if self.rd.buffer().is_empty() {
             if let Some(d) = deadline {
                 let left = d.saturating_duration_since(Instant::now());
-                let mut p = libc::pollfd { fd: self.rd.get_ref().as_raw_fd(), events: libc::POLLIN, revents: 0 };
+                let mut p = libc::pollfd {
+                    fd: self.rd.get_ref().as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
                 let ms = left.as_millis().min(i32::MAX as u128) as i32;
                 // SAFETY: one valid pollfd.
                 let n = unsafe { libc::poll(&mut p, 1, ms) };
@@ -147,7 +172,11 @@ impl Task {
     pub fn call(&mut self, opcode: u32, args: Args) -> PvmResult<(i32, Args)> {
         self.seq = self.seq.wrapping_add(1);
         let seq = self.seq;
-        self.write(&Frame::Req { seq, op: opcode, args })?;
+        self.write(&Frame::Req {
+            seq,
+            op: opcode,
+            args,
+        })?;
         loop {
             if let Some((s, code, args)) = self.pump(None)? {
                 if s == seq {
@@ -172,6 +201,10 @@ impl Task {
     }
 
     pub fn freebuf(&mut self, id: i32) -> PvmResult<()> {
+        // Freeing "no buffer" (what pvm_setrbuf(0) hands back) is a no-op.
+        if id == 0 {
+            return Ok(());
+        }
         self.bufs.remove(id)?;
         if self.sbuf == id {
             self.sbuf = 0;
@@ -229,7 +262,14 @@ impl Task {
             if dst <= 0 && dst & crate::tid::DAEMON_BIT as i32 == 0 {
                 return Err(PvmError::BadParam);
             }
-            let m = Msg { src: self.mytid, dst, tag, ctx, enc, body: body.clone() };
+            let m = Msg {
+                src: self.mytid,
+                dst,
+                tag,
+                ctx,
+                enc,
+                body: body.clone(),
+            };
             if dst == self.mytid {
                 self.queue.push_back(m);
             } else {
@@ -262,7 +302,10 @@ impl Task {
 
     fn take_match(&mut self, src: i32, tag: i32) -> Option<Msg> {
         let ctx = self.ctx;
-        let i = self.queue.iter().position(|m| Self::matches(m, src, tag, ctx))?;
+        let i = self
+            .queue
+            .iter()
+            .position(|m| Self::matches(m, src, tag, ctx))?;
         self.queue.remove(i)
     }
 
@@ -280,7 +323,11 @@ impl Task {
             }
             if matches!(deadline, Some(d) if Instant::now() >= d) && self.rd.buffer().is_empty() {
                 // One last non-blocking look at the socket.
-                let mut p = libc::pollfd { fd: self.rd.get_ref().as_raw_fd(), events: libc::POLLIN, revents: 0 };
+                let mut p = libc::pollfd {
+                    fd: self.rd.get_ref().as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
                 // SAFETY: one valid pollfd.
                 if unsafe { libc::poll(&mut p, 1, 0) } <= 0 {
                     return Ok(0);
@@ -294,7 +341,11 @@ impl Task {
     /// bufinfo without making it the receive buffer.
     pub fn probe(&mut self, src: i32, tag: i32) -> PvmResult<i32> {
         loop {
-            let mut p = libc::pollfd { fd: self.rd.get_ref().as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            let mut p = libc::pollfd {
+                fd: self.rd.get_ref().as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
             // SAFETY: one valid pollfd.
             if self.rd.buffer().is_empty() && unsafe { libc::poll(&mut p, 1, 0) } <= 0 {
                 break;
@@ -304,7 +355,14 @@ impl Task {
         let ctx = self.ctx;
         match self.queue.iter().find(|m| Self::matches(m, src, tag, ctx)) {
             Some(m) => {
-                let b = MsgBuf { enc: m.enc, data: m.body.clone(), src: m.src, tag: m.tag, ctx: m.ctx, ..MsgBuf::default() };
+                let b = MsgBuf {
+                    enc: m.enc,
+                    data: m.body.clone(),
+                    src: m.src,
+                    tag: m.tag,
+                    ctx: m.ctx,
+                    ..MsgBuf::default()
+                };
                 Ok(self.bufs.insert(b))
             }
             None => Ok(0),
@@ -315,7 +373,14 @@ impl Task {
         if self.rbuf > 0 {
             let _ = self.bufs.remove(self.rbuf);
         }
-        let b = MsgBuf { enc: m.enc, data: m.body, src: m.src, tag: m.tag, ctx: m.ctx, ..MsgBuf::default() };
+        let b = MsgBuf {
+            enc: m.enc,
+            data: m.body,
+            src: m.src,
+            tag: m.tag,
+            ctx: m.ctx,
+            ..MsgBuf::default()
+        };
         self.rbuf = self.bufs.insert(b);
         self.rbuf
     }
@@ -329,22 +394,45 @@ impl Task {
     // ---- contexts ----
 
     pub fn newcontext(&mut self) -> i32 {
-        let c = (self.mytid & crate::tid::HOST_MASK) | (self.mytid & 0xfff) << 6 | (self.next_ctx & 0x3f);
+        let c = (self.mytid & crate::tid::HOST_MASK)
+            | (self.mytid & 0xfff) << 6
+            | (self.next_ctx & 0x3f);
         self.next_ctx += 1;
         c.max(1)
     }
 
     // ---- requests to the pvmd ----
 
-    pub fn spawn(&mut self, file: &str, argv: &[String], flags: i32, where_: &str, count: i32) -> PvmResult<Vec<i32>> {
+    pub fn spawn(
+        &mut self,
+        file: &str,
+        argv: &[String],
+        flags: i32,
+        where_: &str,
+        count: i32,
+    ) -> PvmResult<Vec<i32>> {
         if count < 1 {
             return Err(PvmError::BadParam);
         }
         let mut strs = vec![file.to_string(), where_.to_string()];
         strs.extend(argv.iter().cloned());
         strs.extend(exported_env());
-        let ints = vec![flags, count, argv.len() as i32, self.opts.out_tid, self.opts.out_code, self.opts.out_ctx];
-        let (_, args) = self.call(op::SPAWN, Args { ints, strs, bytes: vec![] })?;
+        let ints = vec![
+            flags,
+            count,
+            argv.len() as i32,
+            self.opts.out_tid,
+            self.opts.out_code,
+            self.opts.out_ctx,
+        ];
+        let (_, args) = self.call(
+            op::SPAWN,
+            Args {
+                ints,
+                strs,
+                bytes: vec![],
+            },
+        )?;
         Ok(args.ints)
     }
 
@@ -354,7 +442,14 @@ impl Task {
 
     /// A request whose reply is just a code.
     pub fn simple(&mut self, opcode: u32, ints: Vec<i32>, strs: Vec<String>) -> PvmResult<i32> {
-        let (code, _) = self.call(opcode, Args { ints, strs, bytes: vec![] })?;
+        let (code, _) = self.call(
+            opcode,
+            Args {
+                ints,
+                strs,
+                bytes: vec![],
+            },
+        )?;
         if code < 0 {
             Err(PvmError::from_code(code).unwrap_or(PvmError::SysErr))
         } else {
@@ -366,22 +461,45 @@ impl Task {
     pub fn putinfo(&mut self, name: &str, id: i32, flags: i32) -> PvmResult<i32> {
         let b = self.bufs.get(id)?;
         let (enc, body) = (b.enc, b.body());
-        let (code, _) = self.call(op::PUTINFO, Args { ints: vec![flags, enc], strs: vec![name.into()], bytes: body })?;
+        let (code, _) = self.call(
+            op::PUTINFO,
+            Args {
+                ints: vec![flags, enc],
+                strs: vec![name.into()],
+                bytes: body,
+            },
+        )?;
         if code < 0 {
             return Err(PvmError::from_code(code).unwrap_or(PvmError::SysErr));
         }
         Ok(code)
     }
 
-    /// pvm_recvinfo: a new buffer holding the stored message.
+    /// pvm_recvinfo: a new receive buffer holding the stored message.
     pub fn recvinfo(&mut self, name: &str, index: i32, flags: i32) -> PvmResult<i32> {
-        let (code, a) = self.call(op::RECVINFO, Args { ints: vec![index, flags], strs: vec![name.into()], bytes: vec![] })?;
+        let (code, a) = self.call(
+            op::RECVINFO,
+            Args {
+                ints: vec![index, flags],
+                strs: vec![name.into()],
+                bytes: vec![],
+            },
+        )?;
         if code < 0 {
             return Err(PvmError::from_code(code).unwrap_or(PvmError::SysErr));
         }
         let enc = a.ints.first().copied().unwrap_or(0);
         let src = a.ints.get(1).copied().unwrap_or(0);
-        Ok(self.bufs.insert(MsgBuf { enc, data: a.bytes, src, tag: 0, ..MsgBuf::default() }))
+        // Like PVM, the stored message becomes the active receive buffer.
+        let m = Msg {
+            src,
+            dst: self.mytid,
+            tag: 0,
+            ctx: self.ctx,
+            enc,
+            body: a.bytes,
+        };
+        Ok(self.install_rbuf(m))
     }
 }
 

@@ -15,7 +15,9 @@ fn own_location() -> Option<PathBuf> {
         if libc::dladdr(here, &mut info) == 0 || info.dli_fname.is_null() {
             return None;
         }
-        let name = std::ffi::CStr::from_ptr(info.dli_fname).to_string_lossy().into_owned();
+        let name = std::ffi::CStr::from_ptr(info.dli_fname)
+            .to_string_lossy()
+            .into_owned();
         Some(PathBuf::from(name))
     }
 }
@@ -37,7 +39,9 @@ pub fn daemon_binary() -> Option<PathBuf> {
             dirs.push(d.to_path_buf());
         }
     }
-    dirs.into_iter().map(|d| d.join("pvmd")).find(|p| p.is_file() && is_ours(p))
+    dirs.into_iter()
+        .map(|d| d.join("pvmd"))
+        .find(|p| p.is_file() && is_ours(p))
 }
 
 /// Stock PVM's pvmd may sit in the same directories: only ours knows
@@ -54,7 +58,8 @@ fn is_ours(p: &PathBuf) -> bool {
 
 /// Starts a pvmd and waits until it listens.
 pub fn start_daemon() -> io::Result<()> {
-    let bin = daemon_binary().ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no openvia pvmd found"))?;
+    let bin = daemon_binary()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no openvia pvmd found"))?;
     let mut fds = [0; 2];
     // SAFETY: pipe2 writes two descriptors into the array.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -64,7 +69,11 @@ pub fn start_daemon() -> io::Result<()> {
     let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     let wr_fd = wr.as_raw_fd();
     let mut cmd = Command::new(bin);
-    cmd.arg("--ready-fd").arg("3").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+    cmd.arg("--ready-fd")
+        .arg("3")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
     // SAFETY: between fork and exec we only call async-signal-safe dup2.
     unsafe {
         std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
@@ -84,6 +93,6 @@ pub fn start_daemon() -> io::Result<()> {
     if n == 1 {
         Ok(())
     } else {
-        Err(io::Error::new(io::ErrorKind::Other, "pvmd failed to start"))
+        Err(io::Error::other("pvmd failed to start"))
     }
 }

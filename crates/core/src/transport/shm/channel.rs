@@ -583,7 +583,9 @@ impl Channel for ShmChannel {
         }
         let use_cma = self.cma
             && local.len() <= rec::MAX_IOVS
-            && (wr.op == OpKind::RdmaRead || wr.total_len > self.cfg.inline_max as u64);
+            && (wr.op == OpKind::RdmaRead
+                || (wr.total_len > self.cfg.inline_max as u64
+                    && wr.total_len >= self.cfg.cma_min as u64));
         let completion = match (wr.op, use_cma) {
             (OpKind::RdmaRead, _) => Completion::ReadDone,
             (_, true) => Completion::Consumed,

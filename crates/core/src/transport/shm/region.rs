@@ -54,7 +54,7 @@ impl ConnRegion {
     }
 
     fn word(&self, off: usize) -> &AtomicU64 {
-        debug_assert!(off + 8 <= HEADER && off % 8 == 0);
+        debug_assert!(off + 8 <= HEADER && off.is_multiple_of(8));
         // SAFETY: inside the header page of a live mapping, 8-byte aligned.
         unsafe { AtomicU64::from_ptr(self.map.as_ptr().add(off).cast()) }
     }
