@@ -40,7 +40,7 @@ pub mod transport;
 pub mod vi;
 mod wait;
 
+pub use connect::{connect_request, connect_wait, peer_done, peer_request, peer_wait, ConnRequest};
 pub use error::{Result, ViaError};
 pub use openvia_wire::handshake::{Address, ViAttrs};
-pub use connect::{connect_request, connect_wait, peer_done, peer_request, peer_wait, ConnRequest};
 pub use transport::udp::{stats as udp_stats, StatsSnapshot as UdpStats};

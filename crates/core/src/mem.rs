@@ -59,6 +59,9 @@ struct Slot {
     len: AtomicU64,
     /// ptag in the low 32 bits, RDMA enables above.
     attrs: AtomicU64,
+    /// The handle this slot had last, so a re-registration never reuses it
+    /// (a stale handle must miss).
+    previous: AtomicU32,
 }
 
 /// Bookkeeping that only registration and deregistration touch.
@@ -145,12 +148,13 @@ impl MemoryRegistry {
             book.free.push(index);
             return Err(e);
         }
-        let mut tag = 0u32;
-        while tag == 0 {
-            tag = (crate::sys::random_u64() as u32) & !INDEX_MASK;
-        }
-        let handle = tag | index;
         let slot = &self.slots[index as usize];
+        let previous = slot.previous.load(Ordering::Relaxed);
+        let mut handle = 0u32;
+        while handle & !INDEX_MASK == 0 || handle == previous {
+            handle = ((crate::sys::random_u64() as u32) & !INDEX_MASK) | index;
+        }
+        slot.previous.store(handle, Ordering::Relaxed);
         slot.addr.store(addr, Ordering::Relaxed);
         slot.len.store(len, Ordering::Relaxed);
         let attrs = ptag.0 as u64
@@ -398,13 +402,15 @@ mod tests {
     #[test]
     fn handles_differ_and_slots_reuse() {
         let reg = MemoryRegistry::new();
-        let buf = vec![0u8; 64];
+        let buf = [0u8; 64];
         let a = buf.as_ptr() as u64;
-        let mut seen = std::collections::HashSet::new();
-        for _ in 0..100 {
+        let mut last = 0;
+        for _ in 0..1000 {
             let h = reg.register(a, 64, PtagId(1), false, false).unwrap();
-            assert!(seen.insert(h));
+            assert_ne!(h, last, "a slot reused its previous handle");
             reg.deregister(a, h).unwrap();
+            assert!(reg.lookup(h).is_none());
+            last = h;
         }
     }
 }

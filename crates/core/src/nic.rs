@@ -159,9 +159,8 @@ pub struct Nic {
 /// (None: the generic `/dev/via_udp`, bound per `OPENVIA_UDP_BIND`).
 fn parse_device(name: Option<&str>) -> Result<(Device, Option<String>)> {
     match name.map(str::trim) {
-        None | Some("") | Some("/dev/via_lo") | Some("via_lo") | Some("lo") | Some("/dev/via_shm") => {
-            Ok((Device::SharedMemory, None))
-        }
+        None | Some("") | Some("/dev/via_lo") | Some("via_lo") | Some("lo")
+        | Some("/dev/via_shm") => Ok((Device::SharedMemory, None)),
         Some("/dev/via_udp") | Some("via_udp") => Ok((Device::Udp, None)),
         Some(n) => {
             let ifname = n

@@ -12,6 +12,7 @@ pub use crate::sys::cma::Range;
 /// # Safety
 /// Every range must be writable memory of this process (validated against
 /// the memory registry) that nothing else writes concurrently.
+#[inline]
 pub unsafe fn scatter(ranges: &[Range], mut offset: u64, mut data: &[u8]) {
     for r in ranges {
         if data.is_empty() {
@@ -37,6 +38,7 @@ pub unsafe fn scatter(ranges: &[Range], mut offset: u64, mut data: &[u8]) {
 ///
 /// # Safety
 /// Every range must be readable memory of this process.
+#[inline]
 pub unsafe fn gather(ranges: &[Range], mut offset: u64, out: &mut [u8]) -> usize {
     let mut done = 0;
     for r in ranges {

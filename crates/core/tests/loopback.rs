@@ -23,7 +23,11 @@ impl Arena {
         let handle = nic
             .register_mem(base as u64, len as u64, ptag, true, true)
             .unwrap();
-        Arena { _buf: buf, base, handle }
+        Arena {
+            _buf: buf,
+            base,
+            handle,
+        }
     }
     fn desc(&self, i: usize) -> *mut Descriptor {
         (self.base + i * 128) as *mut Descriptor

@@ -137,7 +137,8 @@ fn setup(opts: &EndpointOptions) -> Result<(Nic, PtagId, Arc<Vi>)> {
     let ptag = nic.create_ptag().map_err(|e| via("ptag", e))?;
     let attrs = ViAttributes {
         reliability: bench_reliability(),
-        max_transfer: (opts.max_message as u64).clamp(4096, openvia_core::transport::udp::UDP_MAX_TRANSFER),
+        max_transfer: (opts.max_message as u64)
+            .clamp(4096, openvia_core::transport::udp::UDP_MAX_TRANSFER),
         ptag,
         rdma_write: false,
         rdma_read: false,

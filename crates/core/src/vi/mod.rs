@@ -301,8 +301,27 @@ impl Vi {
             }
         }
         let local_error = entry.error != 0 && entry.error != status::DESC_FLUSHED_ERROR;
-        inner.sq.entries.push_back(entry);
-        self.reap_sends(inner, consumed_before);
+        // The common case: nothing else outstanding and this send already
+        // complete (its bytes are in the ring). Complete it without the
+        // general walk.
+        if inner.sq.completed == inner.sq.entries.len()
+            && entry.error == 0
+            && entry.wait == SendWait::Sent
+            && inner
+                .channel
+                .as_ref()
+                .is_some_and(|c| c.sent() >= entry.seq)
+        {
+            entry.desc.complete(entry.length, None, entry.op_status);
+            inner.sq.entries.push_back(entry);
+            inner.sq.completed += 1;
+            if let Some(cq) = &self.send_cq {
+                cq.push(self.id, self.token.load(Ordering::Relaxed), false);
+            }
+        } else {
+            inner.sq.entries.push_back(entry);
+            self.reap_sends(inner, consumed_before);
+        }
         if local_error && inner.attrs.reliable() && state == ViState::Connected {
             self.fail(inner, ErrorCode::PostDesc, true, &mut deferred);
         } else {
@@ -792,6 +811,7 @@ impl Vi {
 
     pub(crate) fn disconnect_internal(&self) -> Result<()> {
         *self.peer.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        crate::transport::udp::connect::cancel_peer(self.id);
         let mut g = self.lock();
         let inner = &mut *g;
         self.close_channel(inner, false, true);

@@ -138,9 +138,16 @@ impl PeerDoorbell {
     }
 }
 
-#[inline]
+#[inline(always)]
 fn ring(p: &Page, event_fd: i32) {
     membarrier::light();
+    if p.waiters.load(Ordering::Relaxed) != 0 || p.armed.load(Ordering::Relaxed) != 0 {
+        ring_slow(p, event_fd);
+    }
+}
+
+#[cold]
+fn ring_slow(p: &Page, event_fd: i32) {
     if p.waiters.load(Ordering::Relaxed) != 0 {
         p.bell.fetch_add(1, Ordering::SeqCst);
         futex::wake_all(&p.bell);

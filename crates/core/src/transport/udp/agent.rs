@@ -109,7 +109,7 @@ pub fn sign(key: Option<&[u8]>, dg: &mut [u8]) {
     };
     let zero = [0u8; AUTHENTICATOR_LEN];
     p.set_authenticator(&zero);
-    let mac = hmac_sha256(key, &[&p.as_bytes()[..]]);
+    let mac = hmac_sha256(key, &[p.as_bytes()]);
     let _ = range;
     p.set_authenticator(&mac);
 }
@@ -173,9 +173,7 @@ impl Listener {
         }
         let ip: [u8; 16] = buf[..16].try_into().unwrap_or_default();
         let v6 = Ipv6Addr::from(ip);
-        let ip = v6
-            .to_ipv4_mapped()
-            .map_or(IpAddr::V6(v6), IpAddr::V4);
+        let ip = v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4);
         let port = u16::from_be_bytes([buf[16], buf[17]]);
         buf.truncate(n);
         buf.drain(..FWD_HEADER);
@@ -242,8 +240,11 @@ pub fn ensure_agent(port: u16) -> io::Result<()> {
     if started.contains(&port) {
         return Ok(());
     }
-    let sock = UdpSock::bind(SocketAddr::new(IpAddr::from(Ipv6Addr::UNSPECIFIED), port), true)
-        .or_else(|_| UdpSock::bind(SocketAddr::new(IpAddr::from([0, 0, 0, 0]), port), true))?;
+    let sock = UdpSock::bind(
+        SocketAddr::new(IpAddr::from(Ipv6Addr::UNSPECIFIED), port),
+        true,
+    )
+    .or_else(|_| UdpSock::bind(SocketAddr::new(IpAddr::from([0, 0, 0, 0]), port), true))?;
     std::thread::Builder::new()
         .name("openvia-agent".into())
         .spawn(move || agent_loop(sock, port))?;
@@ -271,7 +272,10 @@ mod tests {
     #[test]
     fn tags_separate_modes_and_orders() {
         assert_ne!(tag(MODE_PEER, b"a", b"b"), tag(MODE_PEER, b"b", b"a"));
-        assert_ne!(tag(MODE_PEER, b"a", b""), tag(MODE_CLIENT_SERVER, b"a", b""));
+        assert_ne!(
+            tag(MODE_PEER, b"a", b""),
+            tag(MODE_CLIENT_SERVER, b"a", b"")
+        );
         assert_ne!(tag(MODE_PEER, b"ab", b""), tag(MODE_PEER, b"a", b"b"));
     }
 }

@@ -169,10 +169,7 @@ impl UdpChannel {
     fn receive(&mut self, now: Time) -> bool {
         let mut any = false;
         loop {
-            let n = match self.sock.recv_batch(&mut self.rx) {
-                Ok(n) => n,
-                Err(_) => 0,
-            };
+            let n = self.sock.recv_batch(&mut self.rx).unwrap_or_default();
             for k in 0..n {
                 if self.rx.truncated[k] {
                     STATS.truncated.fetch_add(1, Ordering::Relaxed);
@@ -219,7 +216,10 @@ impl UdpChannel {
         let c = self.conn.counters();
         STATS.add_connection(c);
         if std::env::var_os("OPENVIA_UDP_STATS").is_some() {
-            eprintln!("openvia udp: connection {:#x} counters {c:?}", self.conn.local_conn_id());
+            eprintln!(
+                "openvia udp: connection {:#x} counters {c:?}",
+                self.conn.local_conn_id()
+            );
         }
     }
 }

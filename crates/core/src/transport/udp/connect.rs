@@ -135,13 +135,7 @@ impl UdpConnRequest {
             return Err(ViaError::Rejected);
         };
         let t = now();
-        let mut conn = match Connection::accept(
-            u.proto_config(&attrs),
-            random_cid(),
-            &h,
-            &[],
-            t,
-        ) {
+        let mut conn = match Connection::accept(u.proto_config(&attrs), random_cid(), &h, &[], t) {
             Ok(c) => c,
             Err(_) => {
                 self.send_reject(REJECT_MISMATCH);
@@ -157,10 +151,7 @@ impl UdpConnRequest {
         sign(u.settings.key.as_deref(), &mut buf);
         let _ = sock.send(&buf);
         remember(self.from, h.conn_id);
-        let peer = conn
-            .peer_attributes()
-            .map(attrs_of)
-            .unwrap_or(self.attrs);
+        let peer = conn.peer_attributes().map(attrs_of).unwrap_or(self.attrs);
         let now_ns = t.as_nanos();
         let echo = AcceptEcho {
             datagram: buf,
@@ -188,9 +179,11 @@ fn random_cid() -> u64 {
     }
 }
 
-fn listeners() -> &'static Mutex<HashMap<(usize, [u8; agent::TAG_LEN]), Arc<Listener>>> {
-    static L: OnceLock<Mutex<HashMap<(usize, [u8; agent::TAG_LEN]), Arc<Listener>>>> =
-        OnceLock::new();
+/// Mailboxes by (NIC, tag).
+type ListenerMap = HashMap<(usize, [u8; agent::TAG_LEN]), Arc<Listener>>;
+
+fn listeners() -> &'static Mutex<ListenerMap> {
+    static L: OnceLock<Mutex<ListenerMap>> = OnceLock::new();
     L.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
@@ -389,9 +382,7 @@ fn client_connect(
             .min(Duration::from_millis(50));
         if sock.wait_readable(wait) {
             while let Ok(Some((n, from))) = sock.recv_from(&mut buf) {
-                if from.ip() != server_ip
-                    && !(from.ip().is_loopback() && server_ip.is_loopback())
-                {
+                if from.ip() != server_ip && !(from.ip().is_loopback() && server_ip.is_loopback()) {
                     STATS
                         .wrong_conn_id
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -441,9 +432,11 @@ pub fn connect_request(
 
 type PeerSlot = Arc<(Mutex<Option<Result<ViAttrs>>>, Condvar)>;
 
-fn peer_slots() -> &'static Mutex<HashMap<u64, (PeerSlot, Arc<std::sync::atomic::AtomicBool>)>> {
-    static P: OnceLock<Mutex<HashMap<u64, (PeerSlot, Arc<std::sync::atomic::AtomicBool>)>>> =
-        OnceLock::new();
+/// Peer connections in progress by VI id: (outcome, cancel flag).
+type PeerMap = HashMap<u64, (PeerSlot, Arc<std::sync::atomic::AtomicBool>)>;
+
+fn peer_slots() -> &'static Mutex<PeerMap> {
+    static P: OnceLock<Mutex<PeerMap>> = OnceLock::new();
     P.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
@@ -479,11 +472,10 @@ pub fn peer_request(
             let them = (remote.host.clone(), remote.discriminator.clone());
             let r = if me < them {
                 let tag = agent::tag(MODE_PEER, &local.discriminator, &remote.discriminator);
-                wait_request(&vi2.nic, tag, MODE_PEER, deadline, &stop)
-                    .and_then(|req| {
-                        let attrs = req.remote_attrs();
-                        req.accept(&vi2).map(|_| attrs)
-                    })
+                wait_request(&vi2.nic, tag, MODE_PEER, deadline, &stop).and_then(|req| {
+                    let attrs = req.remote_attrs();
+                    req.accept(&vi2).map(|_| attrs)
+                })
             } else {
                 client_connect(&vi2, &local, &remote, MODE_PEER, deadline, &stop)
             };
@@ -536,7 +528,9 @@ pub fn peer_wait(vi: &Arc<Vi>) -> Result<ViAttrs> {
     while g.is_none() {
         g = cv.wait(g).unwrap_or_else(|e| e.into_inner());
     }
-    let r = g.take().unwrap_or(Err(ViaError::InvalidState("peer connect")));
+    let r = g
+        .take()
+        .unwrap_or(Err(ViaError::InvalidState("peer connect")));
     drop(g);
     finish_slot(vi);
     r

@@ -194,7 +194,10 @@ mod tests {
         );
         // Test case 2.
         assert_eq!(
-            hex(&hmac_sha256(b"Jefe", &[b"what do ya want ", b"for nothing?"])),
+            hex(&hmac_sha256(
+                b"Jefe",
+                &[b"what do ya want ", b"for nothing?"]
+            )),
             "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
         );
         // Test case 6: a key longer than the block.

@@ -113,7 +113,9 @@ impl UdpSettings {
             segment,
             flow_mode,
             lossless: env_num("OPENVIA_UDP_LOSSLESS") == Some(1),
-            window: env_num("OPENVIA_UDP_WINDOW").unwrap_or(1024).clamp(16, 1 << 24) as u32,
+            window: env_num("OPENVIA_UDP_WINDOW")
+                .unwrap_or(1024)
+                .clamp(16, 1 << 24) as u32,
             gso: env_num("OPENVIA_UDP_GSO") != Some(0),
             gro: env_num("OPENVIA_UDP_GRO") != Some(0),
             keepalive: Duration::from_millis(env_num("OPENVIA_UDP_KEEPALIVE_MS").unwrap_or(500)),
@@ -138,8 +140,9 @@ impl UdpNic {
         let settings = UdpSettings::from_env()?;
         let (ip, ifname) = match ifname {
             Some(name) => {
-                let (ip, _) = socket::interface_info(name)
-                    .ok_or(ViaError::InvalidParameter("no such interface (or no address)"))?;
+                let (ip, _) = socket::interface_info(name).ok_or(ViaError::InvalidParameter(
+                    "no such interface (or no address)",
+                ))?;
                 (ip, Some(name.to_string()))
             }
             None => match env("OPENVIA_UDP_BIND") {
@@ -186,13 +189,16 @@ impl UdpNic {
 
     /// The protocol settings for a VI with these attributes.
     pub fn proto_config(&self, attrs: &crate::vi::ViAttributes) -> openvia_proto::Config {
-        let reliability = Reliability::from_via_bits(attrs.reliability)
-            .unwrap_or(Reliability::ReliableDelivery);
+        let reliability =
+            Reliability::from_via_bits(attrs.reliability).unwrap_or(Reliability::ReliableDelivery);
         let segment_size = self.segment_size();
         let max_transfer = attrs.max_transfer.clamp(1, UDP_MAX_TRANSFER) as u32;
         let need = openvia_proto::segments_for(max_transfer as usize, segment_size) as u32;
         let keepalive = self.settings.keepalive;
-        let dead = self.settings.dead_peer.max(keepalive + Duration::from_millis(1));
+        let dead = self
+            .settings
+            .dead_peer
+            .max(keepalive + Duration::from_millis(1));
         openvia_proto::Config {
             reliability,
             flow_mode: self.settings.flow_mode,

@@ -552,11 +552,16 @@ pub fn interface_addresses() -> Vec<(String, IpAddr)> {
 ///
 /// # Safety
 /// `a` must point at a sockaddr_in or sockaddr_in6 as its family says.
-unsafe fn from_raw_prefix(a: *const libc::sockaddr, _ss: &libc::sockaddr_storage) -> Option<IpAddr> {
+unsafe fn from_raw_prefix(
+    a: *const libc::sockaddr,
+    _ss: &libc::sockaddr_storage,
+) -> Option<IpAddr> {
     match (*a).sa_family as libc::c_int {
         libc::AF_INET => {
             let sin = &*(a as *const libc::sockaddr_in);
-            Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))))
+            Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(
+                sin.sin_addr.s_addr,
+            ))))
         }
         libc::AF_INET6 => {
             let sin6 = &*(a as *const libc::sockaddr_in6);

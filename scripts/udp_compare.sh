@@ -1,0 +1,79 @@
+#!/bin/sh
+# openvia udp vs kernel TCP / UDP across two namespaces joined by veth
+# (scripts/netns.sh), peers in the same run, as JSON lines on stdout.
+# Server pinned to CPU 1 (`serve --cpu 1`), client to CPU 0 (`--cpu 0,1`).
+# Usage: scripts/udp_compare.sh [quick]
+# Needs root and target/release/viabench (or VIABENCH=path).
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+B=${VIABENCH:-$here/../target/release/viabench}
+NS="$here/netns.sh"
+A=${OV_NS_A:-ovA}
+BNS=${OV_NS_B:-ovB}
+PEER=10.77.0.2
+ITERS=${ITERS:-20000}
+BWN=${BWN:-2000}
+
+# run LABEL TRANSPORT ENV... -- viabench-args...
+run() {
+    label=$1; transport=$2; shift 2
+    envs=""
+    while [ "$1" != "--" ]; do envs="$envs $1"; shift; done
+    shift
+    port=$((20000 + $(od -An -N2 -tu2 /dev/urandom | tr -d ' ') % 20000))
+    # shellcheck disable=SC2086
+    ip netns exec "$BNS" env $envs OPENVIA_BENCH_DEVICE=/dev/via_veth1 \
+        "$B" serve -t "$transport" --cpu 1 --once --port "$port" >/tmp/ov_srv.$$ 2>&1 &
+    spid=$!
+    # Readiness: wait for the server's READY line, never a fixed sleep.
+    i=0
+    while ! grep -q READY /tmp/ov_srv.$$ 2>/dev/null; do
+        i=$((i + 1)); [ $i -gt 500 ] && { echo "server did not start" >&2; kill $spid; return 1; }
+        kill -0 $spid 2>/dev/null || { cat /tmp/ov_srv.$$ >&2; return 1; }
+        sleep 0.01
+    done
+    # shellcheck disable=SC2086
+    ip netns exec "$A" env $envs OPENVIA_BENCH_DEVICE=/dev/via_veth0 \
+        timeout 300 "$B" "$@" -t "$transport" --peer "$PEER:$port" --cpu 0,1 --json |
+        sed "s/^{/{\"label\":\"$label\",/"
+    wait $spid || true
+    rm -f /tmp/ov_srv.$$
+}
+
+lat() {
+    for t in kernel-udp-spin kernel-udp kernel-tcp kernel-tcp-spin; do
+        run "lat-mtu$1" $t -- latency -s 8 -n "$ITERS"
+    done
+    for rel in ur rd rr; do
+        run "lat-mtu$1-$rel" udp OPENVIA_BENCH_RELIABILITY=$rel -- latency -s 8 -n "$ITERS"
+    done
+}
+
+bw() {
+    run "bw-mtu$1" kernel-tcp -- bandwidth -s 1M -n "$BWN" -w 16
+    for flow in hetero homo; do
+        run "bw-mtu$1-$flow" udp OPENVIA_UDP_FLOW=$flow -- bandwidth -s 1M -n "$BWN" -w 16
+    done
+    run "bw-mtu$1-lossless" udp OPENVIA_UDP_LOSSLESS=1 -- bandwidth -s 1M -n "$BWN" -w 16
+}
+
+for mtu in 9000 1500; do
+    "$NS" up $mtu >&2
+    lat $mtu
+    bw $mtu
+    if [ $mtu = 9000 ]; then
+        "$NS" drop 1 >&2
+        run "bw-mtu9000-drop1" udp -- bandwidth -s 1M -n "$BWN" -w 16 --verify
+        run "bw-mtu9000-drop1" kernel-tcp -- bandwidth -s 1M -n "$BWN" -w 16 --verify
+        "$NS" nodrop >&2
+    fi
+done
+[ "${1:-}" = quick ] && { "$NS" down; exit 0; }
+# Seed 000's sweep: segment policy x MTU.
+for mtu in 1500 4138 9000; do
+    "$NS" up $mtu >&2
+    for seg in fixed page largest 1472 4096 8958; do
+        run "sweep-mtu$mtu-seg$seg" udp OPENVIA_UDP_SEGMENT=$seg -- bandwidth -s 1M -n "$BWN" -w 16
+    done
+done
+"$NS" down
