@@ -4,6 +4,7 @@
 //! spans of the caller's array, element `i` at `i * stride * size`.
 
 use crate::error::{PvmError, PvmResult};
+use crate::pool::PackOut;
 
 pub const ENC_DEFAULT: i32 = 0;
 pub const ENC_RAW: i32 = 1;
@@ -78,48 +79,79 @@ fn pad4(n: usize) -> usize {
 }
 
 /// Appends `n` elements taken from `src` every `stride` elements.
-pub fn pack(enc: i32, elem: Elem, src: &[u8], n: usize, stride: usize, out: &mut Vec<u8>) {
+pub fn pack(
+    enc: i32,
+    elem: Elem,
+    src: &[u8],
+    n: usize,
+    stride: usize,
+    out: &mut impl PackOut,
+) {
     let size = elem.size();
     debug_assert!(src.len() >= span(elem, n, stride));
+    out.reserve_out(packed_len(enc, elem, n));
     if is_native(enc) {
         if stride == 1 {
-            out.extend_from_slice(&src[..n * size]);
+            out.put(&src[..n * size]);
         } else {
             for i in 0..n {
-                out.extend_from_slice(&src[i * stride * size..][..size]);
+                out.put(&src[i * stride * size..][..size]);
             }
         }
         return;
     }
+    // XDR goes through a small staging block so the sink sees few calls.
+    let mut st = Stage {
+        buf: [0; 512],
+        at: 0,
+        out,
+    };
     match elem {
         Elem::Byte => {
-            let start = out.len();
             for i in 0..n {
-                out.push(src[i * stride]);
+                st.emit(&[src[i * stride]]);
             }
-            out.resize(start + pad4(n), 0);
+            st.emit(&[0u8; 3][..pad4(n) - n]);
         }
         Elem::Short => {
             for i in 0..n {
                 let b = &src[i * stride * 2..][..2];
                 let v = i16::from_ne_bytes([b[0], b[1]]) as i32;
-                out.extend_from_slice(&v.to_be_bytes());
+                st.emit(&v.to_be_bytes());
             }
         }
         _ => {
             let part = elem.xdr_part();
-            out.reserve(n * size);
+            let mut w = [0u8; 16];
             for i in 0..n {
-                let e = &src[i * stride * size..][..size];
-                for p in e.chunks_exact(part) {
-                    if cfg!(target_endian = "little") {
-                        out.extend(p.iter().rev());
-                    } else {
-                        out.extend_from_slice(p);
-                    }
+                w[..size].copy_from_slice(&src[i * stride * size..][..size]);
+                if cfg!(target_endian = "little") {
+                    w[..size].chunks_exact_mut(part).for_each(|p| p.reverse());
                 }
+                st.emit(&w[..size]);
             }
         }
+    }
+    st.flush();
+}
+
+struct Stage<'o, O: PackOut> {
+    buf: [u8; 512],
+    at: usize,
+    out: &'o mut O,
+}
+
+impl<O: PackOut> Stage<'_, O> {
+    fn emit(&mut self, b: &[u8]) {
+        if self.at + b.len() > self.buf.len() {
+            self.flush();
+        }
+        self.buf[self.at..self.at + b.len()].copy_from_slice(b);
+        self.at += b.len();
+    }
+    fn flush(&mut self) {
+        self.out.put(&self.buf[..self.at]);
+        self.at = 0;
     }
 }
 
@@ -193,18 +225,20 @@ pub fn unpack(
 }
 
 /// Appends a string: its length with the NUL, then its bytes and a NUL.
-pub fn pack_str(enc: i32, s: &[u8], out: &mut Vec<u8>) {
+pub fn pack_str(enc: i32, s: &[u8], out: &mut impl PackOut) {
     let len = (s.len() + 1) as i32;
     if is_native(enc) {
-        out.extend_from_slice(&len.to_ne_bytes());
-        out.extend_from_slice(s);
-        out.push(0);
+        out.reserve_out(4 + s.len() + 1);
+        out.put(&len.to_ne_bytes());
+        out.put(s);
+        out.put(&[0]);
     } else {
-        out.extend_from_slice(&len.to_be_bytes());
-        let start = out.len();
-        out.extend_from_slice(s);
-        out.push(0);
-        out.resize(start + pad4(s.len() + 1), 0);
+        out.reserve_out(4 + pad4(s.len() + 1));
+        out.put(&len.to_be_bytes());
+        let start = out.out_len();
+        out.put(s);
+        out.put(&[0]);
+        out.zero_to(start + pad4(s.len() + 1));
     }
 }
 
@@ -236,7 +270,7 @@ pub fn unpack_str<'m>(enc: i32, msg: &'m [u8], pos: &mut usize) -> PvmResult<&'m
 }
 
 /// Packs one int the way pvm_pkint(&v, 1, 1) would.
-pub fn pack_i32(enc: i32, v: i32, out: &mut Vec<u8>) {
+pub fn pack_i32(enc: i32, v: i32, out: &mut impl PackOut) {
     pack(enc, Elem::Int, &v.to_ne_bytes(), 1, 1, out);
 }
 

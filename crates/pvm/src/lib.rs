@@ -5,8 +5,10 @@
 pub mod codec;
 pub mod daemon;
 pub mod error;
+pub mod fdpass;
 pub mod frame;
 pub mod paths;
+pub mod pool;
 pub mod task;
 pub mod tid;
 

@@ -23,6 +23,7 @@ pub mod kernel_udp;
 pub mod shm;
 mod socket_io;
 pub mod udp;
+mod via_endpoint;
 
 use crate::error::{BenchError, Result};
 use std::time::Duration;

@@ -13,29 +13,19 @@
 //! `OPENVIA_UDP_MTU`, `OPENVIA_UDP_FLOW` (`hetero`, `homo`),
 //! `OPENVIA_UDP_LOSSLESS=1` (flow-control-only), `OPENVIA_UDP_WINDOW`.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use openvia_core::descriptor::{DataSegment, DescPtr, Descriptor};
 use openvia_core::mem::PtagId;
 use openvia_core::nic::Nic;
-use openvia_core::vi::{reliability, Vi, ViAttributes};
-use openvia_core::{connect_request, connect_wait, Address, ViaError};
+use openvia_core::vi::{reliability, Vi};
+use openvia_core::{connect_request, connect_wait, Address};
 
-use super::{
-    CheckHook, Endpoint, EndpointOptions, FillHook, ListenOptions, Listener, StreamPlan,
-    StreamReceipt, Transport, WaitMode, WINDOW_ACK_LEN,
-};
-use crate::error::{BenchError, Result};
+use super::via_endpoint::{open_vi, via, ViaEndpoint};
+use super::{Endpoint, EndpointOptions, ListenOptions, Listener, Transport, WaitMode};
+use crate::error::Result;
 
-/// Slots of 128 bytes: a control segment and up to six data segments.
-const DESC_SLOT: usize = 128;
-/// Most receives kept posted while streaming (each owns a buffer).
-const MAX_RECV_BUFFERS: usize = 16;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
-/// A Wait that sees nothing for this long means the peer is stuck.
-const WAIT_LIMIT: Duration = Duration::from_secs(60);
 
 pub struct Udp;
 
@@ -57,96 +47,9 @@ fn bench_reliability() -> u16 {
     }
 }
 
-fn via(context: &str, e: ViaError) -> BenchError {
-    match e {
-        ViaError::Timeout => BenchError::Timeout(format!("{context}: timed out")),
-        e => BenchError::Protocol(format!("{context}: {e}")),
-    }
-}
-
-/// Registered memory of our own: 2 MiB aligned and advised for huge pages
-/// (fewer page-table entries for the kernel to walk on every CMA copy).
-struct Region {
-    map: usize,
-    map_len: usize,
-    base: usize,
-    len: usize,
-    handle: u32,
-}
-
-const HUGE: usize = 2 << 20;
-
-impl Region {
-    fn new(nic: &Nic, ptag: PtagId, len: usize) -> Result<Self> {
-        let len = len.max(64);
-        let map_len = (len + HUGE).next_multiple_of(HUGE);
-        // SAFETY: an anonymous private mapping we own until Drop.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(BenchError::io("mmap", std::io::Error::last_os_error()));
-        }
-        let map = p as usize;
-        let base = map.next_multiple_of(HUGE);
-        // SAFETY: advice on our own mapping (failure only loses the speed-up),
-        // then touching it so no page fault lands inside a measurement.
-        unsafe {
-            libc::madvise(
-                base as *mut libc::c_void,
-                map_len - (base - map),
-                libc::MADV_HUGEPAGE,
-            );
-            std::ptr::write_bytes(base as *mut u8, 0, len);
-        }
-        let mut region = Region {
-            map,
-            map_len,
-            base,
-            len,
-            handle: 0,
-        };
-        region.handle = nic
-            .register_mem(base as u64, len as u64, ptag, true, true)
-            .map_err(|e| via("register", e))?;
-        Ok(region)
-    }
-}
-
-impl Drop for Region {
-    fn drop(&mut self) {
-        // SAFETY: unmapping exactly the mapping made in `new`.
-        unsafe { libc::munmap(self.map as *mut libc::c_void, self.map_len) };
-    }
-}
-
 fn setup(opts: &EndpointOptions) -> Result<(Nic, PtagId, Arc<Vi>)> {
-    let dev = device();
-    let nic = Nic::open(Some(&dev)).map_err(|e| via(&format!("open {dev}"), e))?;
-    nic.set_spin_ns(match opts.mode {
-        WaitMode::Spin => u64::MAX,
-        WaitMode::Block => 0,
-    });
-    let ptag = nic.create_ptag().map_err(|e| via("ptag", e))?;
-    let attrs = ViAttributes {
-        reliability: bench_reliability(),
-        max_transfer: (opts.max_message as u64)
-            .clamp(4096, openvia_core::transport::udp::UDP_MAX_TRANSFER),
-        ptag,
-        rdma_write: false,
-        rdma_read: false,
-    };
-    let vi = nic
-        .create_vi(attrs, None, None)
-        .map_err(|e| via("create VI", e))?;
-    Ok((nic, ptag, vi))
+    let max = (opts.max_message as u64).clamp(4096, openvia_core::transport::udp::UDP_MAX_TRANSFER);
+    open_vi(&device(), bench_reliability(), Some(max), opts)
 }
 
 impl Transport for Udp {
@@ -203,7 +106,7 @@ impl Transport for Udp {
         };
         connect_request(&vi, &local, &remote, Some(CONNECT_TIMEOUT))
             .map_err(|e| via("connect", e))?;
-        Ok(Box::new(UdpEndpoint::new(nic, ptag, vi, opts)?))
+        Ok(Box::new(ViaEndpoint::new(nic, ptag, vi, opts)?))
     }
 }
 
@@ -226,294 +129,6 @@ impl Listener for UdpListener {
         };
         let req = connect_wait(nic.shared(), &local, None).map_err(|e| via("connect wait", e))?;
         req.accept(&vi).map_err(|e| via("accept", e))?;
-        Ok(Box::new(UdpEndpoint::new(nic, ptag, vi, &self.opts)?))
-    }
-}
-
-struct UdpEndpoint {
-    nic: Nic,
-    ptag: PtagId,
-    vi: Arc<Vi>,
-    descs: Region,
-    free_descs: Vec<usize>,
-    /// Registration cache: (address, length) → handle.
-    registered: HashMap<(usize, usize), u32>,
-    /// The last two hits, checked before the map (the drivers reuse one
-    /// send and one receive buffer).
-    recent: [(usize, usize, u32); 2],
-    recv_buffers: Vec<Region>,
-    send_buffers: Vec<Region>,
-    ack: Region,
-}
-
-impl UdpEndpoint {
-    fn new(nic: Nic, ptag: PtagId, vi: Arc<Vi>, opts: &EndpointOptions) -> Result<Self> {
-        let slots = 2 * opts.max_window as usize + 2 * MAX_RECV_BUFFERS + 8;
-        let descs = Region::new(&nic, ptag, slots * DESC_SLOT)?;
-        let ack = Region::new(&nic, ptag, 64)?;
-        Ok(UdpEndpoint {
-            free_descs: (0..slots).rev().collect(),
-            descs,
-            registered: HashMap::new(),
-            recent: [(0, 0, 0); 2],
-            recv_buffers: Vec::new(),
-            send_buffers: Vec::new(),
-            ack,
-            nic,
-            ptag,
-            vi,
-        })
-    }
-
-    /// The memory handle covering `buf`, registering it on first use.
-    fn handle_for(&mut self, addr: usize, len: usize) -> Result<u32> {
-        if len == 0 {
-            return Ok(0);
-        }
-        for &(a, l, h) in &self.recent {
-            if a == addr && l == len {
-                return Ok(h);
-            }
-        }
-        if let Some(&h) = self.registered.get(&(addr, len)) {
-            self.recent = [(addr, len, h), self.recent[0]];
-            return Ok(h);
-        }
-        let h = self
-            .nic
-            .register_mem(addr as u64, len as u64, self.ptag, false, false)
-            .map_err(|e| via("register buffer", e))?;
-        self.registered.insert((addr, len), h);
-        self.recent = [(addr, len, h), self.recent[0]];
-        Ok(h)
-    }
-
-    fn desc(&mut self) -> Result<DescPtr> {
-        let i = self
-            .free_descs
-            .pop()
-            .ok_or_else(|| BenchError::Protocol("out of descriptors".into()))?;
-        Ok(DescPtr(
-            (self.descs.base + i * DESC_SLOT) as *mut Descriptor,
-        ))
-    }
-
-    fn release(&mut self, d: DescPtr) {
-        self.free_descs
-            .push((d.0 as usize - self.descs.base) / DESC_SLOT);
-    }
-
-    fn fill_desc(d: DescPtr, addr: usize, len: usize, handle: u32) {
-        // SAFETY: `d` is a free 128-byte slot of our registered descriptor region.
-        unsafe {
-            std::ptr::write_bytes(d.0 as *mut u8, 0, 64);
-            (*d.0).cs.seg_count = u16::from(len > 0);
-            (*d.0).ds[0] = DataSegment {
-                data: addr as u64,
-                handle,
-                length: len as u32,
-            };
-        }
-    }
-
-    fn post_send(&mut self, addr: usize, len: usize, handle: u32) -> Result<()> {
-        let d = self.desc()?;
-        Self::fill_desc(d, addr, len, handle);
-        self.vi
-            .post_send(d.0, self.descs.handle)
-            .map_err(|e| via("post send", e))
-    }
-
-    fn post_recv(&mut self, addr: usize, len: usize, handle: u32) -> Result<()> {
-        let d = self.desc()?;
-        Self::fill_desc(d, addr, len, handle);
-        self.vi
-            .post_recv(d.0, self.descs.handle)
-            .map_err(|e| via("post recv", e))
-    }
-
-    /// Takes one completed send, checking its status.
-    fn reap_send(&mut self) -> Result<()> {
-        let d = self
-            .vi
-            .send_wait(Some(WAIT_LIMIT))
-            .map_err(|e| via("send wait", e))?;
-        let st = d.status();
-        self.release(d);
-        if st & openvia_core::descriptor::status::ERROR_MASK != 0 {
-            return Err(BenchError::Protocol(format!(
-                "send completed with status {st:#x}"
-            )));
-        }
-        Ok(())
-    }
-
-    /// Takes one completed receive: (descriptor address, length).
-    fn reap_recv(&mut self) -> Result<(usize, usize)> {
-        let d = self
-            .vi
-            .recv_wait(Some(WAIT_LIMIT))
-            .map_err(|e| via("receive wait", e))?;
-        let st = d.status();
-        // SAFETY: the descriptor is ours and completed.
-        let (len, addr) = unsafe { ((*d.0).cs.length as usize, (*d.0).ds[0].data as usize) };
-        self.release(d);
-        if st & openvia_core::descriptor::status::ERROR_MASK != 0 {
-            return Err(BenchError::PeerClosed(format!(
-                "receive completed with status {st:#x}"
-            )));
-        }
-        Ok((addr, len))
-    }
-
-    fn ensure_buffers(&mut self, count: usize, size: usize, send: bool) -> Result<()> {
-        let (nic, ptag) = (self.nic.clone(), self.ptag);
-        let list = if send {
-            &mut self.send_buffers
-        } else {
-            &mut self.recv_buffers
-        };
-        if list.first().is_some_and(|r| r.len < size) {
-            list.clear();
-        }
-        while list.len() < count {
-            list.push(Region::new(&nic, ptag, size)?);
-        }
-        Ok(())
-    }
-}
-
-impl Endpoint for UdpEndpoint {
-    fn send(&mut self, msg: &[u8]) -> Result<()> {
-        let h = self.handle_for(msg.as_ptr() as usize, msg.len())?;
-        self.post_send(msg.as_ptr() as usize, msg.len(), h)?;
-        // The buffer is the caller's again only once the send completed.
-        self.reap_send()
-    }
-
-    fn recv(&mut self, buf: &mut [u8]) -> Result<usize> {
-        let h = self.handle_for(buf.as_ptr() as usize, buf.len())?;
-        self.post_recv(buf.as_ptr() as usize, buf.len(), h)?;
-        let (_, len) = self.reap_recv()?;
-        Ok(len)
-    }
-
-    fn stream_send(
-        &mut self,
-        plan: &StreamPlan,
-        buf: &mut [u8],
-        mut fill: Option<FillHook<'_>>,
-    ) -> Result<()> {
-        let size = plan.size;
-        let window = plan.window.max(1) as u64;
-        // Without a pattern every send may share the driver's buffer (as OSU
-        // does); with one, each outstanding send needs its own.
-        let slots = if fill.is_some() {
-            (window as usize).min(MAX_RECV_BUFFERS)
-        } else {
-            1
-        };
-        // Our own (huge-page) buffers rather than the driver's `buf`.
-        let _ = buf;
-        self.ensure_buffers(slots, size, true)?;
-        let shared = (self.send_buffers[0].base, self.send_buffers[0].handle);
-        let (ack_addr, ack_handle) = (self.ack.base, self.ack.handle);
-        let mut index = plan.first_index;
-        let mut outstanding = 0usize;
-        let mut next_slot = 0usize;
-        for w in 0..plan.windows() {
-            self.post_recv(ack_addr, WINDOW_ACK_LEN, ack_handle)?;
-            for _ in 0..plan.window_len(w) {
-                let (addr, handle) = if let Some(f) = fill.as_mut() {
-                    if outstanding >= slots {
-                        self.reap_send()?;
-                        outstanding -= 1;
-                    }
-                    let r = &self.send_buffers[next_slot];
-                    next_slot = (next_slot + 1) % slots;
-                    // SAFETY: the slot's region is ours and its last send completed.
-                    let m = unsafe { std::slice::from_raw_parts_mut(r.base as *mut u8, size) };
-                    f(index, m);
-                    (r.base, r.handle)
-                } else {
-                    shared
-                };
-                self.post_send(addr, size, handle)?;
-                outstanding += 1;
-                index += 1;
-            }
-            while outstanding > 0 {
-                self.reap_send()?;
-                outstanding -= 1;
-            }
-            let (_, n) = self.reap_recv()?;
-            // SAFETY: the ack region is ours and the receive completed.
-            let acked = u64::from_le_bytes(unsafe { *(ack_addr as *const [u8; 8]) });
-            if n != WINDOW_ACK_LEN || acked != w {
-                return Err(BenchError::Protocol(format!(
-                    "acknowledgement for window {acked}, expected {w}"
-                )));
-            }
-        }
-        Ok(())
-    }
-
-    fn stream_recv(
-        &mut self,
-        plan: &StreamPlan,
-        _buf: &mut [u8],
-        mut check: Option<CheckHook<'_>>,
-    ) -> Result<StreamReceipt> {
-        let size = plan.size;
-        let nbuf = (plan.window.max(1) as usize).min(MAX_RECV_BUFFERS);
-        self.ensure_buffers(nbuf, size, false)?;
-        let mut receipt = StreamReceipt::default();
-        let total = plan.count;
-        let mut posted = 0u64;
-        let mut slot = 0usize;
-        while posted < total && (posted as usize) < nbuf {
-            let r = &self.recv_buffers[slot];
-            let (a, h) = (r.base, r.handle);
-            self.post_recv(a, size, h)?;
-            slot = (slot + 1) % nbuf;
-            posted += 1;
-        }
-        let (ack_addr, ack_handle) = (self.ack.base, self.ack.handle);
-        let mut index = plan.first_index;
-        for w in 0..plan.windows() {
-            for _ in 0..plan.window_len(w) {
-                let (addr, n) = self.reap_recv()?;
-                if let Some(c) = check.as_mut() {
-                    // SAFETY: the receive buffer is ours and the receive completed.
-                    let data = unsafe { std::slice::from_raw_parts(addr as *const u8, n) };
-                    c(index, 0, data);
-                }
-                receipt.messages += 1;
-                receipt.bytes += n as u64;
-                index += 1;
-                if posted < total {
-                    let h = self
-                        .recv_buffers
-                        .iter()
-                        .find(|r| r.base == addr)
-                        .map(|r| r.handle)
-                        .unwrap_or(0);
-                    self.post_recv(addr, size, h)?;
-                    posted += 1;
-                }
-            }
-            // SAFETY: the ack region is ours; the previous ack send completed.
-            unsafe { *(ack_addr as *mut [u8; 8]) = w.to_le_bytes() };
-            self.post_send(ack_addr, WINDOW_ACK_LEN, ack_handle)?;
-            self.reap_send()?;
-        }
-        Ok(receipt)
-    }
-}
-
-impl Drop for UdpEndpoint {
-    fn drop(&mut self) {
-        let _ = self.vi.disconnect();
-        let _ = self.nic.close();
+        Ok(Box::new(ViaEndpoint::new(nic, ptag, vi, &self.opts)?))
     }
 }

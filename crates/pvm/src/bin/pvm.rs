@@ -196,7 +196,7 @@ fn collect_output(t: &mut Task, job: i32, mut open: usize) {
             Err(_) => return,
         };
         let Ok(b) = t.bufs.get(id) else { return };
-        let (enc, body) = (b.enc, b.data.clone());
+        let (enc, body) = (b.enc, b.data.to_vec());
         let mut pos = 0;
         let (Ok(tid), Ok(len)) = (
             codec::unpack_i32(enc, &body, &mut pos),

@@ -17,9 +17,11 @@ use std::io::{self, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use crate::codec;
 use crate::frame::{Frame, Msg};
+use crate::pool::{self, Pool};
 use crate::tid;
 use conn::Conn;
 
@@ -31,6 +33,8 @@ pub struct Config {
     pub exec_path: Vec<PathBuf>,
     pub hostname: String,
     pub arch: String,
+    /// Pages of the global pool (None: no pool, messages go through pvmd).
+    pub pool_pages: Option<usize>,
 }
 
 impl Config {
@@ -42,6 +46,7 @@ impl Config {
             exec_path: crate::paths::default_exec_path(),
             hostname: crate::paths::hostname(),
             arch: crate::paths::arch(),
+            pool_pages: pool::pages_from_env(),
         }
     }
 }
@@ -55,6 +60,8 @@ struct TaskRec {
     /// Frames for a spawned task that has not enrolled yet.
     pending: Vec<Frame>,
     siblings: Vec<i32>,
+    /// Its slot in the pool (ring and holds), if one was free.
+    slot: Option<usize>,
 }
 
 /// A pvm_notify request.
@@ -101,6 +108,8 @@ pub struct Daemon {
     /// Task output not yet ended by a newline, per task.
     partial_lines: HashMap<i32, Vec<u8>>,
     halting: bool,
+    pool: Option<Arc<Pool>>,
+    free_slots: Vec<usize>,
 }
 
 /// This host's number (host 1 until multi-host lands).
@@ -118,6 +127,10 @@ impl Daemon {
         let _ = std::fs::remove_file(&cfg.socket);
         let listener = UnixListener::bind(&cfg.socket)?;
         listener.set_nonblocking(true)?;
+        let pool = match cfg.pool_pages {
+            Some(n) => Some(Arc::new(Pool::create(n)?)),
+            None => None,
+        };
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -135,6 +148,8 @@ impl Daemon {
             log,
             partial_lines: HashMap::new(),
             halting: false,
+            pool,
+            free_slots: (0..pool::MAX_SLOTS).rev().collect(),
         };
         d.logln(&format!(
             "openvia pvmd ready on {} ({})",
@@ -150,6 +165,28 @@ impl Daemon {
 
     fn logln(&mut self, line: &str) {
         let _ = writeln!(self.log, "[t{:x}] {}", self.tid() as u32, line);
+    }
+
+    /// A pool slot for a new task, if the pool has one left.
+    fn claim_slot(&mut self, tid: i32, pid: i32) -> Option<usize> {
+        let pool = self.pool.as_ref()?;
+        let slot = self.free_slots.pop()?;
+        pool.claim_slot(slot, tid, pid);
+        Some(slot)
+    }
+
+    /// Tells a task's receive loop that its socket has data.
+    fn ring_sock_bell(&self, fd: RawFd) {
+        let Some(pool) = &self.pool else { return };
+        let slot = self
+            .conns
+            .get(&fd)
+            .and_then(|c| c.tid)
+            .and_then(|t| self.tasks.get(&t))
+            .and_then(|r| r.slot);
+        if let Some(slot) = slot {
+            pool.ring_sock_bell(slot);
+        }
     }
 
     fn new_tid(&mut self) -> i32 {
@@ -222,6 +259,10 @@ impl Daemon {
 
     fn accept_all(&mut self) {
         while let Ok((s, _)) = self.listener.accept() {
+            let pool_fd = self.pool.as_ref().map(|p| p.fd());
+            // One byte into a fresh socket never blocks; a client that
+            // only probed and left makes it fail, which is fine.
+            let _ = crate::fdpass::send_greeting(s.as_raw_fd(), pool_fd);
             if let Ok(c) = Conn::new(s) {
                 self.conns.insert(c.fd(), c);
             }
@@ -233,6 +274,7 @@ impl Daemon {
             Some(c) => c.flush().is_err(),
             None => false,
         };
+        self.ring_sock_bell(fd);
         if dead {
             self.drop_conn(fd);
         }
@@ -276,6 +318,7 @@ impl Daemon {
                     Some(c) => c.queue(&f).is_err(),
                     None => true,
                 };
+                self.ring_sock_bell(fd);
                 if broken {
                     self.drop_conn(fd);
                 }
@@ -297,6 +340,7 @@ impl Daemon {
             Some(c) => c.queue(&Frame::Reply { seq, code, args }).is_err(),
             None => false,
         };
+        self.ring_sock_bell(fd);
         if broken {
             self.drop_conn(fd);
         }
@@ -321,6 +365,13 @@ impl Daemon {
             self.conns.remove(&fd);
         }
         self.logln(&format!("task t{t:x} ({}) exited", rec.name));
+        if let (Some(pool), Some(slot)) = (&self.pool, rec.slot) {
+            let freed = pool.reclaim_slot(slot);
+            self.free_slots.push(slot);
+            if freed > 0 {
+                self.logln(&format!("reclaimed {freed} pool pages of t{t:x}"));
+            }
+        }
         self.mailbox.owner_exited(t);
         let fired: Vec<Notify> = {
             let (f, keep) = std::mem::take(&mut self.notifies)

@@ -147,6 +147,7 @@ impl Daemon {
             Some(r) if hint != 0 && r.conn.is_none() => hint,
             _ => {
                 let t = self.new_tid();
+                let slot = self.claim_slot(t, pid);
                 let rec = TaskRec {
                     ptid: 0,
                     pid,
@@ -154,6 +155,7 @@ impl Daemon {
                     conn: None,
                     pending: Vec::new(),
                     siblings: vec![t],
+                    slot,
                 };
                 self.tasks.insert(t, rec);
                 t
@@ -165,6 +167,10 @@ impl Daemon {
         let pending = std::mem::take(&mut rec.pending);
         let mut ints = vec![rec.ptid, rec.siblings.len() as i32];
         ints.extend(&rec.siblings);
+        ints.push(rec.slot.map_or(-1, |s| s as i32));
+        if let (Some(pool), Some(slot)) = (&self.pool, rec.slot) {
+            pool.set_slot_pid(slot, pid);
+        }
         if let Some(c) = self.conns.get_mut(&fd) {
             c.tid = Some(t);
         }

@@ -69,6 +69,7 @@ impl Daemon {
         for &t in &tids {
             match self.start_one(&path, &req, t) {
                 Ok((pid, pipe)) => {
+                    let slot = self.claim_slot(t, pid);
                     self.tasks.insert(
                         t,
                         TaskRec {
@@ -78,6 +79,7 @@ impl Daemon {
                             conn: None,
                             pending: Vec::new(),
                             siblings: tids.clone(),
+                            slot,
                         },
                     );
                     self.outputs.insert(

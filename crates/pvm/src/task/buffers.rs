@@ -5,13 +5,14 @@ use std::collections::HashMap;
 
 use crate::codec::{self, Elem, ENC_INPLACE};
 use crate::error::{PvmError, PvmResult};
+use crate::pool::{Body, PoolHandle};
 
-/// One buffer. Packed bytes live in `data`; PvmDataInPlace items are kept
+/// One buffer. Packed bytes live in `data` (pool pages when it can); PvmDataInPlace items are kept
 /// as references into the caller's memory and read at send time.
 #[derive(Debug, Default)]
 pub struct MsgBuf {
     pub enc: i32,
-    pub data: Vec<u8>,
+    pub data: Body,
     pub pos: usize,
     pub src: i32,
     pub tag: i32,
@@ -22,8 +23,14 @@ pub struct MsgBuf {
 
 impl MsgBuf {
     pub fn new(enc: i32) -> MsgBuf {
+        MsgBuf::with_home(enc, None)
+    }
+
+    /// A buffer packing into the pool of `home`.
+    pub fn with_home(enc: i32, home: Option<PoolHandle>) -> MsgBuf {
         MsgBuf {
             enc,
+            data: Body::new(home),
             src: -1,
             tag: -1,
             ..MsgBuf::default()
@@ -33,7 +40,7 @@ impl MsgBuf {
     /// The bytes to send, with in-place items read now.
     pub fn body(&self) -> Vec<u8> {
         if self.refs.is_empty() {
-            return self.data.clone();
+            return self.data.to_vec();
         }
         let mut out = Vec::with_capacity(self.len());
         let mut at = 0;

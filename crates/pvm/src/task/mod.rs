@@ -7,7 +7,8 @@ mod start;
 
 pub use start::start_daemon;
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::io::{self, BufReader, BufWriter, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
@@ -16,7 +17,17 @@ use std::time::{Duration, Instant};
 use crate::codec;
 use crate::error::{PvmError, PvmResult};
 use crate::frame::{self, op, Args, Frame, Msg};
+use crate::pool::{Body, Desc, Pool, PoolHandle, PostError};
 use buffers::{BufTable, MsgBuf};
+
+/// A message waiting in the task to be received.
+pub struct Queued {
+    pub src: i32,
+    pub tag: i32,
+    pub ctx: i32,
+    pub enc: i32,
+    pub body: Body,
+}
 
 /// Options pvm_setopt can change.
 #[derive(Debug, Clone)]
@@ -63,7 +74,12 @@ pub struct Task {
     pub siblings: Vec<i32>,
     pub hostname: String,
     seq: u32,
-    queue: VecDeque<Msg>,
+    queue: VecDeque<Queued>,
+    /// This task's pool mapping and slot (None: everything via the pvmd).
+    pub home: Option<PoolHandle>,
+    /// Slots of peers already looked up.
+    peer_slots: HashMap<i32, usize>,
+    seen_sock_bell: u32,
     pub bufs: BufTable,
     pub sbuf: i32,
     pub rbuf: i32,
@@ -87,6 +103,10 @@ impl Task {
                 UnixStream::connect(&path).map_err(sys)?
             }
         };
+        let pool = crate::fdpass::recv_greeting(stream.as_raw_fd())
+            .map_err(sys)?
+            .and_then(|fd| Pool::attach(fd).ok())
+            .map(Arc::new);
         let hint = std::env::var(crate::daemon::ENV_TID)
             .ok()
             .and_then(|s| s.parse().ok())
@@ -102,6 +122,9 @@ impl Task {
             hostname: String::new(),
             seq: 0,
             queue: VecDeque::new(),
+            home: None,
+            peer_slots: HashMap::new(),
+            seen_sock_bell: 0,
             bufs: BufTable::default(),
             sbuf: 0,
             rbuf: 0,
@@ -127,6 +150,11 @@ impl Task {
         let n = args.ints.get(1).copied().unwrap_or(0).max(0) as usize;
         t.siblings = args.ints.iter().skip(2).take(n).copied().collect();
         t.hostname = args.strs.first().cloned().unwrap_or_default();
+        let slot = args.ints.get(2 + n).copied().unwrap_or(-1);
+        if let (Some(pool), Ok(slot)) = (pool, usize::try_from(slot)) {
+            t.seen_sock_bell = pool.sock_bell(slot);
+            t.home = Some(PoolHandle { pool, slot });
+        }
         // Our tid is a fresh one: drop the hint so our children do not reuse it.
         std::env::remove_var(crate::daemon::ENV_TID);
         Ok(t)
@@ -160,7 +188,14 @@ impl Task {
         match frame::read_frame(&mut self.rd).map_err(sys)? {
             None => Err(PvmError::SysErr),
             Some(Frame::Msg(m)) => {
-                self.queue.push_back(m);
+                let q = Queued {
+                    src: m.src,
+                    tag: m.tag,
+                    ctx: m.ctx,
+                    enc: m.enc,
+                    body: Body::from_vec(m.body, self.home.clone()),
+                };
+                self.queue.push_back(q);
                 Ok(None)
             }
             Some(Frame::Reply { seq, code, args }) => Ok(Some((seq, code, args))),
@@ -197,7 +232,7 @@ impl Task {
         if !(0..=2).contains(&enc) && enc != 4 {
             return Err(PvmError::BadParam);
         }
-        Ok(self.bufs.insert(MsgBuf::new(enc)))
+        Ok(self.bufs.insert(MsgBuf::with_home(enc, self.home.clone())))
     }
 
     pub fn freebuf(&mut self, id: i32) -> PvmResult<()> {
@@ -252,31 +287,126 @@ impl Task {
 
     // ---- sending ----
 
-    /// Sends buffer `id` (the send buffer if 0) to every tid in `dsts`.
+    /// Sends the send buffer to every tid in `dsts`: through the pool
+    /// (the receiver gets a hold on the same pages) when the receiver is a
+    /// local task with a slot, else through the pvmd.
     pub fn send_buffer(&mut self, dsts: &[i32], tag: i32) -> PvmResult<()> {
         let id = self.sbuf;
-        let b = self.bufs.get(id)?;
-        let (enc, body) = (b.enc, b.body());
+        self.bufs.get(id)?;
         let ctx = self.ctx;
         for &dst in dsts {
             if dst <= 0 && dst & crate::tid::DAEMON_BIT as i32 == 0 {
                 return Err(PvmError::BadParam);
             }
+            if dst == self.mytid {
+                let b = self.bufs.get(id)?;
+                let body = if b.refs.is_empty() {
+                    b.data.share()
+                } else {
+                    Body::from_vec(b.body(), self.home.clone())
+                };
+                let q = Queued {
+                    src: self.mytid,
+                    tag,
+                    ctx,
+                    enc: b.enc,
+                    body,
+                };
+                self.queue.push_back(q);
+                continue;
+            }
+            if self.send_via_pool(id, dst, tag, ctx)? {
+                continue;
+            }
+            if dst & crate::tid::DAEMON_BIT as i32 == 0 && !self.task_exists(dst)? {
+                return Err(PvmError::NoTask);
+            }
+            let b = self.bufs.get(id)?;
             let m = Msg {
                 src: self.mytid,
                 dst,
                 tag,
                 ctx,
-                enc,
-                body: body.clone(),
+                enc: b.enc,
+                body: b.body(),
             };
-            if dst == self.mytid {
-                self.queue.push_back(m);
-            } else {
-                frame::write_frame(&mut self.wr, &Frame::Msg(m)).map_err(sys)?;
-            }
+            frame::write_frame(&mut self.wr, &Frame::Msg(m)).map_err(sys)?;
         }
         self.wr.flush().map_err(sys)
+    }
+
+    fn task_exists(&mut self, t: i32) -> PvmResult<bool> {
+        let (code, _) = self.call(op::PSTAT, Args {
+            ints: vec![t],
+            ..Args::default()
+        })?;
+        Ok(code >= 0)
+    }
+
+    /// The pool path; Ok(false) when it does not apply (no pool, receiver
+    /// without a slot, body larger than the pool).
+    fn send_via_pool(&mut self, id: i32, dst: i32, tag: i32, ctx: i32) -> PvmResult<bool> {
+        let Some(home) = self.home.clone() else {
+            return Ok(false);
+        };
+        let pool = &home.pool;
+        let slot = match self.peer_slots.get(&dst) {
+            Some(&s) if pool.slot_tid(s) == dst => s,
+            _ => match pool.find_slot(dst) {
+                Some(s) => {
+                    self.peer_slots.insert(dst, s);
+                    s
+                }
+                None => {
+                    self.peer_slots.remove(&dst);
+                    return Ok(false);
+                }
+            },
+        };
+        let b = self.bufs.get(id)?;
+        let len = b.len();
+        // In-place items are read now, into a run of their own.
+        let mut temp = (!b.refs.is_empty()).then(|| Body::from_vec(b.body(), Some(home.clone())));
+        let enc = b.enc;
+        let run = if len == 0 {
+            Some((u32::MAX, 0))
+        } else {
+            match temp.as_mut() {
+                Some(t) => t.publish(),
+                None => b.data.publish(),
+            }
+        };
+        let Some((start, pages)) = run else {
+            return Ok(false);
+        };
+        let d = Desc {
+            src: self.mytid,
+            tag,
+            ctx,
+            enc,
+            start,
+            pages,
+            len: len as u64,
+        };
+        let mut spins = 0u32;
+        loop {
+            match pool.post(slot, dst, &d) {
+                Ok(()) => return Ok(true),
+                Err(PostError::NoTask) => {
+                    self.peer_slots.remove(&dst);
+                    return Err(PvmError::NoTask);
+                }
+                Err(PostError::Full) => {
+                    // The receiver's ring is full: wait for it to read.
+                    spins += 1;
+                    if spins < 100 {
+                        std::thread::yield_now();
+                    } else {
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
+                }
+            }
+        }
     }
 
     pub fn send(&mut self, dst: i32, tag: i32) -> PvmResult<()> {
@@ -296,17 +426,59 @@ impl Task {
 
     // ---- receiving ----
 
-    fn matches(m: &Msg, src: i32, tag: i32, ctx: i32) -> bool {
+    fn matches(m: &Queued, src: i32, tag: i32, ctx: i32) -> bool {
         (src == -1 || m.src == src) && (tag == -1 || m.tag == tag) && m.ctx == ctx
     }
 
-    fn take_match(&mut self, src: i32, tag: i32) -> Option<Msg> {
+    fn take_match(&mut self, src: i32, tag: i32) -> Option<Queued> {
         let ctx = self.ctx;
         let i = self
             .queue
             .iter()
             .position(|m| Self::matches(m, src, tag, ctx))?;
         self.queue.remove(i)
+    }
+
+    /// Moves heads from the ring and frames from the socket into the
+    /// queue; true if anything came.
+    fn gather(&mut self) -> PvmResult<bool> {
+        let Some(home) = self.home.clone() else {
+            return Ok(false);
+        };
+        let mut got = false;
+        while let Some(d) = home.pool.take(home.slot) {
+            let body = if d.start == u32::MAX {
+                Body::new(Some(home.clone()))
+            } else {
+                Body::received(home.clone(), d.start, d.pages, d.len as usize)
+            };
+            self.queue.push_back(Queued {
+                src: d.src,
+                tag: d.tag,
+                ctx: d.ctx,
+                enc: d.enc,
+                body,
+            });
+            got = true;
+        }
+        let sb = home.pool.sock_bell(home.slot);
+        if sb != self.seen_sock_bell || !self.rd.buffer().is_empty() {
+            self.seen_sock_bell = sb;
+            loop {
+                let mut p = libc::pollfd {
+                    fd: self.rd.get_ref().as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd.
+                if self.rd.buffer().is_empty() && unsafe { libc::poll(&mut p, 1, 0) } <= 0 {
+                    break;
+                }
+                self.pump(None)?;
+                got = true;
+            }
+        }
+        Ok(got)
     }
 
     /// Waits for a matching message; returns its new buffer id (0 if none
@@ -317,6 +489,25 @@ impl Task {
             Wait::Never => Some(Instant::now()),
             Wait::For(d) => Some(Instant::now() + d),
         };
+        let Some(home) = self.home.clone() else {
+            return self.recv_socket_only(src, tag, deadline);
+        };
+        loop {
+            let bell = home.pool.bell(home.slot);
+            if let Some(m) = self.take_match(src, tag) {
+                return Ok(self.install_rbuf(m));
+            }
+            if self.gather()? {
+                continue;
+            }
+            if matches!(deadline, Some(d) if Instant::now() >= d) {
+                return Ok(0);
+            }
+            home.pool.wait_bell(home.slot, bell, deadline);
+        }
+    }
+
+    fn recv_socket_only(&mut self, src: i32, tag: i32, deadline: Option<Instant>) -> PvmResult<i32> {
         loop {
             if let Some(m) = self.take_match(src, tag) {
                 return Ok(self.install_rbuf(m));
@@ -352,12 +543,13 @@ impl Task {
             }
             self.pump(None)?;
         }
+        self.gather()?;
         let ctx = self.ctx;
-        match self.queue.iter().find(|m| Self::matches(m, src, tag, ctx)) {
+        match self.queue.iter_mut().find(|m| Self::matches(m, src, tag, ctx)) {
             Some(m) => {
                 let b = MsgBuf {
                     enc: m.enc,
-                    data: m.body.clone(),
+                    data: m.body.share(),
                     src: m.src,
                     tag: m.tag,
                     ctx: m.ctx,
@@ -369,7 +561,7 @@ impl Task {
         }
     }
 
-    fn install_rbuf(&mut self, m: Msg) -> i32 {
+    fn install_rbuf(&mut self, m: Queued) -> i32 {
         if self.rbuf > 0 {
             let _ = self.bufs.remove(self.rbuf);
         }
@@ -491,13 +683,12 @@ impl Task {
         let enc = a.ints.first().copied().unwrap_or(0);
         let src = a.ints.get(1).copied().unwrap_or(0);
         // Like PVM, the stored message becomes the active receive buffer.
-        let m = Msg {
+        let m = Queued {
             src,
-            dst: self.mytid,
             tag: 0,
             ctx: self.ctx,
             enc,
-            body: a.bytes,
+            body: Body::from_vec(a.bytes, self.home.clone()),
         };
         Ok(self.install_rbuf(m))
     }

@@ -1,0 +1,142 @@
+//! Per-task message-head rings in the pool. A sender that knows the
+//! receiver's slot appends a head (source, tag, context, encoding, page run)
+//! under the pool lock and rings the receiver's doorbell; the receiver
+//! alone advances the head, so reading needs no lock. Heads from one
+//! sender reach one receiver in the order sent, as PVM requires.
+//!
+//! The doorbell is the receiver's only sleep: the pvmd rings it too when it
+//! writes to the task's socket, so one futex covers both paths. The
+//! receiver spins briefly before sleeping, since on an idle CPU the reply
+//! usually comes within microseconds.
+
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
+use std::time::{Duration, Instant};
+
+use super::{futex, Pool, RING};
+
+/// A message head as sender and receiver see it. `start` is u32::MAX for
+/// an empty body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Desc {
+    pub src: i32,
+    pub tag: i32,
+    pub ctx: i32,
+    pub enc: i32,
+    pub start: u32,
+    pub pages: u32,
+    pub len: u64,
+}
+
+/// Why a head could not be queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PostError {
+    /// The slot no longer belongs to that tid: the task is gone.
+    NoTask,
+    /// The ring (or the run's hold count) is full; try again later.
+    Full,
+}
+
+/// How long a receiver polls its doorbell before sleeping.
+const SPIN: Duration = Duration::from_micros(40);
+
+impl Pool {
+    /// Queues `d` on `slot`, which must still belong to `tid`. A body run
+    /// gains a hold of the receiver, so it outlives the sender.
+    pub fn post(&self, slot: usize, tid: i32, d: &Desc) -> Result<(), PostError> {
+        let s = self.slot(slot);
+        {
+            let g = self.lock();
+            if s.tid.load(Relaxed) != tid {
+                return Err(PostError::NoTask);
+            }
+            let tail = s.tail.load(Relaxed);
+            if tail.wrapping_sub(s.head.load(Acquire)) as usize >= RING {
+                return Err(PostError::Full);
+            }
+            if d.start != u32::MAX && !self.add_hold(&g, d.start, slot) {
+                return Err(PostError::Full);
+            }
+            let e = &s.ring[tail as usize % RING];
+            e.src.store(d.src, Relaxed);
+            e.tag.store(d.tag, Relaxed);
+            e.ctx.store(d.ctx, Relaxed);
+            e.enc.store(d.enc, Relaxed);
+            e.start.store(d.start, Relaxed);
+            e.pages.store(d.pages, Relaxed);
+            e.len.store(d.len, Relaxed);
+            s.tail.store(tail.wrapping_add(1), Release);
+        }
+        self.ring_bell(slot);
+        Ok(())
+    }
+
+    /// Wakes the receiver of `slot` (after a ring post or a socket write).
+    pub fn ring_bell(&self, slot: usize) {
+        let s = self.slot(slot);
+        s.bell.fetch_add(1, SeqCst);
+        if s.sleeping.load(SeqCst) != 0 {
+            futex::wake(&s.bell);
+        }
+    }
+
+    /// The pvmd wrote to the task's socket.
+    pub fn ring_sock_bell(&self, slot: usize) {
+        self.slot(slot).sock_bell.fetch_add(1, SeqCst);
+        self.ring_bell(slot);
+    }
+
+    /// The next head queued to `slot` (the receiver's own call). Its run
+    /// hold now belongs to the caller.
+    pub fn take(&self, slot: usize) -> Option<Desc> {
+        let s = self.slot(slot);
+        let head = s.head.load(Relaxed);
+        if head == s.tail.load(Acquire) {
+            return None;
+        }
+        let e = &s.ring[head as usize % RING];
+        let d = Desc {
+            src: e.src.load(Relaxed),
+            tag: e.tag.load(Relaxed),
+            ctx: e.ctx.load(Relaxed),
+            enc: e.enc.load(Relaxed),
+            start: e.start.load(Relaxed),
+            pages: e.pages.load(Relaxed),
+            len: e.len.load(Relaxed),
+        };
+        s.head.store(head.wrapping_add(1), Release);
+        Some(d)
+    }
+
+    pub fn bell(&self, slot: usize) -> u32 {
+        self.slot(slot).bell.load(SeqCst)
+    }
+
+    pub fn sock_bell(&self, slot: usize) -> u32 {
+        self.slot(slot).sock_bell.load(SeqCst)
+    }
+
+    /// Waits until the doorbell moves past `seen` or `deadline` passes.
+    pub fn wait_bell(&self, slot: usize, seen: u32, deadline: Option<Instant>) {
+        let s = self.slot(slot);
+        let spin_until = Instant::now() + SPIN;
+        let mut n = 0u32;
+        while s.bell.load(SeqCst) == seen {
+            n += 1;
+            if n % 128 == 0 && Instant::now() >= spin_until {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        if s.bell.load(SeqCst) != seen {
+            return;
+        }
+        s.sleeping.store(1, SeqCst);
+        if s.bell.load(SeqCst) == seen {
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if left != Some(Duration::ZERO) {
+                futex::wait(&s.bell, seen, left);
+            }
+        }
+        s.sleeping.store(0, SeqCst);
+    }
+}
