@@ -2,8 +2,11 @@
 # openvia udp vs kernel TCP / UDP across two namespaces joined by veth
 # (scripts/netns.sh), peers in the same run, as JSON lines on stdout.
 # Server pinned to CPU 1 (`serve --cpu 1`), client to CPU 0 (`--cpu 0,1`).
-# Usage: scripts/udp_compare.sh [quick]
-# Needs root and target/release/viabench (or VIABENCH=path).
+# Usage: scripts/udp_compare.sh [quick | lat MTU | bw MTU | drop MTU]
+#   (no argument) both MTUs, RUM modes, 1 % drop, then seed 000's sweep;
+#   quick: without the sweep; lat/bw/drop: only that part at one MTU.
+# Needs root and target/release/viabench (or VIABENCH=path). ITERS, BWN
+# set the latency iterations and the streamed 1 MiB messages.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 B=${VIABENCH:-$here/../target/release/viabench}
@@ -44,7 +47,7 @@ lat() {
     for t in kernel-udp-spin kernel-udp kernel-tcp kernel-tcp-spin; do
         run "lat-mtu$1" $t -- latency -s 8 -n "$ITERS"
     done
-    for rel in ur rd rr; do
+    for rel in ${RELS:-ur rd rr}; do
         run "lat-mtu$1-$rel" udp OPENVIA_BENCH_RELIABILITY=$rel -- latency -s 8 -n "$ITERS"
     done
 }
@@ -57,16 +60,27 @@ bw() {
     run "bw-mtu$1-lossless" udp OPENVIA_UDP_LOSSLESS=1 -- bandwidth -s 1M -n "$BWN" -w 16
 }
 
+drop() {
+    "$NS" drop 1 >&2
+    for t in udp kernel-tcp; do
+        run "bw-mtu$1-drop1" $t -- bandwidth -s 1M -n "$BWN" -w 16 --verify
+    done
+    "$NS" nodrop >&2
+}
+
+case "${1:-}" in
+lat | bw | drop)
+    "$NS" up "$2" >&2
+    "$1" "$2"
+    "$NS" down
+    exit 0
+    ;;
+esac
 for mtu in 9000 1500; do
     "$NS" up $mtu >&2
     lat $mtu
     bw $mtu
-    if [ $mtu = 9000 ]; then
-        "$NS" drop 1 >&2
-        run "bw-mtu9000-drop1" udp -- bandwidth -s 1M -n "$BWN" -w 16 --verify
-        run "bw-mtu9000-drop1" kernel-tcp -- bandwidth -s 1M -n "$BWN" -w 16 --verify
-        "$NS" nodrop >&2
-    fi
+    [ $mtu = 9000 ] && drop $mtu
 done
 [ "${1:-}" = quick ] && { "$NS" down; exit 0; }
 # Seed 000's sweep: segment policy x MTU.

@@ -6,6 +6,7 @@
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 bindir=${1:-${CARGO_TARGET_DIR:-$here/../../target}/debug}
+bindir=$(cd "$bindir" && pwd)
 for f in libpvm3.so pvmd pvm; do
 	[ -e "$bindir/$f" ] || { echo "missing $bindir/$f (cargo build -p pvm3 -p openvia-pvm)"; exit 1; }
 done
@@ -40,6 +41,7 @@ timeout 20 hello.pvm >hello.out 2>&1 || true
 check hello hello.out '^from t4[0-9a-f]{4}: hello, world from '"$(hostname)"'$'
 
 timeout 60 timing >timing.out 2>&1 || true
+grep -E "Avg|bytes" timing.out >&2 || true
 check timing-rtt timing.out '^RTT Avg uSec [0-9]+$'
 check timing-done timing.out '^done$'
 

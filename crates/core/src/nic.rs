@@ -688,6 +688,38 @@ impl NicShared {
         did
     }
 
+    /// The round while the program is busy polling: it drives its own VIs,
+    /// so only what it may not be looking at is served — notify handlers,
+    /// and protocol timers that are due. Taking a VI's lock the program
+    /// wants would make it wait for this thread (a priority inversion when
+    /// the CPU is shared).
+    fn progress_round_busy(&self) -> bool {
+        let now = crate::sys::now_ns();
+        let mut did = false;
+        for vi in self.live_vis() {
+            let due = vi.has_notify()
+                || (self.device == Device::Udp
+                    && matches!(vi.inner.try_lock(), Ok(g) if g.channel.as_ref()
+                        .and_then(|c| c.timer_deadline_ns())
+                        .is_some_and(|t| t <= now)));
+            if due {
+                did |= vi.poke(true);
+            }
+        }
+        for cq in self.live_cqs() {
+            if cq.has_notify() {
+                for vi in cq.members() {
+                    did |= vi.poke(true);
+                }
+                self.fire_cq_notify(&cq);
+            }
+        }
+        if did {
+            self.doorbell.ring_local();
+        }
+        did
+    }
+
     fn wants_attention(&self) -> bool {
         self.live_vis().iter().any(|v| v.has_notify())
             || self.live_cqs().iter().any(|c| c.has_notify())
@@ -734,7 +766,11 @@ fn progress_loop(weak: Weak<NicShared>, epoll: Arc<Epoll>) {
             let act = nic.activity.load(Ordering::Relaxed);
             let active = act != last_activity;
             last_activity = act;
-            let did = nic.progress_round();
+            let did = if active {
+                nic.progress_round_busy()
+            } else {
+                nic.progress_round()
+            };
             if active {
                 Some(Duration::from_micros(nic.config.progress_interval_us))
             } else if did {

@@ -335,3 +335,47 @@ fn forked_child_cannot_use_parents_nic() {
     // The parent still can.
     nic.create_ptag().unwrap();
 }
+
+/// VIA semantics: the NIC works on its own. A receive completes — its
+/// status word turns DONE in the program's memory — while the program
+/// never calls into the library again; a notify handler fires the same way.
+#[test]
+fn completes_without_the_program_calling_in() {
+    let p = pair(reliability::RELIABLE_DELIVERY, "t-progress", 1 << 20);
+    let rd = p.mb.desc(3);
+    set_desc(rd, 0, &[(p.mb.data(8192) as u64, p.mb.handle, 64)], 0);
+    p.b.post_recv(rd, p.mb.handle).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let rd2 = p.mb.desc(4);
+    set_desc(rd2, 0, &[(p.mb.data(16384) as u64, p.mb.handle, 64)], 0);
+    p.b.post_recv(rd2, p.mb.handle).unwrap();
+    // From here on B's side is only watched, never called (except the
+    // handler registration, before the data exists).
+    let sd = p.ma.desc(3);
+    set_desc(sd, 0, &[(p.ma.data(8192) as u64, p.ma.handle, 64)], 0);
+    p.a.post_send(sd, p.ma.handle).unwrap();
+    let status = |d: *mut Descriptor| {
+        // SAFETY: the descriptor is ours; the provider stores its status atomically.
+        unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*d).cs.status)) }
+    };
+    let start = std::time::Instant::now();
+    while status(rd) & status::DONE == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "receive never completed on its own"
+        );
+        std::thread::yield_now();
+    }
+    // The completed receive is still handed out first; the notify handler
+    // then gets the next one.
+    assert_eq!(p.b.recv_done().unwrap().0, rd);
+    p.b.recv_notify(Box::new(move |d| {
+        let _ = tx.send(d.0 as usize);
+    }))
+    .unwrap();
+    p.a.post_send(sd, p.ma.handle).unwrap();
+    let got = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("notify handler never ran");
+    assert_eq!(got, rd2 as usize);
+}

@@ -22,7 +22,7 @@ use crate::events::{
     Event, LostReason, MessageId, MessageInfo, MessageSink, OutgoingMessage, PeerAttributes,
 };
 use crate::flow::CreditWindow;
-use crate::recv_reassembly::{Insert, Reassembly, RecvSegment};
+use crate::recv_reassembly::{Insert, Reassembly};
 use crate::rtt::RttEstimator;
 use crate::sack::expand;
 use crate::segment::segments_for;
@@ -200,6 +200,13 @@ impl Connection {
         self.ack_due = true;
     }
 
+    /// A buffer with room for `len` bytes for the next message's data,
+    /// reusing one of a finished message when there is one (contents
+    /// stale, to be overwritten).
+    pub fn take_buffer(&mut self, len: usize) -> Vec<u8> {
+        self.send.take_buffer(len)
+    }
+
     /// Orderly close: a DISCONNECT goes out at the next `poll_transmit`.
     pub fn close(&mut self) {
         if self.state != State::Closed {
@@ -365,7 +372,8 @@ impl Connection {
             self.fail(LostReason::LossWithoutRecovery);
             return;
         }
-        match self.recv.insert(seq, RecvSegment::from_repr(d)) {
+        let seg = self.recv.segment(d);
+        match self.recv.insert(seq, seg) {
             Insert::Stored => {}
             Insert::Duplicate => self.counters.duplicate_segments += 1,
             Insert::OutOfWindow => self.counters.out_of_window += 1,

@@ -34,6 +34,13 @@ pub struct RecvSegment {
 
 impl RecvSegment {
     pub fn from_repr(d: &DataRepr<'_>) -> Self {
+        Self::with_buffer(d, Vec::new())
+    }
+
+    /// Like `from_repr`, copying the payload into `data` (emptied first).
+    pub fn with_buffer(d: &DataRepr<'_>, mut data: Vec<u8>) -> Self {
+        data.clear();
+        data.extend_from_slice(d.payload);
         Self {
             msg_id: d.msg_id,
             offset: d.offset,
@@ -42,7 +49,7 @@ impl RecvSegment {
             immediate: d.immediate,
             mem_handle: d.mem_handle,
             remote_addr: d.remote_addr,
-            data: d.payload.to_vec(),
+            data,
         }
     }
     fn ends_message(&self) -> bool {
@@ -78,7 +85,13 @@ pub struct Reassembly {
     window: u32,
     /// Message id the next delivered message should have (unreliable loss count).
     next_msg_id: u64,
+    /// Payload buffers of delivered or discarded segments, reused for the
+    /// next ones instead of an allocation per datagram.
+    spare: Vec<Vec<u8>>,
 }
+
+/// Most payload buffers kept for reuse.
+const SPARE_SEGMENTS: usize = 1024;
 
 impl Reassembly {
     pub fn new(window: u32) -> Self {
@@ -89,6 +102,20 @@ impl Reassembly {
             promised: window as u64,
             window,
             next_msg_id: 0,
+            spare: Vec::new(),
+        }
+    }
+
+    /// A segment for `d`, its payload in a reused buffer.
+    pub fn segment(&mut self, d: &DataRepr<'_>) -> RecvSegment {
+        RecvSegment::with_buffer(d, self.spare.pop().unwrap_or_default())
+    }
+
+    fn recycle(&mut self, slot: Slot) {
+        if let Slot::Filled(seg) = slot {
+            if self.spare.len() < SPARE_SEGMENTS {
+                self.spare.push(seg.data);
+            }
         }
     }
 
@@ -127,9 +154,11 @@ impl Reassembly {
 
     pub fn insert(&mut self, seq: u64, seg: RecvSegment) -> Insert {
         if seq < self.consumed {
+            self.recycle(Slot::Filled(seg));
             return Insert::Duplicate;
         }
         if seq >= self.limit() {
+            self.recycle(Slot::Filled(seg));
             return Insert::OutOfWindow;
         }
         let idx = (seq - self.consumed) as usize;
@@ -137,6 +166,7 @@ impl Reassembly {
             self.slots.push_back(Slot::Empty);
         }
         if !matches!(self.slots[idx], Slot::Empty) {
+            self.recycle(Slot::Filled(seg));
             return Insert::Duplicate;
         }
         self.slots[idx] = Slot::Filled(seg);
@@ -217,7 +247,11 @@ impl Reassembly {
         if place(&info, &pieces) == Placement::NotNow {
             return Ok(None);
         }
-        self.slots.drain(..count);
+        for _ in 0..count {
+            if let Some(slot) = self.slots.pop_front() {
+                self.recycle(slot);
+            }
+        }
         self.consumed += count as u64;
         self.next_msg_id = info.msg_id + 1;
         Ok(Some(info))

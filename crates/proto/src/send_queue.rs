@@ -15,6 +15,8 @@ use crate::time::Time;
 
 /// Segments reported above a hole before the hole counts as lost.
 pub const DUP_THRESHOLD: usize = 3;
+/// Buffers of finished messages kept for the caller's next messages.
+const SPARE_BUFFERS: usize = 32;
 
 #[derive(Debug)]
 pub struct OutMessage {
@@ -61,6 +63,10 @@ pub struct SendQueue {
     pub snd_una: u64,
     inflight: VecDeque<InFlight>,
     keep_data: bool,
+    /// Buffers of freed messages, handed back by [`Self::take_buffer`]: a
+    /// fresh megabyte per message costs page faults and page clearing that
+    /// dwarf the copy itself.
+    spare: Vec<Vec<u8>>,
 }
 
 /// Result of a cumulative ack.
@@ -79,6 +85,7 @@ impl SendQueue {
             snd_una: 0,
             inflight: VecDeque::new(),
             keep_data,
+            spare: Vec::new(),
         }
     }
 
@@ -270,8 +277,25 @@ impl SendQueue {
             if !done {
                 break;
             }
-            self.messages.pop_front();
+            if let Some(m) = self.messages.pop_front() {
+                if self.spare.len() < SPARE_BUFFERS && m.data.capacity() > 0 {
+                    self.spare.push(m.data);
+                }
+            }
         }
+    }
+
+    /// A buffer with room for `len` bytes, reusing a freed message's when
+    /// one is big enough. Its contents are stale: the caller overwrites
+    /// them (keeping them spares a pass of zeroing).
+    pub fn take_buffer(&mut self, len: usize) -> Vec<u8> {
+        let mut v = match self.spare.iter().position(|b| b.capacity() >= len) {
+            Some(i) => self.spare.swap_remove(i),
+            None => self.spare.pop().unwrap_or_default(),
+        };
+        v.truncate(len);
+        v.reserve(len - v.len());
+        v
     }
 
     /// Ids of messages not yet completed (for flushing on connection loss).

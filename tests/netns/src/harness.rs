@@ -171,7 +171,11 @@ impl Helper {
             name: self.name.clone(),
             status,
             lines: std::mem::take(&mut self.seen),
-            stderr: self.stderr.take().map(|h| h.join().unwrap_or_default()).unwrap_or_default(),
+            stderr: self
+                .stderr
+                .take()
+                .map(|h| h.join().unwrap_or_default())
+                .unwrap_or_default(),
             ended,
         }
     }

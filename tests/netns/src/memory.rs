@@ -44,7 +44,10 @@ impl Arena {
         p as *mut Descriptor
     }
 
-    /// The data area from `off` for `len` bytes.
+    /// The data area from `off` for `len` bytes. Shared `self` because the
+    /// VI writes this memory behind Rust's back anyway (it is registered);
+    /// the tests touch a region only while no transfer uses it.
+    #[allow(clippy::mut_from_ref)]
     pub fn data(&self, off: usize, len: usize) -> &mut [u8] {
         assert!(self.data_base + off + len <= self.base + self.len);
         // SAFETY: inside the arena, which lives as long as `self`; callers
@@ -57,33 +60,49 @@ impl Arena {
     }
 }
 
-/// Fills a descriptor: control bits, data segments (address, handle,
-/// length) and immediate data; status cleared.
-pub fn set_desc(d: *mut Descriptor, ctl: u16, segs: &[(u64, u32, u32)], imm: u32) {
-    assert!(segs.len() <= (DESC_SLOT - 32) / 16);
-    // SAFETY: `d` is a descriptor slot of an arena with room for the
-    // control segment and the data segments.
-    unsafe {
-        std::ptr::write_bytes(d as *mut u8, 0, DESC_SLOT);
-        (*d).cs.control = ctl;
-        (*d).cs.seg_count = segs.len() as u16;
-        (*d).cs.immediate_data = imm;
-        let base = (d as *mut u8).add(32) as *mut DataSegment;
-        for (i, &(a, h, l)) in segs.iter().enumerate() {
-            *base.add(i) = DataSegment {
-                data: a,
-                handle: h,
-                length: l,
-            };
+impl Arena {
+    /// Fills descriptor slot `i`: control bits, data segments (address,
+    /// handle, length) and immediate data; status cleared.
+    pub fn set_desc(&self, i: usize, ctl: u16, segs: &[(u64, u32, u32)], imm: u32) {
+        assert!(segs.len() <= (DESC_SLOT - 32) / 16);
+        let d = self.desc(i);
+        // SAFETY: `d` is slot `i` of this arena (checked by `desc`), with
+        // room for the control segment and the data segments.
+        unsafe {
+            std::ptr::write_bytes(d as *mut u8, 0, DESC_SLOT);
+            (*d).cs.control = ctl;
+            (*d).cs.seg_count = segs.len() as u16;
+            (*d).cs.immediate_data = imm;
+            let base = (d as *mut u8).add(32) as *mut DataSegment;
+            for (k, &(a, h, l)) in segs.iter().enumerate() {
+                *base.add(k) = DataSegment {
+                    data: a,
+                    handle: h,
+                    length: l,
+                };
+            }
         }
     }
-}
 
-/// (status, length, immediate) of a completed descriptor.
-pub fn desc_result(d: *mut Descriptor) -> (u32, u32, u32) {
-    // SAFETY: the caller got `d` back from a completion, so the VI no
-    // longer touches it.
-    unsafe { ((*d).cs.status, (*d).cs.length, (*d).cs.immediate_data) }
+    /// (status, length, immediate) of a completed descriptor, which must
+    /// be one of this arena's slots.
+    pub fn result_of(&self, d: *mut Descriptor) -> (u32, u32, u32) {
+        let p = d as usize;
+        assert!(
+            p >= self.base && p < self.data_base && (p - self.base).is_multiple_of(DESC_SLOT),
+            "completion {d:?} is not a descriptor slot of this arena"
+        );
+        let slot = self.desc((p - self.base) / DESC_SLOT);
+        // SAFETY: a slot of this arena that the VI handed back as
+        // complete, so it no longer writes it.
+        unsafe {
+            (
+                (*slot).cs.status,
+                (*slot).cs.length,
+                (*slot).cs.immediate_data,
+            )
+        }
+    }
 }
 
 /// Byte `i` of message `key`.

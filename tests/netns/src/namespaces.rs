@@ -85,8 +85,10 @@ impl NetnsPair {
         }
         let addr_a = format!("{}/24", pair.ip_a);
         let addr_b = format!("{}/24", pair.ip_b);
-        for (ns, ifname, addr) in [(&pair.a, &pair.if_a, &addr_a), (&pair.b, &pair.if_b, &addr_b)]
-        {
+        for (ns, ifname, addr) in [
+            (&pair.a, &pair.if_a, &addr_a),
+            (&pair.b, &pair.if_b, &addr_b),
+        ] {
             run(&["ip", "-n", ns, "link", "set", "lo", "up"]).unwrap_or_else(|e| panic!("{e}"));
             run(&["ip", "-n", ns, "addr", "add", addr, "dev", ifname])
                 .unwrap_or_else(|e| panic!("{e}"));
@@ -99,12 +101,24 @@ impl NetnsPair {
     /// Drops `percent` % of the UDP datagrams entering either namespace,
     /// at random (nft `numgen random`).
     pub fn drop_udp(&self, percent: u32) {
+        let pct = percent.to_string();
         for ns in [&self.a, &self.b] {
-            let rules = format!(
-                "table inet ovtest {{ chain in {{ type filter hook input priority 0; \
-                 meta l4proto udp numgen random mod 100 < {percent} counter drop; }} }}"
-            );
-            run(&["ip", "netns", "exec", ns, "nft", &rules]).unwrap_or_else(|e| panic!("{e}"));
+            let nft = ["ip", "netns", "exec", ns, "nft"];
+            let cmds: [&[&str]; 3] = [
+                &["add", "table", "inet", "ovtest"],
+                &[
+                    "add", "chain", "inet", "ovtest", "in", "{", "type", "filter", "hook", "input",
+                    "priority", "0", ";", "}",
+                ],
+                &[
+                    "add", "rule", "inet", "ovtest", "in", "meta", "l4proto", "udp", "numgen",
+                    "random", "mod", "100", "<", &pct, "counter", "drop",
+                ],
+            ];
+            for c in cmds {
+                let argv: Vec<&str> = nft.iter().chain(c.iter()).copied().collect();
+                run(&argv).unwrap_or_else(|e| panic!("{e}"));
+            }
         }
     }
 
@@ -113,7 +127,9 @@ impl NetnsPair {
         let mut total = 0;
         for ns in [&self.a, &self.b] {
             let out = Command::new("ip")
-                .args(["netns", "exec", ns, "nft", "list", "table", "inet", "ovtest"])
+                .args([
+                    "netns", "exec", ns, "nft", "list", "table", "inet", "ovtest",
+                ])
                 .output()
                 .expect("nft list");
             let text = String::from_utf8_lossy(&out.stdout);

@@ -12,7 +12,7 @@ use openvia_core::{connect_request, connect_wait, Address};
 
 /// 64-byte aligned, registered memory for descriptors and data.
 struct Arena {
-    buf: Vec<u8>,
+    _buf: Vec<u8>,
     base: usize,
     handle: u32,
 }
@@ -24,7 +24,11 @@ impl Arena {
         let handle = nic
             .register_mem(base as u64, len as u64, ptag, true, true)
             .unwrap();
-        Arena { buf, base, handle }
+        Arena {
+            _buf: buf,
+            base,
+            handle,
+        }
     }
     fn desc(&self, i: usize) -> *mut Descriptor {
         (self.base + i * 128) as *mut Descriptor

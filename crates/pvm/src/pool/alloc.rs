@@ -213,6 +213,7 @@ impl Pool {
                 .store(h.next_ticket.fetch_add(1, Relaxed), Relaxed);
             s.wait_pages.store(n as u32, Relaxed);
             h.waiters.fetch_add(1, Relaxed);
+            h.waits.fetch_add(1, Relaxed);
         }
         Request::Queued
     }

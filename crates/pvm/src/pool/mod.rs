@@ -83,6 +83,8 @@ struct Header {
     rover: AtomicU32,
     next_ticket: AtomicU64,
     waiters: AtomicU32,
+    /// Times any task had to queue for pages (a statistic).
+    waits: AtomicU64,
     slots: [Slot; MAX_SLOTS],
 }
 
@@ -230,6 +232,11 @@ impl Pool {
     /// Pages currently free.
     pub fn free_pages(&self) -> usize {
         self.header().free_pages.load(Ordering::Acquire) as usize
+    }
+
+    /// How many times a task has queued for pages since the pool was made.
+    pub fn waits(&self) -> u64 {
+        self.header().waits.load(Ordering::Relaxed)
     }
 
     fn header(&self) -> &Header {

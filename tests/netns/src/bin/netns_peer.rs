@@ -17,11 +17,11 @@ use std::process::exit;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use openvia_core::descriptor::{control, status, Descriptor};
+use openvia_core::descriptor::{control, status};
 use openvia_core::nic::Nic;
 use openvia_core::vi::{reliability, Vi, ViAttributes, ViState};
 use openvia_core::{connect_request, connect_wait, Address};
-use openvia_netns_tests::memory::{desc_result, fill, first_mismatch, set_desc, Arena};
+use openvia_netns_tests::memory::{fill, first_mismatch, Arena};
 
 const HELLO: u32 = 0x4845_4c4f;
 const STOP: u32 = 0x5354_4f50;
@@ -76,7 +76,9 @@ struct End {
 
 fn open(args: &Args, slots: usize) -> End {
     let nic = Nic::open(Some(args.str("dev"))).unwrap_or_else(|e| fail(format!("open: {e}")));
-    let ptag = nic.create_ptag().unwrap_or_else(|e| fail(format!("ptag: {e}")));
+    let ptag = nic
+        .create_ptag()
+        .unwrap_or_else(|e| fail(format!("ptag: {e}")));
     let rel = match args.str("rel") {
         "ur" => reliability::UNRELIABLE,
         "rd" => reliability::RELIABLE_DELIVERY,
@@ -99,8 +101,8 @@ fn open(args: &Args, slots: usize) -> End {
 
 impl End {
     fn post_recv(&self, slot: usize, d: usize) {
-        set_desc(
-            self.mem.desc(d),
+        self.mem.set_desc(
+            d,
             0,
             &[(self.mem.addr(slot * SLOT), self.mem.handle, SLOT as u32)],
             0,
@@ -111,7 +113,7 @@ impl End {
     }
 
     fn send(&self, d: usize, ctl: u16, segs: &[(u64, u32, u32)], imm: u32) {
-        set_desc(self.mem.desc(d), ctl, segs, imm);
+        self.mem.set_desc(d, ctl, segs, imm);
         self.vi
             .post_send(self.mem.desc(d), self.mem.handle)
             .unwrap_or_else(|e| fail(format!("post_send: {e}")));
@@ -131,7 +133,7 @@ impl End {
         if got.0 != self.mem.desc(want) {
             fail("send completed out of order".into());
         }
-        let (st, _, _) = desc_result(got.0);
+        let (st, _, _) = self.mem.result_of(got.0);
         if st & status::ERROR_MASK != 0 {
             fail(format!("send status {st:#x}"));
         }
@@ -146,7 +148,7 @@ impl End {
         if got.0 != self.mem.desc(want) {
             fail("receive completed out of order".into());
         }
-        let (st, len, imm) = desc_result(got.0);
+        let (st, len, imm) = self.mem.result_of(got.0);
         if st & status::ERROR_MASK != 0 {
             fail(format!("receive status {st:#x}"));
         }
@@ -155,7 +157,9 @@ impl End {
 
     fn check(&self, slot: usize, len: usize, key: u32, what: &str) {
         if let Some(i) = first_mismatch(self.mem.data(slot * SLOT, len), key) {
-            fail(format!("{what}: {len} bytes, key {key:#x}: wrong byte at {i}"));
+            fail(format!(
+                "{what}: {len} bytes, key {key:#x}: wrong byte at {i}"
+            ));
         }
     }
 }
@@ -224,9 +228,19 @@ fn serve_sizes(end: &End, window: usize) {
 
 impl End {
     /// Confirms STOP so the client knows the server checked everything.
+    /// The client exits once it has the confirmation; if the network lost
+    /// its acknowledgement, this send ends flushed by the disconnect rather
+    /// than done — both are a finished run, anything else is not.
     fn sent_after_stop(&self, slot: usize, d: usize) {
         self.send_from(d, slot, 0, STOP);
-        self.sent(d);
+        let got = self
+            .vi
+            .send_wait(Some(WAIT))
+            .unwrap_or_else(|e| fail(format!("send_wait: {e}")));
+        let (st, _, _) = self.mem.result_of(got.0);
+        if st & status::ERROR_MASK & !status::DESC_FLUSHED_ERROR != 0 {
+            fail(format!("final send status {st:#x}"));
+        }
     }
 }
 
@@ -338,9 +352,11 @@ fn serve_stream(end: &End, args: &Args, window: usize) {
     }
     let secs = start.elapsed().as_secs_f64();
     let mb = (count * size as u64) as f64 / 1e6;
-    println!("RESULT received={count} verified_mb={mb:.1} mb_per_s={:.1}", mb / secs);
-    end.send_from(200, 0, 0, STOP);
-    end.sent(200);
+    println!(
+        "RESULT received={count} verified_mb={mb:.1} mb_per_s={:.1}",
+        mb / secs
+    );
+    end.sent_after_stop(0, 200);
 }
 
 fn client_stream(args: &Args) {
@@ -354,7 +370,7 @@ fn client_stream(args: &Args) {
     }
     client_connect(args, &end);
     // The server's end-of-stream confirmation lands in descriptor 250.
-    set_desc(end.mem.desc(250), 0, &[], 0);
+    end.mem.set_desc(250, 0, &[], 0);
     end.vi
         .post_recv(end.mem.desc(250), end.mem.handle)
         .unwrap_or_else(|e| fail(format!("post_recv: {e}")));
@@ -368,7 +384,8 @@ fn client_stream(args: &Args) {
             // would be cheaper, but a stale slot must show as wrong bytes.
             fill(end.mem.data(slot * SLOT, size), posted as u32);
             let segs = [(end.mem.addr(slot * SLOT), end.mem.handle, size as u32)];
-            set_desc(end.mem.desc(slot), control::IMMEDIATE, &segs, posted as u32);
+            end.mem
+                .set_desc(slot, control::IMMEDIATE, &segs, posted as u32);
             if let Err(e) = end.vi.post_send(end.mem.desc(slot), end.mem.handle) {
                 if survive {
                     return report_break(&end, done, last_ok, posted - done);
@@ -381,7 +398,7 @@ fn client_stream(args: &Args) {
             .vi
             .send_wait(Some(WAIT))
             .unwrap_or_else(|e| fail(format!("send_wait: {e}")));
-        let (st, _, _) = desc_result(got.0);
+        let (st, _, _) = end.mem.result_of(got.0);
         if st & status::ERROR_MASK != 0 {
             if survive {
                 return report_break(&end, done, last_ok, posted - done - 1);
@@ -401,7 +418,7 @@ fn client_stream(args: &Args) {
         .vi
         .recv_wait(Some(WAIT))
         .unwrap_or_else(|e| fail(format!("recv_wait: {e}")));
-    let (_, _, imm) = desc_result(got.0);
+    let (_, _, imm) = end.mem.result_of(got.0);
     if imm != STOP {
         fail(format!("final imm {imm:#x}"));
     }
@@ -418,9 +435,11 @@ fn report_break(end: &End, done: u64, last_ok: Instant, outstanding: u64) {
             .vi
             .send_wait(Some(Duration::from_secs(5)))
             .unwrap_or_else(|e| fail(format!("flush send_wait: {e}")));
-        let (st, _, _) = desc_result(got.0);
+        let (st, _, _) = end.mem.result_of(got.0);
         if st & status::ERROR_MASK == 0 {
-            fail(format!("descriptor after the break completed cleanly: {st:#x}"));
+            fail(format!(
+                "descriptor after the break completed cleanly: {st:#x}"
+            ));
         }
         flushed += 1;
     }
@@ -428,7 +447,7 @@ fn report_break(end: &End, done: u64, last_ok: Instant, outstanding: u64) {
         .vi
         .recv_wait(Some(Duration::from_secs(5)))
         .unwrap_or_else(|e| fail(format!("flush recv_wait: {e}")));
-    let (st, _, _) = desc_result(got.0);
+    let (st, _, _) = end.mem.result_of(got.0);
     let recv_flushed = u32::from(st & status::DESC_FLUSHED_ERROR != 0);
     let error_state = u32::from(end.vi.state() == ViState::Error);
     println!(
@@ -450,7 +469,6 @@ fn main() {
         }
     }
     let args = Args::parse();
-    let _ = std::mem::size_of::<Descriptor>();
     match (args.str("role"), args.str("mode")) {
         ("server", _) => server(&args),
         ("client", "sizes") => client_sizes(&args),

@@ -60,7 +60,8 @@ pub struct UdpChannel {
     reliable: bool,
     tx: TxBatch,
     rx: RxBatch,
-    scratch: Vec<u8>,
+    /// Room given to the protocol for one outgoing datagram.
+    max_datagram: usize,
     /// Messages posted (our sequence numbers are message id + 1).
     posted: u64,
     /// Every message below this id has completed.
@@ -79,7 +80,7 @@ pub struct UdpChannel {
 impl UdpChannel {
     pub fn new(sock: UdpSock, conn: Connection, remote: ViAttrs, echo: Option<AcceptEcho>) -> Self {
         let reliable = conn.config().reliability.is_reliable();
-        let scratch = vec![0u8; conn.max_datagram_len().max(2048)];
+        let max_datagram = conn.max_datagram_len().max(2048);
         let rx_buf = if sock.gso {
             RX_BUF
         } else {
@@ -92,7 +93,7 @@ impl UdpChannel {
             reliable,
             tx: TxBatch::default(),
             rx: RxBatch::new(rx_buf),
-            scratch,
+            max_datagram,
             posted: 0,
             completed: 0,
             failed: None,
@@ -134,10 +135,10 @@ impl UdpChannel {
         loop {
             let mut pulled = false;
             while self.tx.lens.len() < TX_BATCH {
-                match self.conn.poll_transmit(now, &mut self.scratch) {
+                let tail = self.tx.tail(self.max_datagram);
+                match self.conn.poll_transmit(now, tail) {
                     Some(n) => {
-                        self.tx.arena.extend_from_slice(&self.scratch[..n]);
-                        self.tx.lens.push(n);
+                        self.tx.commit(n);
                         pulled = true;
                     }
                     None => break,
@@ -206,10 +207,16 @@ impl UdpChannel {
     }
 
     fn local_data(local: &[Range], len: u64) -> Vec<u8> {
-        let mut data = vec![0u8; len as usize];
+        Self::gather_into(Vec::new(), local, len)
+    }
+
+    /// Copies the posted ranges into `buf` (a reused buffer: a fresh one
+    /// per large message costs more in page faults than the copy).
+    fn gather_into(mut buf: Vec<u8>, local: &[Range], len: u64) -> Vec<u8> {
+        buf.resize(len as usize, 0);
         // SAFETY: the ranges were validated against the registry at post.
-        unsafe { ranges::gather(local, 0, &mut data) };
-        data
+        unsafe { ranges::gather(local, 0, &mut buf) };
+        buf
     }
 
     fn publish_counters(&self) {
@@ -383,14 +390,14 @@ impl Channel for UdpChannel {
                 immediate: wr.immediate,
                 mem_handle: 0,
                 remote_addr: 0,
-                data: Self::local_data(local, wr.total_len),
+                data: self.message_data(local, wr.total_len),
             },
             OpKind::RdmaWrite => OutgoingMessage {
                 op: ViaOp::RdmaWrite,
                 immediate: wr.immediate,
                 mem_handle: handle,
                 remote_addr: addr,
-                data: Self::local_data(local, wr.total_len),
+                data: self.message_data(local, wr.total_len),
             },
             OpKind::RdmaRead => {
                 let mut data = Vec::with_capacity(16);
@@ -494,6 +501,10 @@ impl Channel for UdpChannel {
         if broken {
             self.failed.get_or_insert("broken");
         }
+        // An acknowledgement held for a reply goes out before the
+        // disconnect: closing discards it, and the peer's reliable send of
+        // the message we just took would then fail.
+        self.flush(now());
         self.conn.close();
         self.flush(now());
         self.closed = true;
@@ -512,6 +523,11 @@ impl Channel for UdpChannel {
 }
 
 impl UdpChannel {
+    fn message_data(&mut self, local: &[Range], len: u64) -> Vec<u8> {
+        let buf = self.conn.take_buffer(len as usize);
+        Self::gather_into(buf, local, len)
+    }
+
     fn send_message(&mut self, msg: OutgoingMessage) -> Result<(), ChannelFailed> {
         match self.conn.send_message(msg) {
             Ok(id) => {

@@ -29,6 +29,11 @@ pub const DEFAULT_AGENT_PORT: u16 = 7250;
 /// Largest transfer one descriptor may carry on the network device.
 pub const UDP_MAX_TRANSFER: u64 = 16 << 20;
 
+/// The default receive window in bytes. Counted in segments, a fixed
+/// window would be six times smaller in bytes at MTU 1500 than at 9000,
+/// and 1.5 MB is less than two 1 MiB messages in flight.
+pub const DEFAULT_WINDOW_BYTES: usize = 8 << 20;
+
 /// Settings of the network device, from the environment:
 ///
 /// | variable | meaning | default |
@@ -40,10 +45,11 @@ pub const UDP_MAX_TRANSFER: u64 = 16 << 20;
 /// | `OPENVIA_UDP_SEGMENT` | `fixed`, `page`, `largest` or a byte count | `fixed` |
 /// | `OPENVIA_UDP_FLOW` | `hetero`, `homo` | `hetero` |
 /// | `OPENVIA_UDP_LOSSLESS` | 1: flow-control-only mode (no retransmission) | 0 |
-/// | `OPENVIA_UDP_WINDOW` | receive window in segments (raised to one message) | 1024 |
+/// | `OPENVIA_UDP_WINDOW` | receive window in segments (raised to one message) | 8 MiB of segments, ≥ 1024 |
 /// | `OPENVIA_UDP_GSO`, `OPENVIA_UDP_GRO` | 0 turns the offload off | 1 |
 /// | `OPENVIA_UDP_KEEPALIVE_MS` | keepalive interval | 500 |
 /// | `OPENVIA_UDP_DEAD_MS` | silence after which the peer is dead | 3000 |
+/// | `OPENVIA_UDP_MIN_RTO_US` | lower bound of the retransmission timeout | 10000 |
 #[derive(Clone, Debug)]
 pub struct UdpSettings {
     pub agent_port: u16,
@@ -52,11 +58,16 @@ pub struct UdpSettings {
     pub segment: SegmentChoice,
     pub flow_mode: FlowMode,
     pub lossless: bool,
+    /// Receive window in segments; 0: [`DEFAULT_WINDOW_BYTES`] worth.
     pub window: u32,
     pub gso: bool,
     pub gro: bool,
     pub keepalive: Duration,
     pub dead_peer: Duration,
+    /// A receiver descheduled for a time slice (milliseconds on a busy
+    /// host) must not look like loss: each spurious timeout resends the
+    /// whole window. SACK and fast retransmit handle real loss sooner.
+    pub min_rto: Duration,
 }
 
 /// How the segment size is chosen.
@@ -113,13 +124,16 @@ impl UdpSettings {
             segment,
             flow_mode,
             lossless: env_num("OPENVIA_UDP_LOSSLESS") == Some(1),
-            window: env_num("OPENVIA_UDP_WINDOW")
-                .unwrap_or(1024)
-                .clamp(16, 1 << 24) as u32,
+            window: env_num("OPENVIA_UDP_WINDOW").map_or(0, |w| w.clamp(16, 1 << 24) as u32),
             gso: env_num("OPENVIA_UDP_GSO") != Some(0),
             gro: env_num("OPENVIA_UDP_GRO") != Some(0),
             keepalive: Duration::from_millis(env_num("OPENVIA_UDP_KEEPALIVE_MS").unwrap_or(500)),
             dead_peer: Duration::from_millis(env_num("OPENVIA_UDP_DEAD_MS").unwrap_or(3000)),
+            min_rto: Duration::from_micros(
+                env_num("OPENVIA_UDP_MIN_RTO_US")
+                    .unwrap_or(10_000)
+                    .clamp(100, 1_000_000),
+            ),
         })
     }
 }
@@ -187,6 +201,13 @@ impl UdpNic {
         }
     }
 
+    fn window_segments(&self, segment_size: usize) -> u32 {
+        match self.settings.window {
+            0 => (DEFAULT_WINDOW_BYTES / segment_size.max(1)).clamp(1024, 1 << 24) as u32,
+            w => w,
+        }
+    }
+
     /// The protocol settings for a VI with these attributes.
     pub fn proto_config(&self, attrs: &crate::vi::ViAttributes) -> openvia_proto::Config {
         let reliability =
@@ -205,13 +226,25 @@ impl UdpNic {
             flow_control_only: self.settings.lossless && reliability.is_reliable(),
             segment_size,
             max_transfer_size: max_transfer,
-            recv_window: self.settings.window.max(need),
+            recv_window: self.window_segments(segment_size).max(need),
             rdma_write: attrs.rdma_write,
             rdma_read: attrs.rdma_read && reliability.is_reliable(),
             authenticated: self.settings.key.is_some(),
             keepalive_interval: keepalive,
             dead_peer_timeout: dead,
-            ..openvia_proto::Config::default()
+            ..Self::timers(self.settings.min_rto)
+        }
+    }
+
+    /// Protocol defaults with the retransmission timeout's lower bound set
+    /// (the initial and largest timeouts raised to stay above it).
+    fn timers(min_rto: Duration) -> openvia_proto::Config {
+        let d = openvia_proto::Config::default();
+        openvia_proto::Config {
+            min_rto,
+            initial_rto: d.initial_rto.max(min_rto),
+            max_rto: d.max_rto.max(min_rto),
+            ..d
         }
     }
 }

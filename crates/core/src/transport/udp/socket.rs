@@ -425,22 +425,42 @@ impl UdpSock {
     }
 }
 
-/// Datagrams queued for one `send_batch`, back to back in one arena.
+/// Datagrams queued for one `send_batch`, back to back in one arena. The
+/// protocol writes each datagram straight into the arena's tail (no
+/// staging copy); the arena keeps its length so the tail is never zeroed
+/// again, `used` says how much of it holds datagrams.
 #[derive(Default)]
 pub struct TxBatch {
     pub arena: Vec<u8>,
     pub lens: Vec<usize>,
+    used: usize,
 }
 
 impl TxBatch {
     pub fn clear(&mut self) {
-        self.arena.clear();
+        self.used = 0;
         self.lens.clear();
     }
+
+    /// Room for one more datagram of up to `max` bytes.
+    pub fn tail(&mut self, max: usize) -> &mut [u8] {
+        if self.arena.len() < self.used + max {
+            self.arena.resize(self.used + max, 0);
+        }
+        &mut self.arena[self.used..self.used + max]
+    }
+
+    /// The datagram written into `tail` is `n` bytes long.
+    pub fn commit(&mut self, n: usize) {
+        self.used += n;
+        self.lens.push(n);
+    }
+
     /// Drops the first `n` datagrams (sent).
     pub fn consume(&mut self, n: usize) {
         let bytes: usize = self.lens[..n].iter().sum();
-        self.arena.drain(..bytes);
+        self.arena.copy_within(bytes..self.used, 0);
+        self.used -= bytes;
         self.lens.drain(..n);
     }
 }

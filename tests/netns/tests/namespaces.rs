@@ -1,0 +1,358 @@
+//! The UDP device between two network namespaces joined by veth: every
+//! size class and RDMA at several MTUs, random loss from nft, a peer
+//! killed mid-transfer, and the C examples. Needs root (CI is root);
+//! elsewhere each test prints why it skipped.
+//!
+//! Tests take a lock so they run one at a time: on two CPUs, parallel
+//! streams would turn the dead-peer timing into a measure of scheduling.
+
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use openvia_netns_tests::harness::{Finished, Helper};
+use openvia_netns_tests::namespaces::{nft_unavailable, unavailable, NetnsPair};
+
+const PEER: &str = env!("CARGO_BIN_EXE_netns_peer");
+const HELPER_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Prints the reason and returns true when namespaces cannot be used.
+fn skip(test: &str) -> bool {
+    match unavailable() {
+        Some(why) => {
+            eprintln!("SKIPPED {test}: {why}");
+            true
+        }
+        None => false,
+    }
+}
+
+fn env(extra: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = [
+        ("OPENVIA_SPIN_NS", "20000"),
+        ("OPENVIA_UDP_KEEPALIVE_MS", "200"),
+        ("OPENVIA_UDP_DEAD_MS", "3000"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    for (k, val) in extra {
+        v.retain(|(key, _)| key != k);
+        v.push((k.to_string(), val.to_string()));
+    }
+    v
+}
+
+fn args(list: &[(&str, &str)]) -> Vec<String> {
+    list.iter().map(|(k, v)| format!("{k}={v}")).collect()
+}
+
+/// Server in namespace b, client in namespace a; both must succeed.
+fn run_pair(
+    ns: &NetnsPair,
+    common: &[(&str, &str)],
+    extra_env: &[(&str, &str)],
+) -> (Finished, Finished) {
+    let disc = format!("t{}", std::process::id());
+    let dev_b = format!("/dev/via_{}", ns.if_b);
+    let dev_a = format!("/dev/via_{}", ns.if_a);
+    let mut sargs = args(common);
+    sargs.extend(args(&[
+        ("role", "server"),
+        ("dev", &dev_b),
+        ("disc", &disc),
+    ]));
+    let mut cargs = args(common);
+    cargs.extend(args(&[
+        ("role", "client"),
+        ("dev", &dev_a),
+        ("disc", &disc),
+        ("peer", &ns.ip_b),
+    ]));
+    let e = env(extra_env);
+    let mut server = Helper::spawn(&ns.b, "server", PEER, &sargs, &e, HELPER_TIMEOUT);
+    server.wait_line("READY");
+    let mut client = Helper::spawn(&ns.a, "client", PEER, &cargs, &e, HELPER_TIMEOUT);
+    let c = client.finish();
+    let s = server.finish();
+    s.assert_ok();
+    c.assert_ok();
+    (s, c)
+}
+
+fn sizes_at(mtu: u32, rels: &[&str]) {
+    let ns = NetnsPair::new(mtu);
+    for rel in rels {
+        let (s, c) = run_pair(&ns, &[("mode", "sizes"), ("rel", rel)], &[]);
+        assert_eq!(
+            s.expect_u64("messages"),
+            c.expect_u64("sizes"),
+            "mtu {mtu} {rel}"
+        );
+        assert_eq!(s.expect_u64("rdma_writes"), 4);
+        if *rel != "ur" {
+            assert_eq!(c.expect_u64("reads"), 4);
+        }
+    }
+}
+
+#[test]
+fn every_size_and_rdma_at_mtu_1500() {
+    let _g = serial();
+    if skip("every_size_and_rdma_at_mtu_1500") {
+        return;
+    }
+    sizes_at(1500, &["rd", "ur"]);
+}
+
+#[test]
+fn every_size_and_rdma_at_mtu_4138() {
+    let _g = serial();
+    if skip("every_size_and_rdma_at_mtu_4138") {
+        return;
+    }
+    sizes_at(4138, &["rd"]);
+}
+
+#[test]
+fn every_size_and_rdma_at_mtu_9000() {
+    let _g = serial();
+    if skip("every_size_and_rdma_at_mtu_9000") {
+        return;
+    }
+    sizes_at(9000, &["rd", "rr"]);
+}
+
+#[test]
+fn every_size_and_rdma_at_mtu_65535() {
+    let _g = serial();
+    if skip("every_size_and_rdma_at_mtu_65535") {
+        return;
+    }
+    sizes_at(65535, &["rd"]);
+}
+
+fn stream_under_drop(percent: u32, count: &str) {
+    let ns = NetnsPair::new(9000);
+    ns.drop_udp(percent);
+    let (s, c) = run_pair(
+        &ns,
+        &[
+            ("mode", "stream"),
+            ("rel", "rd"),
+            ("size", "65536"),
+            ("count", count),
+            ("window", "8"),
+        ],
+        &[],
+    );
+    let want: u64 = count.parse().unwrap();
+    assert_eq!(s.expect_u64("received"), want);
+    assert_eq!(c.expect_u64("sent"), want);
+    let dropped = ns.dropped_packets();
+    eprintln!(
+        "drop {percent}%: {dropped} datagrams dropped, server {:?} MB/s",
+        s.get("mb_per_s")
+    );
+    assert!(dropped > 0, "the nft rule dropped nothing");
+    // Sizes and RDMA under loss too, every byte checked.
+    run_pair(&ns, &[("mode", "sizes"), ("rel", "rr")], &[]);
+}
+
+#[test]
+fn one_percent_drop_every_byte_verified() {
+    let _g = serial();
+    if skip("one_percent_drop_every_byte_verified") {
+        return;
+    }
+    if let Some(why) = nft_unavailable() {
+        eprintln!("SKIPPED one_percent_drop_every_byte_verified: {why}");
+        return;
+    }
+    stream_under_drop(1, "400");
+}
+
+#[test]
+fn five_percent_drop_every_byte_verified() {
+    let _g = serial();
+    if skip("five_percent_drop_every_byte_verified") {
+        return;
+    }
+    if let Some(why) = nft_unavailable() {
+        eprintln!("SKIPPED five_percent_drop_every_byte_verified: {why}");
+        return;
+    }
+    stream_under_drop(5, "150");
+}
+
+#[test]
+fn peer_killed_mid_transfer_breaks_the_vi_in_bounded_time() {
+    let _g = serial();
+    if skip("peer_killed_mid_transfer_breaks_the_vi_in_bounded_time") {
+        return;
+    }
+    const DEAD_MS: u64 = 1000;
+    let ns = NetnsPair::new(1500);
+    let disc = format!("k{}", std::process::id());
+    let dead = DEAD_MS.to_string();
+    let e = env(&[("OPENVIA_UDP_DEAD_MS", &dead)]);
+    let common = [
+        ("mode", "stream"),
+        ("rel", "rd"),
+        ("size", "65536"),
+        ("window", "8"),
+        ("count", "100000000"),
+        ("disc", &disc),
+    ];
+    let mut sargs = args(&common);
+    sargs.extend(args(&[
+        ("role", "server"),
+        ("dev", &format!("/dev/via_{}", ns.if_b)),
+    ]));
+    let mut cargs = args(&common);
+    cargs.extend(args(&[
+        ("role", "client"),
+        ("dev", &format!("/dev/via_{}", ns.if_a)),
+        ("peer", &ns.ip_b),
+        ("survive", "1"),
+    ]));
+    let mut server = Helper::spawn(&ns.b, "server", PEER, &sargs, &e, HELPER_TIMEOUT);
+    server.wait_line("READY");
+    let mut client = Helper::spawn(&ns.a, "client", PEER, &cargs, &e, HELPER_TIMEOUT);
+    server.wait_line("PROGRESS");
+    let killed = Instant::now();
+    server.kill_now();
+    let s = server.finish();
+    assert!(!s.status.success(), "server survived SIGKILL: {s}");
+    let c = client.finish();
+    c.assert_ok();
+    let took = c.ended.duration_since(killed);
+    eprintln!("survivor broke {took:?} after the kill: {c}");
+    assert!(
+        took < Duration::from_millis(DEAD_MS + 2000),
+        "survivor took {took:?} (dead-peer time {DEAD_MS} ms): {c}"
+    );
+    assert_eq!(c.expect_u64("error_state"), 1, "{c}");
+    assert_eq!(c.expect_u64("recv_flushed"), 1, "{c}");
+    assert!(c.expect_u64("completed") >= 10);
+}
+
+/// libvipl.so next to this test's target directory (built by `cargo test
+/// --workspace`), a release build, or the staged `dist/`.
+fn find_libvipl() -> Option<std::path::PathBuf> {
+    if let Ok(p) = std::env::var("OPENVIA_LIBVIPL") {
+        return Some(p.into());
+    }
+    let exe = std::env::current_exe().ok()?;
+    let profile_dir = exe.parent()?.parent()?.to_path_buf();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let candidates = [
+        profile_dir.join("libvipl.so"),
+        profile_dir.join("../release/libvipl.so"),
+        root.join("target/debug/libvipl.so"),
+        root.join("target/release/libvipl.so"),
+        root.join("dist/lib/libvipl.so.1"),
+    ];
+    candidates.into_iter().find(|p| p.exists())
+}
+
+#[test]
+fn c_examples_across_namespaces() {
+    let _g = serial();
+    if skip("c_examples_across_namespaces") {
+        return;
+    }
+    let Some(lib) = find_libvipl() else {
+        eprintln!(
+            "SKIPPED c_examples_across_namespaces: no libvipl.so found \
+             (build it with `cargo build -p vipl` or set OPENVIA_LIBVIPL)"
+        );
+        return;
+    };
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dir = std::env::temp_dir().join(format!("ovns-c-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // The library's SONAME is libvipl.so.1: give the linker and the loader
+    // both names.
+    for name in ["libvipl.so", "libvipl.so.1"] {
+        let link = dir.join(name);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(lib.canonicalize().unwrap(), &link).unwrap();
+    }
+    let exe = dir.join("vnettest");
+    let out = std::process::Command::new("cc")
+        .args(["-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(format!("-I{}", root.join("include").display()))
+        .arg(root.join("examples/c/vnettest.c"))
+        .arg(root.join("examples/c/vipl_example.c"))
+        .arg(format!("-L{}", dir.display()))
+        .arg("-lvipl")
+        .output();
+    let out = match out {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("SKIPPED c_examples_across_namespaces: no C compiler: {e}");
+            return;
+        }
+    };
+    assert!(
+        out.status.success(),
+        "cc: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ns = NetnsPair::new(9000);
+    let disc = format!("c{}", std::process::id());
+    let e = env(&[("LD_LIBRARY_PATH", &dir.display().to_string())]);
+    let exe = exe.display().to_string();
+    // vnettest prints no readiness line: the client keeps asking until the
+    // server waits (connect requests retry until their timeout).
+    let mut server = Helper::spawn(
+        &ns.b,
+        "vnettest -s",
+        &exe,
+        &[
+            "-s".into(),
+            "-D".into(),
+            format!("/dev/via_{}", ns.if_b),
+            "-d".into(),
+            disc.clone(),
+            "-m".into(),
+            "1048576".into(),
+        ],
+        &e,
+        HELPER_TIMEOUT,
+    );
+    let mut client = Helper::spawn(
+        &ns.a,
+        "vnettest -c",
+        &exe,
+        &[
+            "-c".into(),
+            ns.ip_b.clone(),
+            "-D".into(),
+            format!("/dev/via_{}", ns.if_a),
+            "-d".into(),
+            disc,
+            "-n".into(),
+            "20".into(),
+            "-m".into(),
+            "1048576".into(),
+        ],
+        &e,
+        HELPER_TIMEOUT,
+    );
+    let c = client.finish();
+    let s = server.finish();
+    c.assert_ok();
+    s.assert_ok();
+    assert!(
+        c.lines.iter().any(|l| l.contains("all sizes verified")),
+        "{c}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
