@@ -14,6 +14,9 @@ use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+
+mod progress;
+use progress::progress_loop;
 use std::time::Duration;
 
 use crate::config::Config;
@@ -570,21 +573,6 @@ impl NicShared {
         }
     }
 
-    /// The earliest protocol timer of any VI (CLOCK_MONOTONIC ns).
-    fn next_timer_ns(&self) -> Option<u64> {
-        if self.device != Device::Udp {
-            return None;
-        }
-        self.live_vis()
-            .iter()
-            .filter_map(|vi| match vi.inner.try_lock() {
-                Ok(g) => g.channel.as_ref().and_then(|c| c.timer_deadline_ns()),
-                // Busy: its owner drives it; look again soon.
-                Err(_) => Some(crate::sys::now_ns() + 1_000_000),
-            })
-            .min()
-    }
-
     pub(crate) fn vi(&self, id: u64) -> Option<Arc<Vi>> {
         self.vis
             .lock()
@@ -668,63 +656,6 @@ impl NicShared {
         }
     }
 
-    /// One round over every VI; returns whether anything moved.
-    fn progress_round(&self) -> bool {
-        let mut did = false;
-        for vi in self.live_vis() {
-            did |= vi.poke(true);
-        }
-        for cq in self.live_cqs() {
-            if cq.has_notify() {
-                for vi in cq.members() {
-                    did |= vi.poke(true);
-                }
-                self.fire_cq_notify(&cq);
-            }
-        }
-        if did {
-            self.doorbell.ring_local();
-        }
-        did
-    }
-
-    /// The round while the program is busy polling: it drives its own VIs,
-    /// so only what it may not be looking at is served — notify handlers,
-    /// and protocol timers that are due. Taking a VI's lock the program
-    /// wants would make it wait for this thread (a priority inversion when
-    /// the CPU is shared).
-    fn progress_round_busy(&self) -> bool {
-        let now = crate::sys::now_ns();
-        let mut did = false;
-        for vi in self.live_vis() {
-            let due = vi.has_notify()
-                || (self.device == Device::Udp
-                    && matches!(vi.inner.try_lock(), Ok(g) if g.channel.as_ref()
-                        .and_then(|c| c.timer_deadline_ns())
-                        .is_some_and(|t| t <= now)));
-            if due {
-                did |= vi.poke(true);
-            }
-        }
-        for cq in self.live_cqs() {
-            if cq.has_notify() {
-                for vi in cq.members() {
-                    did |= vi.poke(true);
-                }
-                self.fire_cq_notify(&cq);
-            }
-        }
-        if did {
-            self.doorbell.ring_local();
-        }
-        did
-    }
-
-    fn wants_attention(&self) -> bool {
-        self.live_vis().iter().any(|v| v.has_notify())
-            || self.live_cqs().iter().any(|c| c.has_notify())
-    }
-
     fn shutdown(&self) {
         if self.closed.swap(true, Ordering::SeqCst) {
             return;
@@ -749,64 +680,6 @@ impl NicShared {
         if let Some(h) = h {
             if h.thread().id() != std::thread::current().id() {
                 let _ = h.join();
-            }
-        }
-    }
-}
-
-fn progress_loop(weak: Weak<NicShared>, epoll: Arc<Epoll>) {
-    let mut last_activity = u64::MAX;
-    let mut tokens = Vec::new();
-    loop {
-        let timeout = {
-            let Some(nic) = weak.upgrade() else { return };
-            if nic.closed.load(Ordering::SeqCst) {
-                return;
-            }
-            let act = nic.activity.load(Ordering::Relaxed);
-            let active = act != last_activity;
-            last_activity = act;
-            let did = if active {
-                nic.progress_round_busy()
-            } else {
-                nic.progress_round()
-            };
-            if active {
-                Some(Duration::from_micros(nic.config.progress_interval_us))
-            } else if did {
-                continue;
-            } else {
-                // Going to sleep: ask peers to ring us, then look once more
-                // so nothing published before the flag was seen is missed.
-                nic.doorbell.arm();
-                if nic.progress_round() {
-                    nic.doorbell.disarm();
-                    continue;
-                }
-                if nic.wants_attention() {
-                    Some(Duration::from_micros(nic.config.progress_interval_us))
-                } else {
-                    Some(Duration::from_secs(1))
-                }
-            }
-        };
-        // Never sleep past a protocol timer (retransmission, keepalive,
-        // dead peer): a posted descriptor must complete on its own.
-        let timeout = match weak.upgrade().and_then(|n| n.next_timer_ns()) {
-            Some(t) => {
-                let left = Duration::from_nanos(t.saturating_sub(crate::sys::now_ns()));
-                Some(timeout.map_or(left, |d| d.min(left)))
-            }
-            None => timeout,
-        };
-        epoll.wait(timeout, &mut tokens);
-        let Some(nic) = weak.upgrade() else { return };
-        nic.doorbell.disarm();
-        for &t in &tokens {
-            if t == TOKEN_EVENT {
-                nic.doorbell.event().drain();
-            } else if let Some(vi) = nic.vi(t) {
-                vi.read_peer_event();
             }
         }
     }

@@ -1,0 +1,149 @@
+//! The NIC's progress thread: what makes a posted descriptor complete
+//! even if the program never calls in again.
+//!
+//! While the program polls, the thread stays off its VIs (taking a lock the
+//! program wants would make it wait for a thread the scheduler may have
+//! preempted) and serves only what the program may not be looking at:
+//! notify handlers and due protocol timers. When the program goes quiet it
+//! drives every VI, then arms the doorbell and sleeps in epoll until a peer
+//! writes, a connection socket hangs up, a handler is installed, or the
+//! next protocol timer is due.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use super::{Device, NicShared, TOKEN_EVENT};
+use crate::sys::poll::Epoll;
+
+impl NicShared {
+    /// The earliest protocol timer of any VI (CLOCK_MONOTONIC ns).
+    fn next_timer_ns(&self) -> Option<u64> {
+        if self.device != Device::Udp {
+            return None;
+        }
+        self.live_vis()
+            .iter()
+            .filter_map(|vi| match vi.inner.try_lock() {
+                Ok(g) => g.channel.as_ref().and_then(|c| c.timer_deadline_ns()),
+                // Busy: its owner drives it; look again soon.
+                Err(_) => Some(crate::sys::now_ns() + 1_000_000),
+            })
+            .min()
+    }
+
+    /// One round over every VI; returns whether anything moved.
+    fn progress_round(&self) -> bool {
+        let mut did = false;
+        for vi in self.live_vis() {
+            did |= vi.poke(true);
+        }
+        for cq in self.live_cqs() {
+            if cq.has_notify() {
+                for vi in cq.members() {
+                    did |= vi.poke(true);
+                }
+                self.fire_cq_notify(&cq);
+            }
+        }
+        if did {
+            self.doorbell.ring_local();
+        }
+        did
+    }
+
+    /// The round while the program is busy polling: it drives its own VIs,
+    /// so only what it may not be looking at is served — notify handlers,
+    /// and protocol timers that are due. Taking a VI's lock the program
+    /// wants would make it wait for this thread (a priority inversion when
+    /// the CPU is shared).
+    fn progress_round_busy(&self) -> bool {
+        let now = crate::sys::now_ns();
+        let mut did = false;
+        for vi in self.live_vis() {
+            let due = vi.has_notify()
+                || (self.device == Device::Udp
+                    && matches!(vi.inner.try_lock(), Ok(g) if g.channel.as_ref()
+                        .and_then(|c| c.timer_deadline_ns())
+                        .is_some_and(|t| t <= now)));
+            if due {
+                did |= vi.poke(true);
+            }
+        }
+        for cq in self.live_cqs() {
+            if cq.has_notify() {
+                for vi in cq.members() {
+                    did |= vi.poke(true);
+                }
+                self.fire_cq_notify(&cq);
+            }
+        }
+        if did {
+            self.doorbell.ring_local();
+        }
+        did
+    }
+
+    fn wants_attention(&self) -> bool {
+        self.live_vis().iter().any(|v| v.has_notify())
+            || self.live_cqs().iter().any(|c| c.has_notify())
+    }
+}
+
+pub(super) fn progress_loop(weak: Weak<NicShared>, epoll: Arc<Epoll>) {
+    let mut last_activity = u64::MAX;
+    let mut tokens = Vec::new();
+    loop {
+        let timeout = {
+            let Some(nic) = weak.upgrade() else { return };
+            if nic.closed.load(Ordering::SeqCst) {
+                return;
+            }
+            let act = nic.activity.load(Ordering::Relaxed);
+            let active = act != last_activity;
+            last_activity = act;
+            let did = if active {
+                nic.progress_round_busy()
+            } else {
+                nic.progress_round()
+            };
+            if active {
+                Some(Duration::from_micros(nic.config.progress_interval_us))
+            } else if did {
+                continue;
+            } else {
+                // Going to sleep: ask peers to ring us, then look once more
+                // so nothing published before the flag was seen is missed.
+                nic.doorbell.arm();
+                if nic.progress_round() {
+                    nic.doorbell.disarm();
+                    continue;
+                }
+                if nic.wants_attention() {
+                    Some(Duration::from_micros(nic.config.progress_interval_us))
+                } else {
+                    Some(Duration::from_secs(1))
+                }
+            }
+        };
+        // Never sleep past a protocol timer (retransmission, keepalive,
+        // dead peer): a posted descriptor must complete on its own.
+        let timeout = match weak.upgrade().and_then(|n| n.next_timer_ns()) {
+            Some(t) => {
+                let left = Duration::from_nanos(t.saturating_sub(crate::sys::now_ns()));
+                Some(timeout.map_or(left, |d| d.min(left)))
+            }
+            None => timeout,
+        };
+        epoll.wait(timeout, &mut tokens);
+        let Some(nic) = weak.upgrade() else { return };
+        nic.doorbell.disarm();
+        for &t in &tokens {
+            if t == TOKEN_EVENT {
+                nic.doorbell.event().drain();
+            } else if let Some(vi) = nic.vi(t) {
+                vi.read_peer_event();
+            }
+        }
+    }
+}
