@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use openvia_core::descriptor::{DataSegment, Descriptor};
+use openvia_core::mem::PtagId;
 use openvia_core::nic::Nic;
 use openvia_core::vi::{reliability, Vi, ViAttributes};
 use openvia_core::{connect_request, connect_wait, Address};
@@ -32,7 +33,7 @@ struct Mem {
     handle: u32,
 }
 
-fn mem(nic: &Nic, ptag: openvia_core::mem::PtagId, len: usize) -> Result<Mem> {
+fn mem(nic: &Nic, ptag: PtagId, len: usize) -> Result<Mem> {
     let buf = vec![0u8; len + 64];
     let base = (buf.as_ptr() as usize + 63) & !63;
     let handle = nic
@@ -60,14 +61,11 @@ fn desc(m: &Mem, i: usize, data: usize, len: u32) -> *mut Descriptor {
     d
 }
 
-fn pair() -> Result<(
-    Nic,
-    Nic,
-    Arc<Vi>,
-    Arc<Vi>,
-    openvia_core::mem::PtagId,
-    openvia_core::mem::PtagId,
-)> {
+/// Two connected NICs: (sender NIC, receiver NIC, sender VI, receiver VI,
+/// sender ptag, receiver ptag).
+type Pair = (Nic, Nic, Arc<Vi>, Arc<Vi>, PtagId, PtagId);
+
+fn pair() -> Result<Pair> {
     let err = |e: openvia_core::ViaError| BenchError::Protocol(e.to_string());
     let (na, nb) = (Nic::open(None).map_err(err)?, Nic::open(None).map_err(err)?);
     let (pa, pb) = (

@@ -94,6 +94,7 @@ pub(super) fn progress_loop(weak: Weak<NicShared>, epoll: Arc<Epoll>) {
     let mut last_activity = u64::MAX;
     let mut tokens = Vec::new();
     loop {
+        let mut busy = false;
         let timeout = {
             let Some(nic) = weak.upgrade() else { return };
             if nic.closed.load(Ordering::SeqCst) {
@@ -108,6 +109,7 @@ pub(super) fn progress_loop(weak: Weak<NicShared>, epoll: Arc<Epoll>) {
                 nic.progress_round()
             };
             if active {
+                busy = true;
                 Some(Duration::from_micros(nic.config.progress_interval_us))
             } else if did {
                 continue;
@@ -135,7 +137,15 @@ pub(super) fn progress_loop(weak: Weak<NicShared>, epoll: Arc<Epoll>) {
             }
             None => timeout,
         };
-        epoll.wait(timeout, &mut tokens);
+        if busy {
+            // The program polls its sockets itself: a wake-up per arriving
+            // datagram would only steal its CPU. Sleep, then collect what
+            // happened meanwhile (hang-ups) without waiting.
+            std::thread::sleep(timeout.unwrap_or(Duration::ZERO));
+            epoll.wait(Some(Duration::ZERO), &mut tokens);
+        } else {
+            epoll.wait(timeout, &mut tokens);
+        }
         let Some(nic) = weak.upgrade() else { return };
         nic.doorbell.disarm();
         for &t in &tokens {
