@@ -113,8 +113,21 @@ impl Peer {
     /// environment. `exe` is `env!("CARGO_BIN_EXE_via_peer")` of the test.
     pub fn spawn(exe: &str, name: &str, args: &[String], env: &[(String, String)]) -> Peer {
         let mut cmd = Command::new(exe);
-        cmd.args(args)
-            .stdin(Stdio::null())
+        cmd.args(args);
+        Peer::start(name, cmd, env, CHILD_TIMEOUT)
+    }
+
+    /// Starts `cmd` (any program that prints `READY`/`RESULT` lines, for
+    /// instance through `ip netns exec`), killed if still running after
+    /// `timeout`. Its stdout is read line by line on a thread, so every
+    /// wait is a receive with a deadline.
+    pub fn start(
+        name: &str,
+        mut cmd: Command,
+        env: &[(String, String)],
+        timeout: Duration,
+    ) -> Peer {
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .env(PARENT_ENV, std::process::id().to_string());
@@ -123,7 +136,7 @@ impl Peer {
         }
         let mut child = cmd
             .spawn()
-            .unwrap_or_else(|e| panic!("spawn {exe} for {name}: {e}"));
+            .unwrap_or_else(|e| panic!("spawn {cmd:?} for {name}: {e}"));
         let out = child.stdout.take().expect("child stdout");
         let mut err = child.stderr.take().expect("child stderr");
         let (tx, rx) = mpsc::channel();
@@ -148,7 +161,7 @@ impl Peer {
             seen: Vec::new(),
             stderr: Some(stderr),
             started,
-            deadline: started + CHILD_TIMEOUT,
+            deadline: started + timeout,
         }
     }
 

@@ -79,14 +79,7 @@ fn pad4(n: usize) -> usize {
 }
 
 /// Appends `n` elements taken from `src` every `stride` elements.
-pub fn pack(
-    enc: i32,
-    elem: Elem,
-    src: &[u8],
-    n: usize,
-    stride: usize,
-    out: &mut impl PackOut,
-) {
+pub fn pack(enc: i32, elem: Elem, src: &[u8], n: usize, stride: usize, out: &mut impl PackOut) {
     let size = elem.size();
     debug_assert!(src.len() >= span(elem, n, stride));
     out.reserve_out(packed_len(enc, elem, n));

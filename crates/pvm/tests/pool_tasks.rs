@@ -42,7 +42,7 @@ fn child(role: &str, parent: i32, arg: usize) -> Child {
 
 /// Deterministic message contents: sender `who`, message `k`.
 fn payload(who: usize, k: usize, len: usize) -> Vec<u8> {
-    let mut x = (who as u64 + 1) * 0x9e37_79b9_7f4a_7c15 ^ (k as u64 + 7);
+    let mut x = (who as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (k as u64 + 7);
     (0..len)
         .map(|_| {
             x ^= x << 13;
@@ -65,18 +65,27 @@ fn send_ints(t: &mut Task, to: i32, tag: i32, v: &[i32]) {
 
 fn upk_int(t: &mut Task) -> i32 {
     let mut b = [0u8; 4];
-    t.recv_buf().unwrap().unpack(Elem::Int, &mut b, 1, 1).unwrap();
+    t.recv_buf()
+        .unwrap()
+        .unpack(Elem::Int, &mut b, 1, 1)
+        .unwrap();
     i32::from_ne_bytes(b)
 }
 
 fn recv_within(t: &mut Task, src: i32, tag: i32, secs: u64) -> i32 {
-    let id = t.recv(src, tag, Wait::For(Duration::from_secs(secs))).unwrap();
-    assert!(id > 0, "nothing with tag {tag} from t{src:x} within {secs} s");
+    let id = t
+        .recv(src, tag, Wait::For(Duration::from_secs(secs)))
+        .unwrap();
+    assert!(
+        id > 0,
+        "nothing with tag {tag} from t{src:x} within {secs} s"
+    );
     id
 }
 
 fn notify_exit(t: &mut Task, target: i32) {
-    t.simple(op::NOTIFY, vec![1, EXITED, 0, target], vec![]).unwrap();
+    t.simple(op::NOTIFY, vec![1, EXITED, 0, target], vec![])
+        .unwrap();
 }
 
 /// Waits (bounded) until the pvmd has returned every page to the pool.
@@ -149,7 +158,9 @@ fn many_senders_beyond_the_pool_keep_data_intact() {
     assert!(t.home.is_some(), "pvmd gave no pool");
     let (senders, msgs, len) = (5, 6, 1536 * 1024);
     // 5 senders x 6 x 1.5 MB = 45 MB through a 4 MB pool.
-    let mut kids: Vec<Child> = (0..senders).map(|_| child("sender", t.mytid, (msgs << 24) | len)).collect();
+    let mut kids: Vec<Child> = (0..senders)
+        .map(|_| child("sender", t.mytid, (msgs << 24) | len))
+        .collect();
     for _ in 0..senders {
         recv_within(t, -1, READY, 20);
     }
@@ -157,7 +168,10 @@ fn many_senders_beyond_the_pool_keep_data_intact() {
     let mut next = std::collections::HashMap::new();
     for _ in 0..senders * msgs {
         let id = recv_within(t, -1, DATA, 60);
-        assert!(t.recv_buf().unwrap().data.in_pool(), "not delivered through the pool");
+        assert!(
+            t.recv_buf().unwrap().data.in_pool(),
+            "not delivered through the pool"
+        );
         let (bytes, _, src) = t.bufinfo(id).unwrap();
         assert_eq!(bytes as usize, 8 + len);
         let who = upk_int(t) as usize;
@@ -165,8 +179,14 @@ fn many_senders_beyond_the_pool_keep_data_intact() {
         assert_eq!(k, *next.entry(src).or_insert(0), "order from t{src:x}");
         next.insert(src, k + 1);
         let mut got = vec![0u8; len];
-        t.recv_buf().unwrap().unpack(Elem::Byte, &mut got, len, 1).unwrap();
-        assert!(got == payload(who, k, len), "message {k} of t{src:x} corrupted");
+        t.recv_buf()
+            .unwrap()
+            .unpack(Elem::Byte, &mut got, len, 1)
+            .unwrap();
+        assert!(
+            got == payload(who, k, len),
+            "message {k} of t{src:x} corrupted"
+        );
     }
     assert!(started.elapsed() < Duration::from_secs(60));
     let pool = t.home.as_ref().unwrap().pool.clone();
@@ -193,7 +213,9 @@ fn send_to_an_exited_task_is_pvm_no_task() {
     assert_eq!(t.send(tid, 5), Err(PvmError::NoTask));
     // A tid that never existed on this host, and a big body, too.
     t.initsend(RAW).unwrap();
-    t.send_buf().unwrap().pack(Elem::Byte, &[7; 100_000], 100_000, 1);
+    t.send_buf()
+        .unwrap()
+        .pack(Elem::Byte, &[7; 100_000], 100_000, 1);
     assert_eq!(t.send(tid + 77, 5), Err(PvmError::NoTask));
     assert_pool_full(t);
 }
@@ -211,12 +233,17 @@ fn a_killed_tasks_pages_return_and_nobody_hangs() {
     recv_within(t, tid, PACKED, 20);
     // A 2 MB message queued to it that it will never read.
     t.initsend(RAW).unwrap();
-    t.send_buf().unwrap().pack(Elem::Byte, &[1; 2 << 20], 2 << 20, 1);
+    t.send_buf()
+        .unwrap()
+        .pack(Elem::Byte, &[1; 2 << 20], 2 << 20, 1);
     t.send(tid, DATA).unwrap();
     t.initsend(RAW).unwrap();
     let pool = t.home.as_ref().unwrap().pool.clone();
     let used = (pool.npages() - pool.free_pages()) * openvia_pvm::pool::PAGE;
-    assert!(used >= held + (2 << 20), "only {used} bytes of the pool in use");
+    assert!(
+        used >= held + (2 << 20),
+        "only {used} bytes of the pool in use"
+    );
     notify_exit(t, tid);
     kid.kill().unwrap();
     kid.wait().unwrap();

@@ -9,7 +9,7 @@
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use openvia_netns_tests::harness::{Finished, Helper};
+use openvia_netns_tests::harness::{spawn_in, Finished};
 use openvia_netns_tests::namespaces::{nft_unavailable, unavailable, NetnsPair};
 
 const PEER: &str = env!("CARGO_BIN_EXE_netns_peer");
@@ -74,9 +74,9 @@ fn run_pair(
         ("peer", &ns.ip_b),
     ]));
     let e = env(extra_env);
-    let mut server = Helper::spawn(&ns.b, "server", PEER, &sargs, &e, HELPER_TIMEOUT);
-    server.wait_line("READY");
-    let mut client = Helper::spawn(&ns.a, "client", PEER, &cargs, &e, HELPER_TIMEOUT);
+    let mut server = spawn_in(&ns.b, "server", PEER, &sargs, &e, HELPER_TIMEOUT);
+    server.wait_line("READY", HELPER_TIMEOUT);
+    let client = spawn_in(&ns.a, "client", PEER, &cargs, &e, HELPER_TIMEOUT);
     let c = client.finish();
     let s = server.finish();
     s.assert_ok();
@@ -220,13 +220,12 @@ fn peer_killed_mid_transfer_breaks_the_vi_in_bounded_time() {
         ("peer", &ns.ip_b),
         ("survive", "1"),
     ]));
-    let mut server = Helper::spawn(&ns.b, "server", PEER, &sargs, &e, HELPER_TIMEOUT);
-    server.wait_line("READY");
-    let mut client = Helper::spawn(&ns.a, "client", PEER, &cargs, &e, HELPER_TIMEOUT);
-    server.wait_line("PROGRESS");
+    let mut server = spawn_in(&ns.b, "server", PEER, &sargs, &e, HELPER_TIMEOUT);
+    server.wait_line("READY", HELPER_TIMEOUT);
+    let client = spawn_in(&ns.a, "client", PEER, &cargs, &e, HELPER_TIMEOUT);
+    server.wait_line("PROGRESS", HELPER_TIMEOUT);
     let killed = Instant::now();
-    server.kill_now();
-    let s = server.finish();
+    let s = server.abort();
     assert!(!s.status.success(), "server survived SIGKILL: {s}");
     let c = client.finish();
     c.assert_ok();
@@ -311,7 +310,7 @@ fn c_examples_across_namespaces() {
     let exe = exe.display().to_string();
     // vnettest prints no readiness line: the client keeps asking until the
     // server waits (connect requests retry until their timeout).
-    let mut server = Helper::spawn(
+    let server = spawn_in(
         &ns.b,
         "vnettest -s",
         &exe,
@@ -327,7 +326,7 @@ fn c_examples_across_namespaces() {
         &e,
         HELPER_TIMEOUT,
     );
-    let mut client = Helper::spawn(
+    let client = spawn_in(
         &ns.a,
         "vnettest -c",
         &exe,

@@ -49,12 +49,12 @@ impl Pool {
                 return Locked { pool: self };
             }
             tries += 1;
-            if tries % 64 == 0 {
+            if tries.is_multiple_of(64) {
                 std::thread::yield_now();
             } else {
                 std::hint::spin_loop();
             }
-            if tries % 4096 == 0
+            if tries.is_multiple_of(4096)
                 && cur != 0
                 && !pid_alive(cur)
                 && word.compare_exchange(cur, me, Acquire, Relaxed).is_ok()
@@ -85,6 +85,7 @@ impl Pool {
                 self.run_len(p).store(0, Relaxed);
             }
         }
+        self.header().rover.store(0, Relaxed);
         let free = self.npages.saturating_sub(used) as u32;
         self.header().free_pages.store(free, Release);
     }
@@ -93,35 +94,35 @@ impl Pool {
         start + n <= self.npages && (start..start + n).all(|p| self.used(p).load(Relaxed) == 0)
     }
 
-    /// Next-fit search for `n` free contiguous pages, from the rover.
+    /// Address-ordered first fit for `n` free contiguous pages. The rover
+    /// is a lower bound of the free pages: keeping messages at the low end
+    /// keeps the touched part of the pool small and its pages warm.
     fn find_run(&self, _g: &Locked, n: usize) -> Option<usize> {
         if n == 0 || n > self.header().free_pages.load(Relaxed) as usize {
             return None;
         }
-        let rover = self.header().rover.load(Relaxed) as usize % self.npages.max(1);
-        let mut start = rover;
-        let mut count = 0;
-        let mut p = rover;
-        for _ in 0..2 * self.npages {
-            if p == self.npages {
-                p = 0;
-                start = 0;
-                count = 0;
-            }
+        let mut p = (self.header().rover.load(Relaxed) as usize).min(self.npages);
+        let mut first_free = None;
+        let (mut start, mut count) = (p, 0);
+        while p < self.npages {
             if self.used(p).load(Relaxed) == 0 {
+                first_free.get_or_insert(p);
                 if count == 0 {
                     start = p;
                 }
                 count += 1;
                 if count == n {
-                    return Some(start);
+                    break;
                 }
             } else {
                 count = 0;
             }
             p += 1;
         }
-        None
+        if let Some(f) = first_free {
+            self.header().rover.store(f as u32, Relaxed);
+        }
+        (count == n).then_some(start)
     }
 
     fn largest_free_run(&self, _g: &Locked) -> usize {
@@ -142,7 +143,10 @@ impl Pool {
         self.run_len(start).store(n as u32, Relaxed);
         self.holds(start, slot).store(1, Relaxed);
         self.header().free_pages.fetch_sub(n as u32, Relaxed);
-        self.header().rover.store((start + n) as u32, Relaxed);
+        let h = &self.header().rover;
+        if h.load(Relaxed) as usize == start {
+            h.store((start + n) as u32, Relaxed);
+        }
     }
 
     /// Allocates `n` pages for `slot` if a run is free now.
@@ -163,7 +167,9 @@ impl Pool {
         }
         (s + old..s + new).for_each(|p| self.used(p).store(1, Relaxed));
         self.run_len(s).store(new as u32, Relaxed);
-        self.header().free_pages.fetch_sub((new - old) as u32, Relaxed);
+        self.header()
+            .free_pages
+            .fetch_sub((new - old) as u32, Relaxed);
         drop(g);
         true
     }
@@ -272,6 +278,7 @@ impl Pool {
     fn free_run(&self, g: &Locked, start: usize) {
         let n = self.run_len(start).swap(0, Relaxed) as usize;
         (start..(start + n).min(self.npages)).for_each(|p| self.used(p).store(0, Relaxed));
+        self.header().rover.fetch_min(start as u32, Relaxed);
         self.header().free_pages.fetch_add(n as u32, Relaxed);
         if self.header().waiters.load(Relaxed) > 0 {
             self.grant_waiters(g);
@@ -383,7 +390,9 @@ mod tests {
             assert_eq!(pool.request(i + 1, d), Request::Queued);
         }
         pool.release(small, 0); // 5 free pages
-        let granted: Vec<usize> = (1..=7).filter(|&s| pool.slot(s).grant.load(Relaxed) != 0).collect();
+        let granted: Vec<usize> = (1..=7)
+            .filter(|&s| pool.slot(s).grant.load(Relaxed) != 0)
+            .collect();
         assert_eq!(granted, vec![3], "only the task wanting 3 is woken");
         assert_eq!(pool.slot(3).wake.load(Relaxed), 1, "one wake-up");
         assert_eq!(pool.free_pages(), 2);

@@ -189,7 +189,11 @@ impl Body {
                     return;
                 }
                 let want = pages_for(need);
-                if !r.frozen && r.home.pool.try_extend(r.home.slot, r.start, r.pages as usize, want) {
+                if !r.frozen
+                    && r.home
+                        .pool
+                        .try_extend(r.home.slot, r.start, r.pages as usize, want)
+                {
                     r.pages = want as u32;
                     return;
                 }
@@ -197,7 +201,9 @@ impl Body {
                 let bigger = pages_for(need.max(2 * r.len));
                 let h = r.home.clone();
                 let old = std::mem::replace(&mut self.store, Store::Heap(Vec::new()));
-                let Store::Pool(old) = old else { unreachable!() };
+                let Store::Pool(old) = old else {
+                    unreachable!()
+                };
                 if let Some(start) = h.pool.try_alloc(h.slot, bigger) {
                     let mut run = Run {
                         home: h,

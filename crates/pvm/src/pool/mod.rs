@@ -76,6 +76,9 @@ pub(crate) struct Slot {
 #[repr(C)]
 struct Header {
     magic: AtomicU64,
+    /// Shape of this layout: a library and a pvmd built from different
+    /// versions must not share a pool (see [`layout_id`]).
+    layout_id: AtomicU64,
     npages: AtomicU32,
     /// Pid of the lock holder, 0 when free.
     lock: AtomicU32,
@@ -86,6 +89,20 @@ struct Header {
     /// Times any task had to queue for pages (a statistic).
     waits: AtomicU64,
     slots: [Slot; MAX_SLOTS],
+}
+
+/// Identifies the info region's layout.
+fn layout_id() -> u64 {
+    let parts = [
+        std::mem::size_of::<Header>(),
+        std::mem::size_of::<Slot>(),
+        RING,
+        MAX_SLOTS,
+        PAGE,
+    ];
+    parts.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &p| {
+        (h ^ p as u64).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 fn align_page(n: usize) -> usize {
@@ -167,6 +184,7 @@ impl Pool {
         let h = pool.header();
         h.npages.store(npages as u32, Ordering::Relaxed);
         h.free_pages.store(npages as u32, Ordering::Relaxed);
+        h.layout_id.store(layout_id(), Ordering::Relaxed);
         h.magic.store(MAGIC, Ordering::Release);
         Ok(pool)
     }
@@ -187,7 +205,8 @@ impl Pool {
         // Header first, to learn the page count; then the whole pool.
         let probe = Pool::map(fd, 0, first)?;
         let npages = probe.header().npages.load(Ordering::Acquire) as usize;
-        let ok = probe.header().magic.load(Ordering::Acquire) == MAGIC;
+        let ok = probe.header().magic.load(Ordering::Acquire) == MAGIC
+            && probe.header().layout_id.load(Ordering::Relaxed) == layout_id();
         let fd = probe.fd.try_clone()?;
         drop(probe);
         let layout = Layout::new(npages);
@@ -264,9 +283,7 @@ impl Pool {
     fn holds(&self, page: usize, slot: usize) -> &AtomicU8 {
         debug_assert!(page < self.npages && slot < MAX_SLOTS);
         // SAFETY: within the holds[] array of npages * MAX_SLOTS bytes.
-        unsafe {
-            &*(self.base.add(self.layout.holds + page * MAX_SLOTS + slot) as *const AtomicU8)
-        }
+        unsafe { &*(self.base.add(self.layout.holds + page * MAX_SLOTS + slot) as *const AtomicU8) }
     }
 
     /// Address of a page in this mapping.

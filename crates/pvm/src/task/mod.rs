@@ -8,10 +8,10 @@ mod start;
 pub use start::start_daemon;
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
 use std::io::{self, BufReader, BufWriter, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::codec;
@@ -294,6 +294,7 @@ impl Task {
         let id = self.sbuf;
         self.bufs.get(id)?;
         let ctx = self.ctx;
+        let mut failed = None;
         for &dst in dsts {
             if dst <= 0 && dst & crate::tid::DAEMON_BIT as i32 == 0 {
                 return Err(PvmError::BadParam);
@@ -315,11 +316,19 @@ impl Task {
                 self.queue.push_back(q);
                 continue;
             }
-            if self.send_via_pool(id, dst, tag, ctx)? {
-                continue;
+            match self.send_via_pool(id, dst, tag, ctx) {
+                Ok(true) => continue,
+                Ok(false) => {}
+                Err(PvmError::NoTask) => {
+                    // The others of a multicast still get theirs.
+                    failed.get_or_insert(PvmError::NoTask);
+                    continue;
+                }
+                Err(e) => return Err(e),
             }
             if dst & crate::tid::DAEMON_BIT as i32 == 0 && !self.task_exists(dst)? {
-                return Err(PvmError::NoTask);
+                failed.get_or_insert(PvmError::NoTask);
+                continue;
             }
             let b = self.bufs.get(id)?;
             let m = Msg {
@@ -332,14 +341,18 @@ impl Task {
             };
             frame::write_frame(&mut self.wr, &Frame::Msg(m)).map_err(sys)?;
         }
-        self.wr.flush().map_err(sys)
+        self.wr.flush().map_err(sys)?;
+        failed.map_or(Ok(()), Err)
     }
 
     fn task_exists(&mut self, t: i32) -> PvmResult<bool> {
-        let (code, _) = self.call(op::PSTAT, Args {
-            ints: vec![t],
-            ..Args::default()
-        })?;
+        let (code, _) = self.call(
+            op::PSTAT,
+            Args {
+                ints: vec![t],
+                ..Args::default()
+            },
+        )?;
         Ok(code >= 0)
     }
 
@@ -507,7 +520,12 @@ impl Task {
         }
     }
 
-    fn recv_socket_only(&mut self, src: i32, tag: i32, deadline: Option<Instant>) -> PvmResult<i32> {
+    fn recv_socket_only(
+        &mut self,
+        src: i32,
+        tag: i32,
+        deadline: Option<Instant>,
+    ) -> PvmResult<i32> {
         loop {
             if let Some(m) = self.take_match(src, tag) {
                 return Ok(self.install_rbuf(m));
@@ -545,7 +563,11 @@ impl Task {
         }
         self.gather()?;
         let ctx = self.ctx;
-        match self.queue.iter_mut().find(|m| Self::matches(m, src, tag, ctx)) {
+        match self
+            .queue
+            .iter_mut()
+            .find(|m| Self::matches(m, src, tag, ctx))
+        {
             Some(m) => {
                 let b = MsgBuf {
                     enc: m.enc,
@@ -629,6 +651,13 @@ impl Task {
     }
 
     pub fn exit(&mut self) -> PvmResult<()> {
+        // Pool holds go back before the pvmd retires our slot: afterwards
+        // the slot may already belong to a new task.
+        self.bufs = BufTable::default();
+        self.queue.clear();
+        self.sbuf = 0;
+        self.rbuf = 0;
+        self.home = None;
         self.call(op::EXIT, Args::default()).map(|_| ())
     }
 

@@ -459,7 +459,7 @@ fn report_break(end: &End, done: u64, last_ok: Instant, outstanding: u64) {
 fn main() {
     // SAFETY: prctl(PR_SET_PDEATHSIG) only sets a flag on this process.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
-    if let Some(parent) = std::env::var("OVNS_PARENT")
+    if let Some(parent) = std::env::var(openvia_netns_tests::harness::PARENT_ENV)
         .ok()
         .and_then(|p| p.parse::<i32>().ok())
     {
