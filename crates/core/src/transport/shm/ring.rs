@@ -12,6 +12,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use openvia_wire::shm::{record_len, Op, RecordHeader, RecordKind, CORE, FLAG_WAKE, LINE};
 use openvia_wire::WireError;
 
+/// How far ahead of the tail the producer claims lines (bytes).
+const PREFETCH_AHEAD: u64 = 2 * LINE as u64;
+
 /// The consumer-written words of one direction, on their own cache line.
 #[repr(C, align(64))]
 pub struct RingCtl {
@@ -44,6 +47,22 @@ impl RingView {
         // SAFETY: `off` is a multiple of 64 inside the data area, so the
         // word is in bounds and 8-byte aligned.
         unsafe { AtomicU64::from_ptr(self.data.add(off).cast()) }
+    }
+
+    /// Asks for the line at `pos` in exclusive state ahead of writing it:
+    /// the consumer still holds it from the last lap, and taking it away is
+    /// a cross-core round trip better started early than waited for.
+    #[inline(always)]
+    fn prefetch_for_write(&self, pos: u64) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch never faults; the address is inside the ring.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(
+                self.line_ptr(pos) as *const i8,
+            )
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = pos;
     }
 
     fn line_ptr(&self, pos: u64) -> *mut u8 {
@@ -184,6 +203,7 @@ impl Producer {
             .stamp(self.tail)
             .store(self.tail + 1, Ordering::Release);
         self.tail += rec as u64;
+        self.ring.prefetch_for_write(self.tail + PREFETCH_AHEAD);
         true
     }
 
@@ -206,6 +226,7 @@ impl Producer {
             .stamp(self.tail)
             .store(self.tail + 1, Ordering::Release);
         self.tail += hdr.record_len() as u64;
+        self.ring.prefetch_for_write(self.tail + PREFETCH_AHEAD);
     }
 
     /// Messages the consumer has fully delivered.
