@@ -3,7 +3,9 @@
 between two tasks, default route, for openvia's PVM and stock PVM 3.4.6
 (Debian's `pvm` package) in the same run, rounds alternating between the
 two. Also runs Debian's unmodified `timing` example on both and compares its
-minimal-message round trip.
+minimal-message round trip, and Tables 2/3: N = 1..10 concurrent senders
+moving 2 MB and 8 MB in total to one receiver (tests/pvm/contention.c), plus
+the 7 x 4 MB case that crashed stock PVM in the paper.
 
 The same ping-pong binary (tests/pvm/pingpong.c, built against Debian's
 /usr/include/pvm3.h) runs on both libraries; openvia's is picked with
@@ -29,6 +31,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 STOCK_CONSOLE = "/usr/bin/pvm"
+SENDERS = (1, 2, 4, 7, 10)
 
 
 def run(cmd, env, stdin=None, timeout=600):
@@ -50,6 +53,7 @@ class Impl:
         os.makedirs(os.path.join(base, "tmp"))
         # Executables are found the PVM way: $HOME/pvm3/bin/$PVM_ARCH.
         os.symlink(pingpong, os.path.join(bindir_pvm, "pvm_pingpong"))
+        os.symlink(pingpong + "-contention", os.path.join(bindir_pvm, "pvm_contention"))
         os.symlink(shutil.which("timing_slave"),
                    os.path.join(bindir_pvm, "timing_slave"))
         env = {k: v for k, v in os.environ.items()
@@ -96,6 +100,18 @@ class Impl:
                                        min_us=float(f[3]), reps=int(f[4]))
         return rows
 
+    def contention(self, n, kb):
+        """Microseconds until n senders of kb KiB each are all in, or None."""
+        try:
+            p = run([os.path.join(self.cwd, "home/pvm3/bin/LINUX64/pvm_contention"),
+                     str(n), "0", str(kb)], self.env, timeout=120)
+        except subprocess.TimeoutExpired:
+            return None
+        m = re.search(r"contention: (\d+) of (\d+) messages .* 0 bad, usec (\d+)", p.stdout)
+        if p.returncode != 0 or not m or m.group(1) != m.group(2):
+            return None
+        return int(m.group(3))
+
     def timing(self):
         p = run(["timing"], self.env, timeout=300)
         out = p.stdout
@@ -130,8 +146,9 @@ def main():
     work = tempfile.mkdtemp(prefix="pvm-bench-")
     try:
         pingpong = os.path.join(work, "pvm_pingpong")
-        subprocess.run(["gcc", "-O2", "-Wall", "-Wextra", "-Werror", "-o", pingpong,
-                        os.path.join(ROOT, "tests/pvm/pingpong.c"), "-lpvm3"], check=True)
+        for src, exe in (("pingpong.c", pingpong), ("contention.c", pingpong + "-contention")):
+            subprocess.run(["gcc", "-O2", "-Wall", "-Wextra", "-Werror", "-o", exe,
+                            os.path.join(ROOT, "tests/pvm", src), "-lpvm3"], check=True)
         impls = [Impl("stock", work, pingpong),
                  Impl("openvia", work, pingpong, os.path.abspath(a.bindir))]
         runs = {i.name: [] for i in impls}
@@ -142,9 +159,14 @@ def main():
                 try:
                     pp = impl.pingpong(a.scale)
                     tm = impl.timing()
+                    ct = {}
+                    for total_mb in (2, 8):
+                        for n in SENDERS:
+                            ct[f"{total_mb}MB/{n}"] = impl.contention(n, total_mb * 1024 // n)
+                    ct["7x4MB"] = impl.contention(7, 4096)
                 finally:
                     impl.stop()
-                runs[impl.name].append(dict(pingpong=pp, timing=tm))
+                runs[impl.name].append(dict(pingpong=pp, timing=tm, contention=ct))
                 print(f"round {r + 1}/{a.rounds} {impl.name}: timing RTT median "
                       f"{tm['rtt_median_us']} us, 4 MB RTT {pp[4194304]['median_us']} us",
                       file=sys.stderr)
@@ -173,12 +195,22 @@ def summarize(runs, a):
         timing[name] = dict(
             rtt_median_us=statistics.median(x["timing"]["rtt_median_us"] for x in runs[name]),
             rtt_avg_us=statistics.median(x["timing"]["rtt_avg_us"] for x in runs[name]))
+    contention = {}
+    for key in runs["stock"][0]["contention"]:
+        row = {}
+        for name in runs:
+            vals = [x["contention"][key] for x in runs[name]]
+            ok = [v for v in vals if v is not None]
+            row[name + "_us"] = statistics.median(ok) if ok else None
+            row[name + "_failed_runs"] = len(vals) - len(ok)
+        contention[key] = row
     t_ratio = timing["openvia"]["rtt_median_us"] / max(timing["stock"]["rtt_median_us"], 1)
     big = [r for r in table if r["size"] == 4194304][0]["ratio"]
     return dict(
         what="PVM round trip, two tasks on one host, default route, PvmDataRaw; "
              "median of per-round medians",
         rounds=a.rounds, table1_local=table, timing_minimal=timing,
+        tables23_concurrent_senders=contention,
         targets=dict(timing_minimal_ratio=round(t_ratio, 4), timing_target=0.2,
                      timing_met=t_ratio <= 0.2, rtt_4mb_ratio=big,
                      rtt_4mb_target=0.1, rtt_4mb_met=big <= 0.1),
@@ -189,6 +221,14 @@ def print_table(rep):
     print(f"{'size':>9} {'stock us':>11} {'openvia us':>11} {'ratio':>7}")
     for r in rep["table1_local"]:
         print(f"{r['size']:>9} {r['stock_us']:>11.1f} {r['openvia_us']:>11.1f} {r['ratio']:>7.3f}")
+    print("\nconcurrent senders to one receiver (total MB/senders): time until all in")
+    print(f"{'case':>9} {'stock us':>11} {'openvia us':>11} {'ratio':>7}")
+    for key, r in rep["tables23_concurrent_senders"].items():
+        st, ov = r["stock_us"], r["openvia_us"]
+        ratio = f"{ov / st:7.3f}" if st and ov else "      -"
+        st_s = f"{st:11.0f}" if st else "     failed"
+        ov_s = f"{ov:11.0f}" if ov else "     failed"
+        print(f"{key:>9} {st_s} {ov_s} {ratio}")
     t = rep["timing_minimal"]
     g = rep["targets"]
     print(f"timing (Debian example, minimal message) RTT median: stock "

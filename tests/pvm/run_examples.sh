@@ -59,6 +59,16 @@ printf '10\n4\n' | timeout 60 gexample >gexample.out 2>&1 || true
 check gexample-norm gexample.out 'The 1-Norm is 55'
 check gexample-prod gexample.out 'The product of column 1 is 3.6288e\+06'
 
+# Seed 003's contention case, 7 senders x 4 MB at once, through its own
+# pvmd whose pool (8 MB) is far smaller: senders wait for pages, all data
+# must arrive intact, bounded in time.
+cc -O2 -Wall -Wextra -Werror -I"$here/../../include" -o "$HOME/pvm3/bin/LINUX64/pvm_contention" \
+	"$here/contention.c" "$work/lib/libpvm3.so.3"
+OPENVIA_PVM_SOCK=$work/pvmd2.sock OPENVIA_PVM_POOL_MB=8 timeout 120 \
+	"$HOME/pvm3/bin/LINUX64/pvm_contention" 7 4 >contention.out 2>&1 || true
+echo halt | OPENVIA_PVM_SOCK=$work/pvmd2.sock timeout 10 "$console" >/dev/null 2>&1 || true
+check contention-7x4MB contention.out '^contention: 7 of 7 messages of 4096 KB intact, 0 bad, usec [0-9]+$'
+
 printf 'conf\nps\nquit\n' | timeout 10 "$console" >console.out 2>&1 || true
 check console-conf console.out 'LINUX64'
 exit $fail

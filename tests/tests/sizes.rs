@@ -8,6 +8,10 @@ use openvia_tests::SIZE_CLASSES;
 const EXE: &str = env!("CARGO_BIN_EXE_via_peer");
 
 fn every_size(rel: &str, cma: bool) {
+    every_size_env(rel, &base_env(cma));
+}
+
+fn every_size_env(rel: &str, env: &[(String, String)]) {
     let disc = unique_disc("sizes");
     let common = |side: &str| {
         vec![
@@ -20,7 +24,7 @@ fn every_size(rel: &str, cma: bool) {
         EXE,
         args("sizes-server", &common("server")),
         args("sizes-client", &common("client")),
-        &base_env(cma),
+        env,
     );
     let total: usize = SIZE_CLASSES.iter().sum();
     assert_eq!(server.expect_u64("echoed") as usize, SIZE_CLASSES.len());
@@ -56,4 +60,23 @@ fn every_size_unreliable_cma() {
 #[test]
 fn every_size_unreliable_bounce() {
     every_size("ur", false);
+}
+
+/// Both ends sleep at once (spin budget 0) and a Wait sleeps for up to ten
+/// minutes: any lost wake-up on the way (a chunked message streaming
+/// through the ring, ring space freed, a delivered count) hangs the pair
+/// past its deadline instead of hiding behind the default 50 ms cap or the
+/// progress thread's rounds.
+#[test]
+fn every_size_blocking_without_lost_wakeups() {
+    for cma in [true, false] {
+        let mut env = base_env(cma);
+        env.retain(|(k, _)| k != "OPENVIA_SPIN_NS");
+        env.push(("OPENVIA_SPIN_NS".into(), "0".into()));
+        env.push(("OPENVIA_BLOCK_CAP_MS".into(), "600000".into()));
+        // Nor may the progress thread paper over one: it looks in only
+        // every ten minutes while the program is busy.
+        env.push(("OPENVIA_PROGRESS_US".into(), "600000000".into()));
+        every_size_env("rr", &env);
+    }
 }

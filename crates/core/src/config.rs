@@ -28,6 +28,9 @@ pub struct Config {
     /// While the application is active, the progress thread looks in this
     /// often (µs) instead of asking peers to wake it. `OPENVIA_PROGRESS_US`.
     pub progress_interval_us: u64,
+    /// Longest single sleep of a Wait, in ms (a safety net against a lost
+    /// wake-up). `OPENVIA_BLOCK_CAP_MS`.
+    pub block_cap_ms: u64,
 }
 
 impl Default for Config {
@@ -40,6 +43,7 @@ impl Default for Config {
             cma: true,
             cma_min: 8 * 1024 * 1024,
             progress_interval_us: 2000,
+            block_cap_ms: 50,
         }
     }
 }
@@ -76,6 +80,9 @@ impl Config {
         }
         if let Some(v) = env_u64("OPENVIA_CMA") {
             c.cma = v != 0;
+        }
+        if let Some(v) = env_u64("OPENVIA_BLOCK_CAP_MS") {
+            c.block_cap_ms = v.max(1);
         }
         if let Some(v) = env_u64("OPENVIA_PROGRESS_US") {
             c.progress_interval_us = v.max(10);

@@ -12,8 +12,12 @@ use crate::error::{Result, ViaError};
 use crate::nic::NicShared;
 use crate::sys::{cpu_relax, now_ns};
 
-/// Longest single sleep: bounds the cost of any lost wake-up.
-const MAX_BLOCK: Duration = Duration::from_millis(50);
+/// Longest single sleep: bounds the cost of any lost wake-up
+/// (`OPENVIA_BLOCK_CAP_MS`; the tests raise it so that a lost wake-up
+/// shows up as a hang instead of a hidden delay).
+fn max_block() -> Duration {
+    Duration::from_millis(crate::config::Config::global().block_cap_ms)
+}
 
 /// Calls `poll` until it yields a value or `timeout` passes (None: forever).
 pub(crate) fn wait_for<T>(
@@ -47,7 +51,8 @@ pub(crate) fn wait_for<T>(
         if now < spin_until {
             continue;
         }
-        let left = deadline.map_or(MAX_BLOCK, |d| Duration::from_nanos(d - now).min(MAX_BLOCK));
+        let cap = max_block();
+        let left = deadline.map_or(cap, |d| Duration::from_nanos(d - now).min(cap));
         let mut got = None;
         nic.doorbell.block(left, || {
             got = poll();

@@ -204,6 +204,11 @@ impl Nic {
         let config = Config::global();
         let doorbell = LocalDoorbell::new().map_err(|_| ViaError::Resource("shared memory"))?;
         let epoll = Arc::new(Epoll::new().map_err(|_| ViaError::Resource("epoll"))?);
+        // The progress thread's nap while the program polls: only our own
+        // eventfd wakes it (a thread about to block, a handler installed).
+        let nap = Epoll::new().map_err(|_| ViaError::Resource("epoll"))?;
+        nap.add(doorbell.event().fd().as_raw_fd(), TOKEN_EVENT)
+            .map_err(|_| ViaError::Resource("epoll"))?;
         epoll
             .add(doorbell.event().fd().as_raw_fd(), TOKEN_EVENT)
             .map_err(|_| ViaError::Resource("epoll"))?;
@@ -232,7 +237,7 @@ impl Nic {
         let weak = Arc::downgrade(&shared);
         let handle = std::thread::Builder::new()
             .name("openvia-progress".into())
-            .spawn(move || progress_loop(weak, epoll))
+            .spawn(move || progress_loop(weak, epoll, nap))
             .map_err(|_| ViaError::Resource("progress thread"))?;
         *shared.progress.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
         Ok(Nic { shared })

@@ -90,7 +90,7 @@ impl NicShared {
     }
 }
 
-pub(super) fn progress_loop(weak: Weak<NicShared>, epoll: Arc<Epoll>) {
+pub(super) fn progress_loop(weak: Weak<NicShared>, epoll: Arc<Epoll>, nap: Epoll) {
     let mut last_activity = u64::MAX;
     let mut tokens = Vec::new();
     loop {
@@ -101,7 +101,9 @@ pub(super) fn progress_loop(weak: Weak<NicShared>, epoll: Arc<Epoll>) {
                 return;
             }
             let act = nic.activity.load(Ordering::Relaxed);
-            let active = act != last_activity;
+            // A program blocked in a Wait is not polling: then the thread
+            // watches everything (hang-ups too) at once.
+            let active = act != last_activity && !nic.doorbell.has_waiters();
             last_activity = act;
             let did = if active {
                 nic.progress_round_busy()
@@ -139,9 +141,20 @@ pub(super) fn progress_loop(weak: Weak<NicShared>, epoll: Arc<Epoll>) {
         };
         if busy {
             // The program polls its sockets itself: a wake-up per arriving
-            // datagram would only steal its CPU. Sleep, then collect what
+            // datagram would only steal its CPU. Nap on our own eventfd
+            // alone (a thread about to block rings it), then collect what
             // happened meanwhile (hang-ups) without waiting.
-            std::thread::sleep(timeout.unwrap_or(Duration::ZERO));
+            let Some(nic) = weak.upgrade() else { return };
+            nic.doorbell.napping(true);
+            // A thread that blocked just before the flag went up could not
+            // see it: look once more (both sides use SeqCst).
+            if !nic.doorbell.has_waiters() {
+                drop(nic);
+                nap.wait(timeout, &mut tokens);
+            }
+            if let Some(nic) = weak.upgrade() {
+                nic.doorbell.napping(false);
+            }
             epoll.wait(Some(Duration::ZERO), &mut tokens);
         } else {
             epoll.wait(timeout, &mut tokens);

@@ -10,6 +10,7 @@
 //! usually comes within microseconds.
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
+
 use std::time::{Duration, Instant};
 
 use super::{futex, Pool, RING};
@@ -36,8 +37,10 @@ pub enum PostError {
     Full,
 }
 
-/// How long a receiver polls its doorbell before sleeping.
-const SPIN: Duration = Duration::from_micros(50);
+/// Longest a receiver polls its doorbell before sleeping.
+pub(crate) const SPIN: Duration = Duration::from_micros(50);
+/// Polling window after a success from zero.
+const MIN_SPIN_NS: u64 = 2_000;
 
 impl Pool {
     /// Queues `d` on `slot`, which must still belong to `tid`. A body run
@@ -120,19 +123,25 @@ impl Pool {
     pub fn wait_bell(&self, slot: usize, seen: u32, deadline: Option<Instant>) {
         let s = self.slot(slot);
         // Poll, yielding the CPU between short spins: when the peer shares
-        // our CPU (2 vCPUs and a busy neighbour) it gets to run at once,
-        // whereas a futex sleep costs tens of microseconds of wake-up
-        // latency on this VM; pure spinning measured worse under load.
+        // our CPU it gets to run at once, whereas a futex sleep costs tens of
+        // microseconds of wake-up latency on this VM. The polling window
+        // adapts: it halves each time polling did not pay off (the CPUs are
+        // busy with other work, and a sleeper woken by the kernel is then
+        // scheduled sooner than a poller) and doubles when it did.
+        let budget = Duration::from_nanos(self.spin_ns.load(Relaxed));
         let start = Instant::now();
-        while s.bell.load(SeqCst) == seen && start.elapsed() < SPIN {
+        while s.bell.load(SeqCst) == seen && start.elapsed() < budget {
             for _ in 0..32 {
                 std::hint::spin_loop();
             }
             std::thread::yield_now();
         }
         if s.bell.load(SeqCst) != seen {
+            let b = (budget.as_nanos() as u64 * 2).clamp(MIN_SPIN_NS, SPIN.as_nanos() as u64);
+            self.spin_ns.store(b, Relaxed);
             return;
         }
+        self.spin_ns.store(budget.as_nanos() as u64 / 2, Relaxed);
         s.sleeping.store(1, SeqCst);
         if s.bell.load(SeqCst) == seen {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));

@@ -141,6 +141,8 @@ pub struct Pool {
     npages: usize,
     layout: Layout,
     fd: OwnedFd,
+    /// This process's doorbell polling window (see mailbox::wait_bell).
+    spin_ns: AtomicU64,
 }
 
 // SAFETY: the mapping is shared memory accessed only through atomics (the
@@ -236,6 +238,7 @@ impl Pool {
             npages,
             layout,
             fd,
+            spin_ns: AtomicU64::new(mailbox::SPIN.as_nanos() as u64),
         })
     }
 

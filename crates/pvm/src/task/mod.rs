@@ -502,6 +502,12 @@ impl Task {
             Wait::Never => Some(Instant::now()),
             Wait::For(d) => Some(Instant::now() + d),
         };
+        // As in PVM, the old receive buffer goes at once, not when the next
+        // message arrives: its pool pages may be what the sender waits for.
+        if self.rbuf > 0 {
+            let _ = self.bufs.remove(self.rbuf);
+            self.rbuf = 0;
+        }
         let Some(home) = self.home.clone() else {
             return self.recv_socket_only(src, tag, deadline);
         };

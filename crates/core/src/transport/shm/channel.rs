@@ -94,6 +94,8 @@ pub struct ShmChannel {
     owed: u64,
     /// How many `Pending::Control` entries are queued.
     controls_queued: usize,
+    /// Records were written since the peer was last rung.
+    ring_due: bool,
     // Declared last: the rings point into it.
     _region: ConnRegion,
 }
@@ -127,6 +129,7 @@ impl ShmChannel {
             closed: false,
             owed: 0,
             controls_queued: 0,
+            ring_due: false,
             _region: p.region,
         }
     }
@@ -643,7 +646,8 @@ impl Channel for ShmChannel {
         };
         self.settle_owed();
         let mut delivered_any = false;
-        let mut wake_peer = false;
+        // New records for the peer: it may be asleep waiting for them.
+        let mut wake_peer = did;
         loop {
             let pk = match self.rx.peek() {
                 Ok(Some(pk)) => pk,
@@ -686,15 +690,17 @@ impl Channel for ShmChannel {
         }
         if delivered_any {
             did = true;
-            if !self.pending.is_empty() {
-                self.pump();
+            if !self.pending.is_empty() && self.pump() {
+                wake_peer = true;
             }
             self.settle_owed();
-            // The peer waits for ring space or a consumed count only on
-            // records it flagged; the others spare us the fence.
-            if wake_peer {
-                self.peer.ring();
-            }
+        }
+        // The peer waits for ring space or a consumed count only on records
+        // it flagged (the others spare us the fence), and for records we
+        // just wrote.
+        if wake_peer || self.ring_due {
+            self.ring_due = false;
+            self.peer.ring();
         }
         Ok(did)
     }

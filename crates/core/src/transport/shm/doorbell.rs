@@ -50,6 +50,8 @@ fn page(m: &SharedMapping) -> &Page {
 pub struct LocalDoorbell {
     map: SharedMapping,
     event: EventFd,
+    /// The progress thread naps (deaf to sockets) while the program polls.
+    napping: std::sync::atomic::AtomicBool,
 }
 
 impl LocalDoorbell {
@@ -64,6 +66,7 @@ impl LocalDoorbell {
         Ok(Self {
             map,
             event: EventFd::new()?,
+            napping: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -94,12 +97,27 @@ impl LocalDoorbell {
     pub fn block(&self, timeout: Duration, ready: impl FnOnce() -> bool) {
         let p = page(&self.map);
         p.waiters.fetch_add(1, Ordering::SeqCst);
+        // The program stops polling: the progress thread must watch
+        // everything again (hang-ups, timers) instead of napping.
+        if self.napping.load(Ordering::SeqCst) {
+            self.event.signal();
+        }
         membarrier::heavy();
         let seen = p.bell.load(Ordering::SeqCst);
         if !ready() {
             futex::wait(&p.bell, seen, Some(timeout));
         }
         p.waiters.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// The progress thread starts or ends a nap.
+    pub fn napping(&self, on: bool) {
+        self.napping.store(on, Ordering::SeqCst);
+    }
+
+    /// Whether a thread of this process is blocked in a Wait.
+    pub fn has_waiters(&self) -> bool {
+        page(&self.map).waiters.load(Ordering::SeqCst) != 0
     }
 
     /// The progress thread announces that it is about to sleep.
