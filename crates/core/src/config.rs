@@ -42,7 +42,7 @@ impl Default for Config {
             chunk_bytes: 16 * 1024,
             cma: true,
             cma_min: 8 * 1024 * 1024,
-            progress_interval_us: 2000,
+            progress_interval_us: 20_000,
             block_cap_ms: 50,
         }
     }
