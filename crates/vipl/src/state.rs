@@ -12,8 +12,8 @@ use std::time::Duration;
 use openvia_core::cq::CompletionQueue;
 use openvia_core::mem::PtagId;
 use openvia_core::nic::{Nic, NIC_ADDRESS_LEN};
-use openvia_core::ConnRequest;
 use openvia_core::vi::{Vi, ViAttributes};
+use openvia_core::ConnRequest;
 use openvia_core::{Address, ViaError};
 
 use crate::handles::{HandleTable, Kind};
