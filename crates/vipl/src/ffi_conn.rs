@@ -158,21 +158,20 @@ pub unsafe extern "C" fn VipConnectPeerRequest(
     })
 }
 
-/// # Safety
-/// `RemoteViAttributes` null or writable.
-#[no_mangle]
-pub unsafe extern "C" fn VipConnectPeerDone(
-    ViHandle: VIP_VI_HANDLE,
-    RemoteViAttributes: *mut VIP_VI_ATTRIBUTES,
+/// Runs a peer-connection step on the VI and hands its outcome to C.
+fn peer_step(
+    vi: VIP_VI_HANDLE,
+    out: *mut VIP_VI_ATTRIBUTES,
+    step: fn(&std::sync::Arc<openvia_core::vi::Vi>) -> openvia_core::Result<openvia_core::ViAttrs>,
 ) -> VIP_RETURN {
     guard(|| {
-        let Some(v) = tables().vis.get(ViHandle) else {
+        let Some(v) = tables().vis.get(vi) else {
             return VIP_INVALID_PARAMETER;
         };
-        match peer_done(&v) {
+        match step(&v) {
             Ok(a) => {
-                // SAFETY: null or writable per the contract.
-                unsafe { remote_attrs_out(RemoteViAttributes, &a) };
+                // SAFETY: null or writable per the callers' contract.
+                unsafe { remote_attrs_out(out, &a) };
                 VIP_SUCCESS
             }
             Err(err) => code(&err),
@@ -183,21 +182,19 @@ pub unsafe extern "C" fn VipConnectPeerDone(
 /// # Safety
 /// `RemoteViAttributes` null or writable.
 #[no_mangle]
+pub unsafe extern "C" fn VipConnectPeerDone(
+    ViHandle: VIP_VI_HANDLE,
+    RemoteViAttributes: *mut VIP_VI_ATTRIBUTES,
+) -> VIP_RETURN {
+    peer_step(ViHandle, RemoteViAttributes, peer_done)
+}
+
+/// # Safety
+/// `RemoteViAttributes` null or writable.
+#[no_mangle]
 pub unsafe extern "C" fn VipConnectPeerWait(
     ViHandle: VIP_VI_HANDLE,
     RemoteViAttributes: *mut VIP_VI_ATTRIBUTES,
 ) -> VIP_RETURN {
-    guard(|| {
-        let Some(v) = tables().vis.get(ViHandle) else {
-            return VIP_INVALID_PARAMETER;
-        };
-        match peer_wait(&v) {
-            Ok(a) => {
-                // SAFETY: null or writable per the contract.
-                unsafe { remote_attrs_out(RemoteViAttributes, &a) };
-                VIP_SUCCESS
-            }
-            Err(err) => code(&err),
-        }
-    })
+    peer_step(ViHandle, RemoteViAttributes, peer_wait)
 }
