@@ -14,6 +14,11 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::{Device, NicShared, TOKEN_EVENT};
+
+/// While the program polls, a protocol timer must be this overdue before
+/// the progress thread takes the VI from it (a held acknowledgement asks
+/// for "now" on every message; the program's own polling sends it).
+const BUSY_TIMER_SLACK_NS: u64 = 1_000_000;
 use crate::sys::poll::Epoll;
 
 impl NicShared {
@@ -65,7 +70,7 @@ impl NicShared {
                 || (self.device == Device::Udp
                     && matches!(vi.inner.try_lock(), Ok(g) if g.channel.as_ref()
                         .and_then(|c| c.timer_deadline_ns())
-                        .is_some_and(|t| t <= now)));
+                        .is_some_and(|t| t + BUSY_TIMER_SLACK_NS <= now)));
             if due {
                 did |= vi.poke(true);
             }
@@ -134,7 +139,12 @@ pub(super) fn progress_loop(weak: Weak<NicShared>, epoll: Arc<Epoll>, nap: Epoll
         // dead peer): a posted descriptor must complete on its own.
         let timeout = match weak.upgrade().and_then(|n| n.next_timer_ns()) {
             Some(t) => {
-                let left = Duration::from_nanos(t.saturating_sub(crate::sys::now_ns()));
+                let mut left = Duration::from_nanos(t.saturating_sub(crate::sys::now_ns()));
+                if busy {
+                    // The polling program runs the timers of the VIs it
+                    // polls; step in only for ones it leaves overdue.
+                    left = left.max(Duration::from_nanos(BUSY_TIMER_SLACK_NS));
+                }
                 Some(timeout.map_or(left, |d| d.min(left)))
             }
             None => timeout,
