@@ -115,7 +115,7 @@ pub struct Vi {
     pub(crate) recv_cq: Option<Arc<CompletionQueue>>,
     pub(crate) inner: Mutex<ViInner>,
     /// A peer-to-peer connection in progress.
-    pub(crate) peer: Mutex<Option<crate::transport::shm::connect::PeerConnect>>,
+    pub(crate) peer: Mutex<Option<crate::connect::PeerConnect>>,
     /// Opaque value for the C shell (its handle).
     pub token: AtomicU64,
 }
@@ -587,7 +587,6 @@ impl Vi {
 
     pub(crate) fn disconnect_internal(&self) -> Result<()> {
         *self.peer.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        crate::transport::udp::connect::cancel_peer(self.id);
         let mut g = self.lock();
         let inner = &mut *g;
         self.close_channel(inner, false, true);

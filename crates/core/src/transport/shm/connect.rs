@@ -18,7 +18,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use openvia_wire::handshake::{Accept, Address, Message, Mode, Reason, Request, ViAttrs};
@@ -407,18 +407,6 @@ pub fn connect_request(
     result
 }
 
-/// The outcome of a peer-to-peer connection in progress.
-pub struct PeerConnect {
-    result: Arc<(Mutex<Option<Result<ViAttrs>>>, Condvar)>,
-    cancel: Arc<AtomicBool>,
-}
-
-impl Drop for PeerConnect {
-    fn drop(&mut self) {
-        self.cancel.store(true, Ordering::SeqCst);
-    }
-}
-
 /// `VipConnectPeerRequest`: starts connecting `vi` with the peer at `remote`.
 pub fn peer_request(
     vi: &Arc<Vi>,
@@ -426,9 +414,8 @@ pub fn peer_request(
     remote: &Address,
     timeout: Option<Duration>,
 ) -> Result<()> {
-    let nic = vi.nic.clone();
-    nic.check_owner()?;
-    if remote.host.as_slice() != nic.address.as_slice() {
+    vi.nic.check_owner()?;
+    if remote.host.as_slice() != vi.nic.address.as_slice() {
         return Err(ViaError::NoMatch);
     }
     if local.discriminator == remote.discriminator {
@@ -436,30 +423,11 @@ pub fn peer_request(
             "peer discriminators must differ",
         ));
     }
-    vi.ensure_idle()?;
-    vi.set_state(ViState::ConnectPending);
-    let pc = PeerConnect {
-        result: Arc::new((Mutex::new(None), Condvar::new())),
-        cancel: Arc::new(AtomicBool::new(false)),
-    };
-    let (result, cancel) = (pc.result.clone(), pc.cancel.clone());
-    *vi.peer.lock().unwrap_or_else(|e| e.into_inner()) = Some(pc);
     let (vi2, local, remote) = (vi.clone(), local.clone(), remote.clone());
     let deadline = timeout.map(|t| Instant::now() + t);
-    std::thread::Builder::new()
-        .name("openvia-peer-connect".into())
-        .spawn(move || {
-            let r = peer_rendezvous(&vi2, &local, &remote, deadline, &cancel);
-            if r.is_err() && vi2.state() == ViState::ConnectPending {
-                vi2.set_state(ViState::Idle);
-            }
-            let (m, cv) = &*result;
-            *m.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
-            cv.notify_all();
-            vi2.nic.doorbell.ring_local();
-        })
-        .map_err(|_| ViaError::Resource("thread"))?;
-    Ok(())
+    crate::connect::start_peer(vi, move |cancel| {
+        peer_rendezvous(&vi2, &local, &remote, deadline, cancel)
+    })
 }
 
 fn peer_rendezvous(
@@ -517,43 +485,4 @@ fn peer_rendezvous(
             Err(e) => return Err(io_err(e)),
         }
     }
-}
-
-/// `VipConnectPeerDone`: Ok(remote attributes) once connected, NotDone before.
-pub fn peer_done(vi: &Arc<Vi>) -> Result<ViAttrs> {
-    let guard = vi.peer.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(pc) = guard.as_ref() else {
-        return Err(ViaError::InvalidState("no peer connection requested"));
-    };
-    let r = pc.result.0.lock().unwrap_or_else(|e| e.into_inner()).take();
-    match r {
-        None => Err(ViaError::NotDone),
-        Some(r) => {
-            drop(guard);
-            *vi.peer.lock().unwrap_or_else(|e| e.into_inner()) = None;
-            r
-        }
-    }
-}
-
-/// `VipConnectPeerWait`: blocks until the peer connection is made or fails.
-pub fn peer_wait(vi: &Arc<Vi>) -> Result<ViAttrs> {
-    let shared = {
-        let guard = vi.peer.lock().unwrap_or_else(|e| e.into_inner());
-        match guard.as_ref() {
-            Some(pc) => pc.result.clone(),
-            None => return Err(ViaError::InvalidState("no peer connection requested")),
-        }
-    };
-    let (m, cv) = &*shared;
-    let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
-    while g.is_none() {
-        g = cv.wait(g).unwrap_or_else(|e| e.into_inner());
-    }
-    let r = g
-        .take()
-        .unwrap_or(Err(ViaError::InvalidState("peer connect")));
-    drop(g);
-    *vi.peer.lock().unwrap_or_else(|e| e.into_inner()) = None;
-    r
 }

@@ -13,7 +13,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use openvia_proto::{emit_reject, Connection, Event, REJECT_MISMATCH};
@@ -430,16 +430,6 @@ pub fn connect_request(
     r
 }
 
-type PeerSlot = Arc<(Mutex<Option<Result<ViAttrs>>>, Condvar)>;
-
-/// Peer connections in progress by VI id: (outcome, cancel flag).
-type PeerMap = HashMap<u64, (PeerSlot, Arc<std::sync::atomic::AtomicBool>)>;
-
-fn peer_slots() -> &'static Mutex<PeerMap> {
-    static P: OnceLock<Mutex<PeerMap>> = OnceLock::new();
-    P.get_or_init(|| Mutex::new(HashMap::new()))
-}
-
 /// `VipConnectPeerRequest` on the network device.
 pub fn peer_request(
     vi: &Arc<Vi>,
@@ -451,98 +441,20 @@ pub fn peer_request(
     if local.discriminator == remote.discriminator && local.host == remote.host {
         return Err(ViaError::InvalidParameter("peer addresses must differ"));
     }
-    vi.ensure_idle()?;
-    vi.set_state(ViState::ConnectPending);
-    let slot: PeerSlot = Arc::new((Mutex::new(None), Condvar::new()));
-    let cancel = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    if let Some((_, old)) = peer_slots()
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(vi.id(), (slot.clone(), cancel.clone()))
-    {
-        old.store(true, std::sync::atomic::Ordering::SeqCst);
-    }
     let (vi2, local, remote) = (vi.clone(), local.clone(), remote.clone());
     let deadline = timeout.map(|t| Instant::now() + t);
-    std::thread::Builder::new()
-        .name("openvia-udp-peer".into())
-        .spawn(move || {
-            let stop = || cancel.load(std::sync::atomic::Ordering::SeqCst);
-            let me = (vi2.nic.address.to_vec(), local.discriminator.clone());
-            let them = (remote.host.clone(), remote.discriminator.clone());
-            let r = if me < them {
-                let tag = agent::tag(MODE_PEER, &local.discriminator, &remote.discriminator);
-                wait_request(&vi2.nic, tag, MODE_PEER, deadline, &stop).and_then(|req| {
-                    let attrs = req.remote_attrs();
-                    req.accept(&vi2).map(|_| attrs)
-                })
-            } else {
-                client_connect(&vi2, &local, &remote, MODE_PEER, deadline, &stop)
-            };
-            if r.is_err() && vi2.state() == ViState::ConnectPending {
-                vi2.set_state(ViState::Idle);
-            }
-            let (m, cv) = &*slot;
-            *m.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
-            cv.notify_all();
-            vi2.nic.doorbell.ring_local();
-        })
-        .map_err(|_| ViaError::Resource("thread"))?;
-    Ok(())
-}
-
-fn take_slot(vi: &Arc<Vi>) -> Result<PeerSlot> {
-    peer_slots()
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(&vi.id())
-        .map(|s| s.0.clone())
-        .ok_or(ViaError::InvalidState("no peer connection requested"))
-}
-
-fn finish_slot(vi: &Arc<Vi>) {
-    peer_slots()
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .remove(&vi.id());
-}
-
-/// `VipConnectPeerDone`.
-pub fn peer_done(vi: &Arc<Vi>) -> Result<ViAttrs> {
-    let slot = take_slot(vi)?;
-    let r = slot.0.lock().unwrap_or_else(|e| e.into_inner()).take();
-    match r {
-        None => Err(ViaError::NotDone),
-        Some(r) => {
-            finish_slot(vi);
-            r
+    crate::connect::start_peer(vi, move |cancel| {
+        let stop = || cancel.load(std::sync::atomic::Ordering::SeqCst);
+        let me = (vi2.nic.address.to_vec(), local.discriminator.clone());
+        let them = (remote.host.clone(), remote.discriminator.clone());
+        if me < them {
+            let tag = agent::tag(MODE_PEER, &local.discriminator, &remote.discriminator);
+            wait_request(&vi2.nic, tag, MODE_PEER, deadline, &stop).and_then(|req| {
+                let attrs = req.remote_attrs();
+                req.accept(&vi2).map(|_| attrs)
+            })
+        } else {
+            client_connect(&vi2, &local, &remote, MODE_PEER, deadline, &stop)
         }
-    }
-}
-
-/// `VipConnectPeerWait`.
-pub fn peer_wait(vi: &Arc<Vi>) -> Result<ViAttrs> {
-    let slot = take_slot(vi)?;
-    let (m, cv) = &*slot;
-    let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
-    while g.is_none() {
-        g = cv.wait(g).unwrap_or_else(|e| e.into_inner());
-    }
-    let r = g
-        .take()
-        .unwrap_or(Err(ViaError::InvalidState("peer connect")));
-    drop(g);
-    finish_slot(vi);
-    r
-}
-
-/// Cancels a peer connection in progress (VI disconnected or destroyed).
-pub fn cancel_peer(vi_id: u64) {
-    if let Some((_, c)) = peer_slots()
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .remove(&vi_id)
-    {
-        c.store(true, std::sync::atomic::Ordering::SeqCst);
-    }
+    })
 }
