@@ -19,9 +19,9 @@ use std::time::Duration;
 use openvia_core::mem::PtagId;
 use openvia_core::nic::Nic;
 use openvia_core::vi::{reliability, Vi};
-use openvia_core::{connect_request, connect_wait, Address};
+use openvia_core::{connect_request, Address};
 
-use super::via_endpoint::{open_vi, via, ViaEndpoint};
+use super::via_endpoint::{accept_on, open_vi, via, ViaEndpoint};
 use super::{Endpoint, EndpointOptions, ListenOptions, Listener, Transport, WaitMode};
 use crate::error::Result;
 
@@ -123,12 +123,6 @@ impl Listener for UdpListener {
 
     fn accept(&mut self) -> Result<Box<dyn Endpoint>> {
         let (nic, ptag, vi) = setup(&self.opts)?;
-        let local = Address {
-            host: nic.query().address.to_vec(),
-            discriminator: self.disc.as_bytes().to_vec(),
-        };
-        let req = connect_wait(nic.shared(), &local, None).map_err(|e| via("connect wait", e))?;
-        req.accept(&vi).map_err(|e| via("accept", e))?;
-        Ok(Box::new(ViaEndpoint::new(nic, ptag, vi, &self.opts)?))
+        accept_on(nic, ptag, vi, &self.disc, &self.opts)
     }
 }

@@ -39,6 +39,25 @@ pub fn via(context: &str, e: ViaError) -> BenchError {
     }
 }
 
+/// Server side: waits for a client on `disc` at this NIC's host and
+/// accepts it on `vi`.
+pub fn accept_on(
+    nic: Nic,
+    ptag: PtagId,
+    vi: Arc<Vi>,
+    disc: &str,
+    opts: &EndpointOptions,
+) -> Result<Box<dyn Endpoint>> {
+    let local = openvia_core::Address {
+        host: nic.query().address.to_vec(),
+        discriminator: disc.as_bytes().to_vec(),
+    };
+    let req = openvia_core::connect_wait(nic.shared(), &local, None)
+        .map_err(|e| via("connect wait", e))?;
+    req.accept(&vi).map_err(|e| via("accept", e))?;
+    Ok(Box::new(ViaEndpoint::new(nic, ptag, vi, opts)?))
+}
+
 /// Opens `device` and makes one VI with `reliability` carrying up to
 /// `max_transfer` bytes (None: the NIC's maximum), waiting as `opts` says.
 pub fn open_vi(
