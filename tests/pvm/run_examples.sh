@@ -10,7 +10,13 @@ bindir=$(cd "$bindir" && pwd)
 for f in libpvm3.so pvmd pvm; do
 	[ -e "$bindir/$f" ] || { echo "missing $bindir/$f (cargo build -p pvm3 -p openvia-pvm)"; exit 1; }
 done
-for f in hello.pvm hello_other timing timing_slave master1 slave1 spmd gexample pvmgs; do
+# Every program of the package this script runs (docs/pvm-examples.md has
+# the table of all of them).
+examples="hello.pvm hello_other timing timing_slave master1 slave1 spmd gexample
+	inherita inheritb inherit1 inherit2 inherit3 task0 task1 task_end lmbi
+	mhf_server mhf_tickle dbwtest ibwtest pbwtest rbwtest gexamp thb tnb tst
+	joinleave trsg gs.pvm fmaster1 fslave1 fspmd fgexample frsg hitc hitc_slave"
+for f in $examples pvmgs; do
 	command -v "$f" >/dev/null || { echo "missing $f: apt-get install -y pvm pvm-examples"; exit 1; }
 done
 
@@ -19,7 +25,7 @@ export HOME=$work/home OPENVIA_PVM_SOCK=$work/pvmd.sock LD_LIBRARY_PATH=$work/li
 mkdir -p "$HOME/pvm3/bin/LINUX64" "$work/lib"
 ln -s "$(readlink -f "$bindir/libpvm3.so")" "$work/lib/libpvm3.so.3"
 # Executables are found the PVM way: $HOME/pvm3/bin/$PVM_ARCH.
-for f in hello_other timing_slave slave1 spmd gexample pvmgs; do
+for f in $examples pvmgs; do
 	ln -s "$(command -v $f)" "$HOME/pvm3/bin/LINUX64/$f"
 done
 console="$bindir/pvm"
@@ -58,6 +64,107 @@ check spmd-done spmd.out 'token ring done'
 printf '10\n4\n' | timeout 60 gexample >gexample.out 2>&1 || true
 check gexample-norm gexample.out 'The 1-Norm is 55'
 check gexample-prod gexample.out 'The product of column 1 is 3.6288e\+06'
+
+# Context inheritance: children start in the context their parent had
+# at pvm_spawn, grandchildren in their own parent's.
+ctx_of() { sed -n "s/.*$2.* with changed context \([0-9]*\)\.$/\1/p" "$1" | head -1; }
+timeout 20 inherita inherit1 >inherit1.out 2>&1 || true
+c=$(ctx_of inherit1.out inherita)
+check inherit1 inherit1.out "inherit2 t4[0-9a-f]+ on machine <.*> with context ${c:-none}\.$"
+timeout 20 inherita inherit3 >inherit3.out 2>&1 || true
+c3=$(sed -n 's/.*inherit3: I just spawned inherit2 as tid t[0-9a-f]* with context \([0-9]*\)\./\1/p' inherit3.out)
+check inherit3 inherit3.out "inherit2 t4[0-9a-f]+ on machine <.*> with context ${c3:-none}\.$"
+timeout 20 inheritb >inheritb.out 2>&1 || true
+c2=$(sed -n 's/^2:inheritb: .* with new #2 context \([0-9]*\) .*/\1/p' inheritb.out)
+check inheritb inheritb.out "^3:inheritb: t4[0-9a-f]+ .*inherit2 t4[0-9a-f]+ on machine <.*> with context ${c2:-none}\. <-- received from 2nd"
+
+# Mailbox services: task0 offers one, two task1 clients and task_end use it.
+# Lines are read from task0 as it prints them (line-buffered by stdbuf).
+mkfifo task0.pipe
+timeout 30 stdbuf -oL task0 svc >task0.pipe 2>&1 &
+exec 4<task0.pipe
+until_line() { # fd, pattern, log: reads lines into log until one matches
+	while IFS= read -r -t 20 -u "$1" line; do
+		printf '%s\n' "$line" >>"$3"
+		case "$line" in *$2*) return 0 ;; esac
+	done
+	return 1
+}
+until_line 4 'just inserted service name <svc>' task0.out || true
+timeout 10 task1 svc >task1.out 2>&1 || true
+timeout 10 task1 svc 0 f >>task1.out 2>&1 || true
+timeout 10 task_end svc 0 >>task1.out 2>&1 || true
+until_line 4 'handled 3 service requests' task0.out || true
+exec 4<&-
+check task1 task1.out 'welcome to my server - you are service request number 2\.'
+check task0 task0.out 'handled 3 service requests\.'
+timeout 10 lmbi 3 p e >lmbi.out 2>&1 || true
+[ "$(grep -c 'just inserted entry <t4[0-9a-f]*lmbi[0-2]> at index 0' lmbi.out)" -eq 3 ] && echo "ok   lmbi" ||
+	{ echo "FAIL lmbi:"; sed 's/^/    /' lmbi.out; fail=1; }
+
+# Message handlers, driven through mhf_tickle's menu one step at a time:
+# each step waits for mhf_server to report the previous one.
+mkfifo mhf.pipe tickle.pipe
+timeout 30 mhf_server >mhf.pipe 2>&1 &
+exec 4<mhf.pipe
+until_line 4 'startup...' mhf.out || true
+timeout 30 mhf_tickle <tickle.pipe >tickle.out 2>&1 &
+exec 5>tickle.pipe
+step() { printf "$1" >&5; until_line 4 "$2" mhf.out || echo "(no '$2')" >>mhf.out; }
+step '1\n77\n0\n1\n' 'loaded SC1'
+step '4\n77\n0\n1\nhello handlers\n' 'HIT:'
+step '1\n78\n0\n6\n' 'loaded IC1'
+step '4\n78\n0\n6\n4242\n' 'HIT:'
+step '2\n0\n' 'AFTER delete'
+step '4\n77\n0\n1\nafter delete\n' 'HIT:'
+step '9\n' 'Termiate Self'
+exec 4<&- 5>&-
+check mhf-string mhf.out 'HIT:  ping target 1 - SC1   strings match <hello handlers>\.'
+check mhf-int mhf.out 'HIT:  ping target 6 - IC1   magic_numbers match 4242\.'
+check mhf-deleted mhf.out 'NO HIT:  lmh = 1 - SC1   mhf_catch = -99'
+
+# The bandwidth testers, two of each spawned from the console; they pair
+# up through the group server.
+for b in dbwtest ibwtest pbwtest rbwtest; do
+	printf 'spawn -2 -> %s\nquit\n' $b | timeout 60 "$console" >$b.out 2>&1 || true
+	[ "$(grep -c '100000 doubles received correctly' $b.out)" -eq 2 ] || echo "(not 2 validations)" >>$b.out
+	check $b $b.out 'Roundtrip T = [0-9]+ \(us\) .* Data size: 800000$'
+	grep -q 'not 2 validations' $b.out && { echo "FAIL $b validations"; fail=1; }
+done
+
+# Group examples (gexamples).
+timeout 30 gexamp 4 >gexamp.out 2>&1 || true
+check gexamp gexamp.out '^gexamp 0: sync$'
+grep -q "doesn't match" gexamp.out && { echo "FAIL gexamp ids"; fail=1; }
+timeout 30 thb 3 >thb.out 2>&1 || true
+check thb thb.out '^done\.$'
+timeout 30 tst >tst.out 2>&1 || true
+check tst tst.out '^left prognosis 0, negative 0$'
+timeout 30 joinleave 200 >joinleave.out 2>&1 || true
+check joinleave joinleave.out '^Joined 200 times$'
+printf '4\n10\n' | timeout 30 trsg >trsg.out 2>&1 || true
+check trsg trsg.out 'Test OK: Sum of Squares of first 40 integers is 22140'
+timeout 30 gs.pvm 4 >gs.out 2>&1 && echo "ok   gs.pvm" || { echo "FAIL gs.pvm:"; tail -3 gs.out; fail=1; }
+
+# Fortran versions (Debian links libfpvm3 statically into them).
+timeout 30 fmaster1 </dev/null >fmaster1.out 2>&1 || true
+[ "$(grep -c 'I got .* from .* (expected' fmaster1.out)" -eq 3 ] &&
+	awk '/I got/ { if ($3 != $7) bad=1 } END { exit bad }' fmaster1.out && echo "ok   fmaster1" ||
+	{ echo "FAIL fmaster1:"; sed 's/^/    /' fmaster1.out; fail=1; }
+printf 'spawn -4 -> fspmd\nquit\n' | timeout 30 "$console" >fspmd.out 2>&1 || true
+check fspmd fspmd.out 'token ring done'
+timeout 30 fgexample </dev/null >fgexample.out 2>&1 || true
+check fgexample fgexample.out 'The 1-Norm is +5050$'
+check fgexample-prod fgexample.out 'The product of column 1 is +9\.33262154439441[0-9]*E\+157'
+printf '4\n10\n' | timeout 30 frsg >frsg.out 2>&1 || true
+check frsg frsg.out 'Test OK: Sum of Squares of first +40 +integers is +22140'
+timeout 60 hitc </dev/null >hitc.out 2>&1 || true
+check hitc hitc.out 'Program Finished'
+# Every task handed out (size > 0) came back with a result, after the one
+# slave's (one host) first "idle" result.
+ntask=$(grep -Ec 'task of size: +[0-9]+$' hitc.out)
+[ "$ntask" -gt 0 ] && [ "$((ntask + 1))" -eq "$(grep -c 'I got result' hitc.out)" ] ||
+	{ echo "FAIL hitc results"; fail=1; }
 
 # Seed 003's contention case, 7 senders x 4 MB at once, through its own
 # pvmd whose pool (8 MB) is far smaller: senders wait for pages, all data

@@ -1,8 +1,7 @@
-//! The rest of the libpvm API: enrollment, buffers, send/receive, spawn
+//! The rest of the libpvm API: enrollment, buffers, sending, spawn
 //! and the requests answered by the pvmd.
 
 use std::ffi::{c_char, c_int, c_void};
-use std::time::Duration;
 
 use openvia_pvm::codec::{self, Elem};
 use openvia_pvm::frame::op;
@@ -33,6 +32,7 @@ pub extern "C" fn pvm_parent() -> c_int {
 
 #[no_mangle]
 pub extern "C" fn pvm_exit() -> c_int {
+    crate::handlers::clear();
     leave()
 }
 
@@ -191,36 +191,6 @@ pub unsafe extern "C" fn pvm_mcast(tids: *mut c_int, n: c_int, tag: c_int) -> c_
 }
 
 #[no_mangle]
-pub extern "C" fn pvm_recv(src: c_int, tag: c_int) -> c_int {
-    code("pvm_recv", |t| t.recv(src, tag, Wait::Forever))
-}
-
-#[no_mangle]
-pub extern "C" fn pvm_nrecv(src: c_int, tag: c_int) -> c_int {
-    code("pvm_nrecv", |t| t.recv(src, tag, Wait::Never))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pvm_trecv(src: c_int, tag: c_int, tmout: *mut libc::timeval) -> c_int {
-    let wait = if tmout.is_null() {
-        Wait::Forever
-    } else {
-        // SAFETY: caller's timeval.
-        let tv = unsafe { *tmout };
-        Wait::For(
-            Duration::from_secs(tv.tv_sec.max(0) as u64)
-                + Duration::from_micros(tv.tv_usec.max(0) as u64),
-        )
-    };
-    code("pvm_trecv", |t| t.recv(src, tag, wait))
-}
-
-#[no_mangle]
-pub extern "C" fn pvm_probe(src: c_int, tag: c_int) -> c_int {
-    code("pvm_probe", |t| t.probe(src, tag))
-}
-
-#[no_mangle]
 pub unsafe extern "C" fn pvm_psend(
     dst: c_int,
     tag: c_int,
@@ -263,6 +233,9 @@ pub unsafe extern "C" fn pvm_precv(
     let len = codec::span(elem, n as usize, 1);
     // SAFETY: caller's array with room for n items of type ty.
     let dst = unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, len) };
+    if let Err(c) = crate::receive::before_receive("pvm_precv") {
+        return c;
+    }
     code("pvm_precv", |t| {
         let saved = t.setrbuf(0)?;
         let id = t.recv(src, tag, Wait::Forever)?;
@@ -404,7 +377,8 @@ pub unsafe extern "C" fn pvm_spawn(
         }
     }
     match with("pvm_spawn", |t| {
-        t.spawn(&file, &args, flags, &where_, count)
+        let ctx = t.ctx;
+        crate::context::with_context_exported(ctx, || t.spawn(&file, &args, flags, &where_, count))
     }) {
         Ok(list) => {
             if !tids.is_null() {
@@ -471,6 +445,16 @@ pub unsafe extern "C" fn pvm_notify(
         // SAFETY: caller's array of cnt tids.
         unsafe { std::slice::from_raw_parts(tids, cnt as usize) }.to_vec()
     };
+    // PvmRouteAdd / PvmRouteDelete report task-to-task sockets opening and
+    // closing. Local messages here go through the shared pool, never such a
+    // socket, so the event never happens: the request is accepted (xep asks
+    // for it at startup) and nothing is ever sent.
+    const ROUTE_ADD: c_int = 4;
+    const ROUTE_DELETE: c_int = 5;
+    const CANCEL: c_int = 256;
+    if matches!(what & !CANCEL, ROUTE_ADD | ROUTE_DELETE) {
+        return code("pvm_notify", |_| Ok(0));
+    }
     code("pvm_notify", |task| {
         let mut ints = vec![what, tag, task.ctx];
         ints.extend(list);
@@ -701,8 +685,6 @@ macro_rules! not_implemented {
 }
 
 not_implemented! {
-    pvm_addmhf(a: c_int, b: c_int, c: c_int, f: *mut c_void);
-    pvm_delmhf(a: c_int);
     pvm_tickle(n: c_int, a: *mut c_int, b: *mut c_int, c: *mut c_int);
     pvm_reg_hoster();
     pvm_reg_tasker();

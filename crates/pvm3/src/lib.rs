@@ -8,8 +8,12 @@
 #![allow(non_upper_case_globals)]
 
 mod calls;
+mod context;
+mod handlers;
+mod helpers;
 mod info;
 mod pack;
+mod receive;
 mod varargs;
 
 use std::ffi::{c_char, c_int, CStr};
@@ -115,9 +119,13 @@ pub(crate) fn with<T>(name: &str, f: impl FnOnce(&mut Task) -> PvmResult<T>) -> 
     let mut guard = TASK.lock().unwrap_or_else(|p| p.into_inner());
     if guard.is_none() {
         match Task::enroll() {
-            Ok(t) => {
+            Ok(mut t) => {
                 // SAFETY: int globals, see above.
-                unsafe { pvmmytid = t.mytid };
+                unsafe {
+                    pvmmytid = t.mytid;
+                    t.ctx = context::at_enrollment(pvmmyctx);
+                    pvmmyctx = t.ctx;
+                }
                 *guard = Some(t);
             }
             Err(e) => {
