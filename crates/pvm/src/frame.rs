@@ -24,9 +24,17 @@ pub mod op {
     pub const MSTAT: u32 = 14;
     pub const ADDHOSTS: u32 = 15;
     pub const DELHOSTS: u32 = 16;
+    /// Between pvmds only: the master's host table (ints [num, speed]*,
+    /// strs [name, arch]*).
+    pub const D_HOSTS: u32 = 100;
+    /// Between pvmds only: the whole sibling list of a spawn across hosts.
+    pub const D_SIBLINGS: u32 = 101;
+    /// Between pvmds only: the master halts a slave.
+    pub const D_HALT: u32 = 102;
 }
 
-const KIND_MSG: u8 = 1;
+/// First byte of a message frame (the link reads it to place bodies).
+pub const KIND_MSG: u8 = 1;
 const KIND_REQ: u8 = 2;
 const KIND_REPLY: u8 = 3;
 

@@ -7,6 +7,8 @@ pub mod daemon;
 pub mod error;
 pub mod fdpass;
 pub mod frame;
+pub mod hostfile;
+pub mod link;
 pub mod paths;
 pub mod pool;
 pub mod task;

@@ -26,6 +26,11 @@ pub fn task_tid(n: u32, local: i32) -> i32 {
     host_tid(n) | (local & LOCAL_MASK)
 }
 
+/// The host number of any tid (0 for tids without a host part).
+pub fn host_num(tid: i32) -> u32 {
+    ((tid & HOST_MASK) as u32) >> HOST_SHIFT
+}
+
 /// The host part of any tid.
 pub fn host_of(tid: i32) -> i32 {
     tid & HOST_MASK
@@ -41,5 +46,7 @@ mod tests {
         assert_eq!(daemon_tid(1) as u32, 0x8004_0000);
         assert_eq!(host_of(0x40007), 0x40000);
         assert_eq!(host_tid(2), 0x80000);
+        assert_eq!(host_num(0x80003), 2);
+        assert_eq!(host_num(daemon_tid(3)), 3);
     }
 }

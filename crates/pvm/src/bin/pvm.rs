@@ -67,7 +67,11 @@ fn main() {
                 ) {
                     Ok((_, a)) => {
                         for (h, c) in hosts.iter().zip(a.ints) {
-                            println!("{h}\t{}", openvia_pvm::error::describe(c));
+                            match c {
+                                c if c > 0 => println!("{h}\tadded, pvmd t{c:x}"),
+                                0 => println!("{h}\tdeleted"),
+                                c => println!("{h}\t{}", openvia_pvm::error::describe(c)),
+                            }
                         }
                     }
                     Err(e) => println!("{cmd}: {e}"),
@@ -96,7 +100,7 @@ fn unsafe_isatty() -> bool {
 fn conf(t: &mut Task) {
     match t.call(op::CONFIG, Args::default()) {
         Ok((n, a)) => {
-            println!("{n} host, 1 data format");
+            println!("{n} host{}, 1 data format", if n == 1 { "" } else { "s" });
             println!("                    HOST     DTID     ARCH   SPEED       DSIG");
             for i in 0..n.max(0) as usize {
                 println!(

@@ -5,7 +5,9 @@
 //! stuck task cannot stall the others.
 
 mod conn;
+mod hosts;
 mod mbox;
+mod remote;
 mod requests;
 mod spawn;
 
@@ -21,9 +23,13 @@ use std::sync::Arc;
 
 use crate::codec;
 use crate::frame::{Frame, Msg};
+use crate::link::{Link, LinkEvent, LinkNic, Waker};
 use crate::pool::{self, Pool};
 use crate::tid;
 use conn::Conn;
+use hosts::HostRec;
+pub use hosts::SlaveArgs;
+use remote::{Gather, Pending, ReplyTo};
 
 /// pvmd settings.
 #[derive(Debug, Clone)]
@@ -35,6 +41,10 @@ pub struct Config {
     pub arch: String,
     /// Pages of the global pool (None: no pool, messages go through pvmd).
     pub pool_pages: Option<usize>,
+    /// The hostfile to start the virtual machine from (master only).
+    pub hostfile: Option<PathBuf>,
+    /// Set when this pvmd is a slave started by a master.
+    pub slave: Option<SlaveArgs>,
 }
 
 impl Config {
@@ -47,6 +57,8 @@ impl Config {
             hostname: crate::paths::hostname(),
             arch: crate::paths::arch(),
             pool_pages: pool::pages_from_env(),
+            hostfile: None,
+            slave: None,
         }
     }
 }
@@ -62,6 +74,11 @@ struct TaskRec {
     siblings: Vec<i32>,
     /// Its slot in the pool (ring and holds), if one was free.
     slot: Option<usize>,
+    /// Spawned with tasks on other hosts: its sibling list comes later,
+    /// and its enrollment is answered only then.
+    siblings_pending: bool,
+    /// A HELLO waiting for the sibling list: (connection, request seq).
+    hello_wait: Option<(RawFd, u32)>,
 }
 
 /// A pvm_notify request.
@@ -75,7 +92,7 @@ struct Notify {
 
 /// A blocked pvm_recvinfo.
 struct InfoWaiter {
-    fd: RawFd,
+    to: ReplyTo,
     seq: u32,
     name: String,
     index: i32,
@@ -110,10 +127,30 @@ pub struct Daemon {
     halting: bool,
     pool: Option<Arc<Pool>>,
     free_slots: Vec<usize>,
+    /// This host's number (the master is 1) and the master's.
+    host_num: u32,
+    master_num: u32,
+    /// Every host of the virtual machine, this one included.
+    hosts: BTreeMap<u32, HostRec>,
+    /// Links to other pvmds (a slave has one, to the master, which relays).
+    links: HashMap<u32, Link>,
+    link_nic: Option<LinkNic>,
+    link_events: (
+        std::sync::mpsc::Sender<LinkEvent>,
+        std::sync::mpsc::Receiver<LinkEvent>,
+    ),
+    waker: Arc<Waker>,
+    /// Requests sent to other pvmds, by call number.
+    calls: HashMap<u32, Pending>,
+    gathers: HashMap<u32, Gather>,
+    next_call: u32,
+    /// Hosts the hostfile described, for `add`.
+    known_hosts: BTreeMap<String, crate::hostfile::HostEntry>,
+    next_host: u32,
+    spawn_rr: usize,
+    /// Writes messages from other hosts straight into the pool.
+    inbound: Option<Arc<crate::pool::inbound::Inbound>>,
 }
-
-/// This host's number (host 1 until multi-host lands).
-const HOST_NUM: u32 = 1;
 
 impl Daemon {
     /// Binds the socket; fails if another pvmd answers there.
@@ -135,6 +172,10 @@ impl Daemon {
             .create(true)
             .append(true)
             .open(&cfg.log)?;
+        let (host_num, master_num) = match &cfg.slave {
+            Some(s) => (s.host_num, s.master_num),
+            None => (1, 1),
+        };
         let mut d = Daemon {
             cfg,
             listener,
@@ -150,7 +191,36 @@ impl Daemon {
             halting: false,
             pool,
             free_slots: (0..pool::MAX_SLOTS).rev().collect(),
+            host_num,
+            master_num,
+            hosts: BTreeMap::new(),
+            links: HashMap::new(),
+            link_nic: None,
+            link_events: std::sync::mpsc::channel(),
+            waker: Waker::new()?,
+            calls: HashMap::new(),
+            gathers: HashMap::new(),
+            next_call: 1,
+            known_hosts: BTreeMap::new(),
+            next_host: 2,
+            spawn_rr: 0,
+            inbound: None,
         };
+        // The pvmd's own slot holds runs its links are writing.
+        let me_tid = d.tid();
+        if let Some(slot) = d.claim_slot(me_tid, 0) {
+            let pool = d.pool.clone().expect("a slot implies a pool");
+            d.inbound = Some(Arc::new(crate::pool::inbound::Inbound::new(
+                pool, slot, host_num,
+            )));
+        }
+        let me = HostRec {
+            num: host_num,
+            name: d.cfg.hostname.clone(),
+            arch: d.cfg.arch.clone(),
+            speed: 1000,
+        };
+        d.hosts.insert(host_num, me);
         d.logln(&format!(
             "openvia pvmd ready on {} ({})",
             d.cfg.hostname, d.cfg.arch
@@ -160,7 +230,7 @@ impl Daemon {
 
     /// This pvmd's tid.
     pub fn tid(&self) -> i32 {
-        tid::daemon_tid(HOST_NUM)
+        tid::daemon_tid(self.host_num)
     }
 
     fn logln(&mut self, line: &str) {
@@ -191,7 +261,7 @@ impl Daemon {
 
     fn new_tid(&mut self) -> i32 {
         loop {
-            let t = tid::task_tid(HOST_NUM, self.next_local);
+            let t = tid::task_tid(self.host_num, self.next_local);
             self.next_local = (self.next_local % tid::LOCAL_MASK) + 1;
             if !self.tasks.contains_key(&t) {
                 return t;
@@ -201,6 +271,7 @@ impl Daemon {
 
     /// Serves until halted.
     pub fn run(&mut self) -> io::Result<()> {
+        self.start_virtual_machine();
         while !self.halting {
             self.poll_once(200)?;
             self.reap_children();
@@ -210,11 +281,18 @@ impl Daemon {
     }
 
     fn poll_once(&mut self, timeout_ms: i32) -> io::Result<()> {
-        let mut fds = vec![libc::pollfd {
-            fd: self.listener.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        }];
+        let mut fds = vec![
+            libc::pollfd {
+                fd: self.listener.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: self.waker.fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
         for (fd, c) in &self.conns {
             let ev = libc::POLLIN | if c.wants_write() { libc::POLLOUT } else { 0 };
             fds.push(libc::pollfd {
@@ -243,6 +321,9 @@ impl Daemon {
         for p in fds.iter().filter(|p| p.revents != 0) {
             if p.fd == self.listener.as_raw_fd() {
                 self.accept_all();
+            } else if p.fd == self.waker.fd() {
+                self.waker.drain();
+                self.link_events();
             } else if self.outputs.contains_key(&p.fd) {
                 self.read_output(p.fd);
             } else if self.conns.contains_key(&p.fd) {
@@ -330,6 +411,15 @@ impl Daemon {
 
     fn route(&mut self, m: Msg) {
         let dst = m.dst;
+        let host = tid::host_num(dst);
+        if host != self.host_num && host != 0 {
+            if !self.send_host(host, Frame::Msg(m)) {
+                self.logln(&format!(
+                    "message for t{dst:x}: no route to host {host}, dropped"
+                ));
+            }
+            return;
+        }
         if !self.deliver(dst, Frame::Msg(m)) {
             self.logln(&format!("message for t{dst:x}: no such task, dropped"));
         }
@@ -350,7 +440,7 @@ impl Daemon {
         let Some(c) = self.conns.remove(&fd) else {
             return;
         };
-        self.info_waiters.retain(|w| w.fd != fd);
+        self.info_waiters.retain(|w| w.to != ReplyTo::Task(fd));
         if let Some(t) = c.tid {
             self.task_gone(t);
         }
@@ -481,6 +571,16 @@ impl Daemon {
     }
 
     fn shutdown(&mut self) {
+        self.halt_slaves();
+        if let Some(inb) = &self.inbound {
+            use std::sync::atomic::Ordering::Relaxed;
+            let (p, s) = (inb.into_pool.load(Relaxed), inb.by_socket.load(Relaxed));
+            if p + s > 0 {
+                self.logln(&format!(
+                    "messages from other hosts: {p} into the pool, {s} by socket"
+                ));
+            }
+        }
         for r in self.tasks.values() {
             if r.pid > 0 {
                 // SAFETY: signalling a process id we spawned or that enrolled.

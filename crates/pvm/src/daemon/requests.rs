@@ -3,16 +3,15 @@
 
 use std::os::fd::RawFd;
 
+use super::hosts::{HOST_ADD, HOST_DELETE, TASK_EXIT};
 use super::mbox::{Entry, WAIT_FOR_INFO};
-use super::spawn::SpawnRequest;
+use super::remote::{GatherKind, ReplyTo};
+use super::spawn::{SpawnRequest, SIBLINGS_LATER, TASK_ARCH, TASK_HOST};
 use super::{Daemon, InfoWaiter, Notify, TaskRec};
 use crate::error::PvmError;
 use crate::frame::{op, Args};
 use crate::tid;
 
-const TASK_EXIT: i32 = 1;
-const HOST_DELETE: i32 = 2;
-const HOST_ADD: i32 = 3;
 const NOTIFY_CANCEL: i32 = 256;
 
 fn int(a: &Args, i: usize) -> i32 {
@@ -24,21 +23,47 @@ fn string(a: &Args, i: usize) -> String {
 }
 
 impl Daemon {
+    /// A request from a task on this host.
     pub(super) fn request(&mut self, fd: RawFd, seq: u32, opcode: u32, a: Args) {
         let me = self.conns.get(&fd).and_then(|c| c.tid);
         if opcode != op::HELLO && me.is_none() {
             self.reply(fd, seq, PvmError::SysErr.code(), Args::default());
             return;
         }
-        let me = me.unwrap_or(0);
-        let (code, out) = match opcode {
-            op::HELLO => {
-                self.hello(fd, seq, &a);
+        match opcode {
+            op::HELLO => self.hello(fd, seq, &a),
+            op::EXIT => {
+                self.reply(fd, seq, 0, Args::default());
+                self.drop_conn(fd);
+            }
+            _ => self.serve(ReplyTo::Task(fd), seq, me.unwrap_or(0), opcode, a),
+        }
+    }
+
+    /// Serves a request of task `me`, from this host or forwarded by
+    /// another pvmd; forwards it on if another host must answer.
+    pub(super) fn serve(&mut self, to: ReplyTo, seq: u32, me: i32, opcode: u32, a: Args) {
+        let forwarded = matches!(to, ReplyTo::Host(_));
+        if !forwarded {
+            if let Some(h) = self.answering_host(opcode, &a) {
+                self.forward(to, seq, h, me, opcode, a);
                 return;
             }
-            op::SPAWN => self.req_spawn(me, &a),
+        }
+        let (code, out) = match opcode {
+            op::SPAWN => {
+                self.req_spawn(to, seq, me, &a);
+                return;
+            }
             op::CONFIG => self.config(),
-            op::TASKS => self.list_tasks(int(&a, 0)),
+            op::TASKS => {
+                let which = int(&a, 0);
+                if which == 0 && !forwarded && self.hosts.len() > 1 {
+                    self.tasks_everywhere(to, seq, me);
+                    return;
+                }
+                self.list_tasks(which)
+            }
             op::KILL => self.kill(int(&a, 0), libc::SIGTERM),
             op::SENDSIG => self.kill(int(&a, 0), int(&a, 1)),
             op::PSTAT => {
@@ -50,23 +75,36 @@ impl Daemon {
                 )
             }
             op::MSTAT => {
-                let ok = self.host_name_ok(&string(&a, 0));
+                let ok = self.host_by_name(&string(&a, 0)).is_some();
                 (
                     if ok { 0 } else { PvmError::NoHost.code() },
                     Args::default(),
                 )
             }
-            op::NOTIFY => self.notify(me, &a),
-            op::EXIT => {
-                self.reply(fd, seq, 0, Args::default());
-                self.drop_conn(fd);
-                return;
-            }
+            op::NOTIFY => self.notify(me, &a, forwarded),
             op::HALT => {
-                self.reply(fd, seq, 0, Args::default());
+                self.reply_to(to, seq, 0, Args::default());
+                if self.host_num != self.master_num {
+                    // The master halts the whole machine, us included.
+                    self.tell(self.master_num, me, op::HALT, Args::default());
+                    return;
+                }
                 // Everyone else gets SIGTERM at shutdown; the caller just exits.
                 self.tasks.remove(&me);
                 self.halting = true;
+                return;
+            }
+            op::D_HALT => {
+                self.logln("halted by the master");
+                self.halting = true;
+                return;
+            }
+            op::D_HOSTS => {
+                self.set_host_table(&a);
+                return;
+            }
+            op::D_SIBLINGS => {
+                self.set_siblings(&a.ints);
                 return;
             }
             op::PUTINFO => {
@@ -89,7 +127,7 @@ impl Daemon {
                     Ok(e) => (0, info_args(e)),
                     Err(_) if flags & WAIT_FOR_INFO != 0 => {
                         self.info_waiters.push(InfoWaiter {
-                            fd,
+                            to,
                             seq,
                             name,
                             index,
@@ -105,38 +143,48 @@ impl Daemon {
                 (r.map(|_| 0).unwrap_or_else(|e| e.code()), Args::default())
             }
             op::ADDHOSTS => {
-                let codes = a.strs.iter().map(|h| {
-                    if self.host_name_ok(h) {
-                        PvmError::DupHost.code()
-                    } else {
-                        PvmError::CantStart.code()
-                    }
-                });
+                let ints = self.add_hosts(&a.strs);
+                let n = ints.iter().filter(|&&c| c >= 0).count() as i32;
                 (
-                    0,
+                    n,
                     Args {
-                        ints: codes.collect(),
+                        ints,
                         ..Args::default()
                     },
                 )
             }
             op::DELHOSTS => {
-                let codes = a.strs.iter().map(|_| PvmError::NoHost.code()).collect();
+                let ints = self.delete_hosts(&a.strs);
                 (
                     0,
                     Args {
-                        ints: codes,
+                        ints,
                         ..Args::default()
                     },
                 )
             }
             _ => (PvmError::NotImpl.code(), Args::default()),
         };
-        self.reply(fd, seq, code, out);
+        self.reply_to(to, seq, code, out);
     }
 
-    fn host_name_ok(&self, h: &str) -> bool {
-        h == self.cfg.hostname || h == "localhost" || h == "."
+    /// pvm_tasks(0) on a machine of several hosts: ask each.
+    fn tasks_everywhere(&mut self, to: ReplyTo, seq: u32, me: i32) {
+        let hosts: Vec<u32> = self.hosts.keys().copied().collect();
+        let mut local = Vec::new();
+        let mut remote = Vec::new();
+        for (i, h) in hosts.into_iter().enumerate() {
+            if h == self.host_num {
+                local.push((i, self.list_tasks(0)));
+            } else {
+                let a = Args {
+                    ints: vec![0],
+                    ..Args::default()
+                };
+                remote.push((i, h, a));
+            }
+        }
+        self.gather((to, seq), me, op::TASKS, GatherKind::Tasks, local, remote);
     }
 
     /// Enrolls a connection: a spawned task claims its reserved tid, a task
@@ -144,7 +192,7 @@ impl Daemon {
     fn hello(&mut self, fd: RawFd, seq: u32, a: &Args) {
         let (hint, pid, name) = (int(a, 0), int(a, 1), string(a, 0));
         let t = match self.tasks.get(&hint) {
-            Some(r) if hint != 0 && r.conn.is_none() => hint,
+            Some(r) if hint != 0 && r.conn.is_none() && r.hello_wait.is_none() => hint,
             _ => {
                 let t = self.new_tid();
                 let slot = self.claim_slot(t, pid);
@@ -156,24 +204,44 @@ impl Daemon {
                     pending: Vec::new(),
                     siblings: vec![t],
                     slot,
+                    siblings_pending: false,
+                    hello_wait: None,
                 };
                 self.tasks.insert(t, rec);
                 t
             }
         };
+        if let Some(c) = self.conns.get_mut(&fd) {
+            c.tid = Some(t);
+        }
         let rec = self.tasks.get_mut(&t).expect("just ensured");
-        rec.conn = Some(fd);
         rec.pid = pid;
+        if rec.siblings_pending {
+            // Spawned beside tasks on other hosts: answer once the whole
+            // sibling list is known.
+            rec.hello_wait = Some((fd, seq));
+            return;
+        }
+        self.finish_hello(t, fd, seq);
+    }
+
+    fn finish_hello(&mut self, t: i32, fd: RawFd, seq: u32) {
+        let Some(rec) = self.tasks.get_mut(&t) else {
+            return;
+        };
+        rec.conn = Some(fd);
+        rec.hello_wait = None;
         let pending = std::mem::take(&mut rec.pending);
         let mut ints = vec![rec.ptid, rec.siblings.len() as i32];
         ints.extend(&rec.siblings);
         ints.push(rec.slot.map_or(-1, |s| s as i32));
         if let (Some(pool), Some(slot)) = (&self.pool, rec.slot) {
-            pool.set_slot_pid(slot, pid);
+            pool.set_slot_pid(slot, rec.pid);
         }
-        if let Some(c) = self.conns.get_mut(&fd) {
-            c.tid = Some(t);
-        }
+        let name = self
+            .hosts
+            .get(&self.host_num)
+            .map_or(self.cfg.hostname.clone(), |h| h.name.clone());
         // The reply must precede the held messages: the task reads it first.
         self.reply(
             fd,
@@ -181,7 +249,7 @@ impl Daemon {
             t,
             Args {
                 ints,
-                strs: vec![self.cfg.hostname.clone()],
+                strs: vec![name],
                 bytes: Vec::new(),
             },
         );
@@ -190,7 +258,27 @@ impl Daemon {
         }
     }
 
-    fn req_spawn(&mut self, me: i32, a: &Args) -> (i32, Args) {
+    /// The whole sibling list of a spawn that spanned hosts.
+    pub(super) fn set_siblings(&mut self, tids: &[i32]) {
+        let mine: Vec<i32> = tids
+            .iter()
+            .copied()
+            .filter(|&t| tid::host_num(t) == self.host_num)
+            .collect();
+        for t in mine {
+            let Some(rec) = self.tasks.get_mut(&t) else {
+                continue;
+            };
+            rec.siblings = tids.to_vec();
+            rec.siblings_pending = false;
+            if let Some((fd, seq)) = rec.hello_wait {
+                self.finish_hello(t, fd, seq);
+            }
+        }
+    }
+
+    fn req_spawn(&mut self, to: ReplyTo, seq: u32, me: i32, a: &Args) {
+        let forwarded = matches!(to, ReplyTo::Host(_));
         let (flags, count, nargs) = (
             int(a, 0),
             int(a, 1).max(0) as usize,
@@ -201,7 +289,7 @@ impl Daemon {
             let (k, v) = kv.split_once('=')?;
             Some((k.to_string(), v.to_string()))
         });
-        let req = SpawnRequest {
+        let mut req = SpawnRequest {
             parent: me,
             file: string(a, 0),
             argv,
@@ -213,32 +301,122 @@ impl Daemon {
             out_code: int(a, 4),
             out_ctx: int(a, 5),
         };
-        let tids = self.spawn(req);
-        let ok = tids.iter().filter(|&&t| t > 0).count() as i32;
-        (
-            ok,
-            Args {
+        if forwarded {
+            // The asking pvmd chose this host; the flag says whether more
+            // tasks of the same spawn run elsewhere.
+            let later = flags & SIBLINGS_LATER != 0;
+            req.flags &= !SIBLINGS_LATER;
+            let tids = self.spawn(req, later);
+            let ok = tids.iter().filter(|&&t| t > 0).count() as i32;
+            let out = Args {
                 ints: tids,
                 ..Args::default()
-            },
-        )
+            };
+            self.reply_to(to, seq, ok, out);
+            return;
+        }
+        let placement = match self.place(&req) {
+            Ok(p) => p,
+            Err(e) => {
+                let out = Args {
+                    ints: vec![e.code(); count],
+                    ..Args::default()
+                };
+                self.reply_to(to, seq, e.code(), out);
+                return;
+            }
+        };
+        if placement.len() == 1 && placement[0].0 == self.host_num {
+            let tids = self.spawn(req, false);
+            let ok = tids.iter().filter(|&&t| t > 0).count() as i32;
+            let out = Args {
+                ints: tids,
+                ..Args::default()
+            };
+            self.reply_to(to, seq, ok, out);
+            return;
+        }
+        let spread = placement.len() > 1;
+        let hosts: Vec<u32> = placement.iter().map(|p| p.0).collect();
+        let counts: Vec<usize> = placement.iter().map(|p| p.1).collect();
+        let mut local = Vec::new();
+        let mut remote = Vec::new();
+        for (i, &(h, n)) in placement.iter().enumerate() {
+            if h == self.host_num {
+                let part = SpawnRequest {
+                    count: n,
+                    argv: req.argv.clone(),
+                    env: req.env.clone(),
+                    file: req.file.clone(),
+                    where_: String::new(),
+                    ..req
+                };
+                let tids = self.spawn(part, spread);
+                let ok = tids.iter().filter(|&&t| t > 0).count() as i32;
+                local.push((
+                    i,
+                    (
+                        ok,
+                        Args {
+                            ints: tids,
+                            ..Args::default()
+                        },
+                    ),
+                ));
+            } else {
+                let mut fa = a.clone();
+                if let Some(f) = fa.ints.get_mut(0) {
+                    *f = (flags & !(TASK_HOST | TASK_ARCH))
+                        | if spread { SIBLINGS_LATER } else { 0 };
+                }
+                if let Some(c) = fa.ints.get_mut(1) {
+                    *c = n as i32;
+                }
+                remote.push((i, h, fa));
+            }
+        }
+        let kind = GatherKind::Spawn {
+            hosts: if spread { hosts } else { Vec::new() },
+            counts,
+        };
+        self.gather((to, seq), me, op::SPAWN, kind, local, remote);
     }
 
-    fn config(&self) -> (i32, Args) {
-        let ints = vec![tid::host_tid(super::HOST_NUM), 1000, 0x0040_8841];
-        let strs = vec![self.cfg.hostname.clone(), self.cfg.arch.clone()];
-        (
-            1,
-            Args {
-                ints,
-                strs,
-                bytes: Vec::new(),
-            },
-        )
+    /// Where the tasks of a spawn go: (host, count) in host order. A named
+    /// host or architecture narrows the choice; otherwise tasks go round
+    /// the hosts in turn, as PVM places them.
+    fn place(&mut self, req: &SpawnRequest) -> Result<Vec<(u32, usize)>, PvmError> {
+        let candidates: Vec<u32> = if req.flags & TASK_HOST != 0 && !req.where_.is_empty() {
+            vec![self.host_by_name(&req.where_).ok_or(PvmError::NoHost)?]
+        } else if req.flags & TASK_ARCH != 0 {
+            let v: Vec<u32> = self
+                .hosts
+                .values()
+                .filter(|h| h.arch == req.where_)
+                .map(|h| h.num)
+                .collect();
+            if v.is_empty() {
+                return Err(PvmError::NoHost);
+            }
+            v
+        } else {
+            self.hosts.keys().copied().collect()
+        };
+        let mut counts = vec![0usize; candidates.len()];
+        for _ in 0..req.count {
+            let k = self.spawn_rr % candidates.len();
+            counts[k] += 1;
+            self.spawn_rr = self.spawn_rr.wrapping_add(1);
+        }
+        Ok(candidates
+            .into_iter()
+            .zip(counts)
+            .filter(|(_, n)| *n > 0)
+            .collect())
     }
 
     fn list_tasks(&self, which: i32) -> (i32, Args) {
-        let host = tid::host_tid(super::HOST_NUM);
+        let host = tid::host_tid(self.host_num);
         let mut out = Args::default();
         for (t, r) in &self.tasks {
             if which != 0 && which != host && which != *t {
@@ -265,38 +443,41 @@ impl Daemon {
         }
     }
 
-    fn notify(&mut self, me: i32, a: &Args) -> (i32, Args) {
+    /// pvm_notify. Task-exit watches on tasks of other hosts are registered
+    /// with those hosts' pvmds (their notify messages come back routed);
+    /// host watches stay here, fired when the host table changes.
+    fn notify(&mut self, me: i32, a: &Args, forwarded: bool) -> (i32, Args) {
         let (what, tag, ctx) = (int(a, 0), int(a, 1), int(a, 2));
         let kind = what & !NOTIFY_CANCEL;
-        if what & NOTIFY_CANCEL != 0 {
-            let targets = &a.ints[3.min(a.ints.len())..];
-            self.notifies.retain(|n| {
-                !(n.watcher == me && n.what == kind && n.tag == tag && targets.contains(&n.target))
-            });
-            return (0, Args::default());
-        }
-        match kind {
-            TASK_EXIT => {
-                for &target in &a.ints[3.min(a.ints.len())..] {
-                    let n = Notify {
-                        what: kind,
-                        watcher: me,
-                        tag,
-                        ctx,
-                        target,
-                    };
-                    if self.tasks.contains_key(&target) {
-                        self.notifies.push(n);
-                    } else {
-                        self.send_notify(&n);
-                    }
-                }
-                (0, Args::default())
+        let targets: Vec<i32> = a.ints[3.min(a.ints.len())..].to_vec();
+        let (mine, elsewhere): (Vec<i32>, Vec<i32>) = targets.iter().partition(|&&t| {
+            kind != TASK_EXIT || forwarded || {
+                let h = tid::host_num(t);
+                h == self.host_num || h == 0
             }
-            HOST_DELETE | HOST_ADD => {
-                // One host: it is never deleted while we run, none is added.
-                for &target in &a.ints[3.min(a.ints.len())..] {
-                    self.notifies.push(Notify {
+        });
+        let mut by_host: std::collections::BTreeMap<u32, Vec<i32>> = Default::default();
+        for t in elsewhere {
+            by_host.entry(tid::host_num(t)).or_default().push(t);
+        }
+        for (h, ts) in by_host {
+            let mut ints = vec![what, tag, ctx];
+            ints.extend(&ts);
+            let known = self.hosts.contains_key(&h);
+            if known {
+                self.tell(
+                    h,
+                    me,
+                    op::NOTIFY,
+                    Args {
+                        ints,
+                        ..Args::default()
+                    },
+                );
+            } else if what & NOTIFY_CANCEL == 0 {
+                // No such host: its tasks are as good as gone.
+                for target in ts {
+                    self.send_notify(&Notify {
                         what: kind,
                         watcher: me,
                         tag,
@@ -304,6 +485,47 @@ impl Daemon {
                         target,
                     });
                 }
+            }
+        }
+        if what & NOTIFY_CANCEL != 0 {
+            self.notifies.retain(|n| {
+                !(n.watcher == me
+                    && n.what == kind
+                    && n.tag == tag
+                    && (kind == HOST_ADD || mine.contains(&n.target)))
+            });
+            return (0, Args::default());
+        }
+        let note = |target| Notify {
+            what: kind,
+            watcher: me,
+            tag,
+            ctx,
+            target,
+        };
+        match kind {
+            TASK_EXIT => {
+                for target in mine {
+                    if self.tasks.contains_key(&target) {
+                        self.notifies.push(note(target));
+                    } else {
+                        self.send_notify(&note(target));
+                    }
+                }
+                (0, Args::default())
+            }
+            HOST_DELETE => {
+                for target in mine {
+                    if self.hosts.contains_key(&tid::host_num(target)) {
+                        self.notifies.push(note(target));
+                    } else {
+                        self.send_notify(&note(target));
+                    }
+                }
+                (0, Args::default())
+            }
+            HOST_ADD => {
+                self.notifies.push(note(0));
                 (0, Args::default())
             }
             _ => (PvmError::BadParam.code(), Args::default()),
@@ -320,7 +542,7 @@ impl Daemon {
         };
         for w in waiting {
             match self.mailbox.get(&w.name, w.index, w.flags) {
-                Ok(e) => self.reply(w.fd, w.seq, 0, info_args(e)),
+                Ok(e) => self.reply_to(w.to, w.seq, 0, info_args(e)),
                 Err(_) => self.info_waiters.push(w),
             }
         }

@@ -26,9 +26,12 @@ pub struct SpawnRequest {
     pub out_ctx: i32,
 }
 
-const TASK_HOST: i32 = 1;
-const TASK_ARCH: i32 = 2;
+pub const TASK_HOST: i32 = 1;
+pub const TASK_ARCH: i32 = 2;
 const NO_SPAWN_PARENT: i32 = 64;
+/// Between pvmds: more tasks of this spawn run on other hosts, so the
+/// sibling list comes later (a bit PVM's flags never use).
+pub const SIBLINGS_LATER: i32 = 1 << 30;
 
 impl Daemon {
     fn find_executable(&self, file: &str) -> Option<PathBuf> {
@@ -43,19 +46,11 @@ impl Daemon {
             .find(|p| p.is_file())
     }
 
-    fn host_matches(&self, where_: &str) -> bool {
-        where_.is_empty() || where_ == "." || where_ == "localhost" || where_ == self.cfg.hostname
-    }
-
-    /// Starts `count` tasks; one tid or error code per task.
-    pub(super) fn spawn(&mut self, req: SpawnRequest) -> Vec<i32> {
+    /// Starts `count` tasks here (the host was chosen by the caller); one
+    /// tid or error code per task. With `siblings_later` the tasks' sibling
+    /// lists are completed by a later D_SIBLINGS.
+    pub(super) fn spawn(&mut self, req: SpawnRequest, siblings_later: bool) -> Vec<i32> {
         let fail = |e: PvmError| vec![e.code(); req.count];
-        if req.flags & TASK_HOST != 0 && !self.host_matches(&req.where_) {
-            return fail(PvmError::NoHost);
-        }
-        if req.flags & TASK_ARCH != 0 && req.where_ != self.cfg.arch {
-            return fail(PvmError::NoHost);
-        }
         let Some(path) = self.find_executable(&req.file) else {
             return fail(PvmError::NoFile);
         };
@@ -80,6 +75,8 @@ impl Daemon {
                             pending: Vec::new(),
                             siblings: tids.clone(),
                             slot,
+                            siblings_pending: siblings_later,
+                            hello_wait: None,
                         },
                     );
                     self.outputs.insert(

@@ -15,6 +15,7 @@
 mod alloc;
 pub mod body;
 mod futex;
+pub mod inbound;
 pub mod mailbox;
 
 pub use alloc::first_fit;

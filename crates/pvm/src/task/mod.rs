@@ -326,7 +326,11 @@ impl Task {
                 }
                 Err(e) => return Err(e),
             }
-            if dst & crate::tid::DAEMON_BIT as i32 == 0 && !self.task_exists(dst)? {
+            // A local tid is checked (a dead one gives PvmNoTask, as the
+            // issue asks); a remote one would cost a round trip between
+            // hosts per send, so its pvmd drops it if the task is gone.
+            let local = crate::tid::host_of(dst) == crate::tid::host_of(self.mytid);
+            if dst & crate::tid::DAEMON_BIT as i32 == 0 && local && !self.task_exists(dst)? {
                 failed.get_or_insert(PvmError::NoTask);
                 continue;
             }

@@ -1,0 +1,571 @@
+//! pvmd to pvmd: one reliable VI over openvia's network device per peer
+//! daemon, carrying daemon frames (`frame.rs`) inside a small envelope
+//! (source and destination host, so a hub can relay), cut into fragments.
+//!
+//! The sliding window is the number of fragment sends in flight
+//! (`OPENVIA_PVM_WINDOW`, default 16, of `OPENVIA_PVM_FRAG` bytes, default
+//! 256 KiB). Each end keeps twice that many receives posted; when they run
+//! out, RUM's receiver-driven flow control holds the sender, so nothing is
+//! dropped. Two threads per link keep the daemon's poll loop from ever
+//! blocking on the network: a sender that copies fragments into registered
+//! buffers and posts them as the window allows, and a receiver that waits on
+//! completions, reassembles frames and hands them to the loop through a
+//! channel and an eventfd.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::Arc;
+use std::time::Duration;
+
+use openvia_core::descriptor::{control, status, DataSegment, DescPtr, Descriptor};
+use openvia_core::mem::PtagId;
+use openvia_core::nic::Nic;
+use openvia_core::vi::{reliability, Vi, ViAttributes};
+use openvia_core::{Address, ViaError};
+
+use crate::frame::Frame;
+use crate::pool::inbound::{Inbound, InboundRun};
+
+/// The immediate data of the last fragment of a frame.
+const LAST_FRAGMENT: u32 = 1;
+/// Bytes of one descriptor slot (control segment + data segments).
+const DESC_SLOT: usize = 64;
+/// Envelope: source host, destination host.
+const ENVELOPE: usize = 8;
+/// Envelope, frame length, kind, five ints and the body length: where a
+/// message's body starts in its first fragment.
+const MSG_HEADER: usize = ENVELOPE + 4 + 1 + 20 + 4;
+
+/// Link settings, from the environment.
+#[derive(Debug, Clone, Copy)]
+pub struct LinkConfig {
+    /// Fragment sends in flight.
+    pub window: usize,
+    /// Bytes per fragment.
+    pub frag: usize,
+}
+
+impl LinkConfig {
+    pub fn from_env() -> LinkConfig {
+        let get = |k: &str, d: usize| {
+            std::env::var(k)
+                .ok()
+                .and_then(|v| v.parse::<usize>().ok())
+                .filter(|&v| v > 0)
+                .unwrap_or(d)
+        };
+        LinkConfig {
+            window: get("OPENVIA_PVM_WINDOW", 16).min(1024),
+            frag: get("OPENVIA_PVM_FRAG", 256 * 1024).clamp(1024, 1 << 20),
+        }
+    }
+}
+
+/// What a link reports to the daemon's loop.
+pub enum LinkEvent {
+    /// A whole frame from host `src`, meant for host `dst`.
+    Frame {
+        via: u32,
+        src: u32,
+        dst: u32,
+        frame: Frame,
+    },
+    /// The link to host `via` is gone (peer dead, unreachable or closed).
+    Down { via: u32, why: String },
+}
+
+/// Wakes the daemon's poll loop: an eventfd it polls.
+pub struct Waker {
+    fd: OwnedFd,
+}
+
+impl Waker {
+    pub fn new() -> io::Result<Arc<Waker>> {
+        // SAFETY: eventfd has no pointer arguments.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh descriptor owned only here.
+        Ok(Arc::new(Waker {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        }))
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    pub fn wake(&self) {
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: writing 8 bytes from a live array to our eventfd.
+        unsafe { libc::write(self.fd(), one.as_ptr().cast(), 8) };
+    }
+
+    /// Clears the counter after a wake-up.
+    pub fn drain(&self) {
+        let mut v = [0u8; 8];
+        // SAFETY: reading 8 bytes into a live array from our eventfd.
+        unsafe { libc::read(self.fd(), v.as_mut_ptr().cast(), 8) };
+    }
+}
+
+/// Registered memory, 64-byte aligned, owned by a link.
+struct Region {
+    buf: Vec<u8>,
+    base: usize,
+    handle: u32,
+}
+
+impl Region {
+    fn new(nic: &Nic, ptag: PtagId, len: usize) -> Result<Region, ViaError> {
+        let buf = vec![0u8; len + 64];
+        let base = (buf.as_ptr() as usize).next_multiple_of(64);
+        let handle = nic.register_mem(base as u64, len as u64, ptag, true, false)?;
+        Ok(Region { buf, base, handle })
+    }
+    fn at(&self, off: usize) -> usize {
+        debug_assert!(off < self.buf.len());
+        self.base + off
+    }
+}
+
+/// Buffers and descriptors of one direction: slot i is descriptor i and
+/// data buffer i.
+struct Slots {
+    descs: Region,
+    data: Region,
+    frag: usize,
+    n: usize,
+}
+
+// SAFETY: the regions are plain heap memory; each slot is used by one
+// thread at a time (the sender's or the receiver's), and the core reads
+// posted descriptors only while they are posted.
+unsafe impl Send for Slots {}
+unsafe impl Sync for Slots {}
+
+impl Slots {
+    fn new(nic: &Nic, ptag: PtagId, n: usize, frag: usize) -> Result<Slots, ViaError> {
+        Ok(Slots {
+            descs: Region::new(nic, ptag, n * DESC_SLOT)?,
+            data: Region::new(nic, ptag, n * frag)?,
+            frag,
+            n,
+        })
+    }
+
+    fn desc(&self, i: usize) -> *mut Descriptor {
+        self.descs.at(i * DESC_SLOT) as *mut Descriptor
+    }
+
+    fn index_of(&self, d: DescPtr) -> usize {
+        (d.0 as usize - self.descs.base) / DESC_SLOT
+    }
+
+    fn data(&self, i: usize) -> *mut u8 {
+        self.data.at(i * self.frag) as *mut u8
+    }
+
+    /// Writes slot i's descriptor: one data segment of `len` bytes.
+    fn prepare(&self, i: usize, len: usize, imm: Option<u32>) {
+        let d = self.desc(i);
+        // SAFETY: slot i's descriptor lies in our registered region, is not
+        // posted now, and has room for the control segment and one segment.
+        unsafe {
+            std::ptr::write_bytes(d as *mut u8, 0, DESC_SLOT);
+            (*d).cs.seg_count = 1;
+            (*d).cs.control = if imm.is_some() { control::IMMEDIATE } else { 0 };
+            (*d).cs.immediate_data = imm.unwrap_or(0);
+            (*d).ds[0] = DataSegment {
+                data: self.data(i) as u64,
+                handle: self.data.handle,
+                length: len as u32,
+            };
+        }
+    }
+}
+
+/// The daemon's side of the network: one NIC for every link.
+pub struct LinkNic {
+    nic: Nic,
+    ptag: PtagId,
+    cfg: LinkConfig,
+}
+
+impl LinkNic {
+    /// Opens the network device (`OPENVIA_PVM_DEVICE`, default the generic
+    /// `/dev/via_udp` on this host's address).
+    pub fn open() -> Result<LinkNic, ViaError> {
+        let dev = std::env::var("OPENVIA_PVM_DEVICE").unwrap_or_else(|_| "/dev/via_udp".into());
+        let nic = Nic::open(Some(&dev))?;
+        // Daemon threads must not busy-poll: tasks need the CPUs.
+        nic.set_spin_ns(
+            std::env::var("OVSPIN")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+        );
+        let ptag = nic.create_ptag()?;
+        Ok(LinkNic {
+            nic,
+            ptag,
+            cfg: LinkConfig::from_env(),
+        })
+    }
+
+    /// This NIC's host address.
+    pub fn address(&self) -> Vec<u8> {
+        self.nic.query().address.to_vec()
+    }
+
+    fn new_vi(&self) -> Result<Arc<Vi>, ViaError> {
+        let attrs = ViAttributes {
+            reliability: reliability::RELIABLE_DELIVERY,
+            max_transfer: self.cfg.frag as u64,
+            ptag: self.ptag,
+            rdma_write: false,
+            rdma_read: false,
+        };
+        self.nic.create_vi(attrs, None, None)
+    }
+
+    /// Waits for the peer daemon to connect to (our address, `disc`).
+    pub fn accept(&self, disc: &[u8], timeout: Duration) -> Result<Arc<Vi>, ViaError> {
+        let local = Address {
+            host: self.address(),
+            discriminator: disc.to_vec(),
+        };
+        let req = openvia_core::connect_wait(self.nic.shared(), &local, Some(timeout))?;
+        let vi = self.new_vi()?;
+        req.accept(&vi)?;
+        Ok(vi)
+    }
+
+    /// Connects to the daemon waiting at (`host`, `disc`).
+    pub fn connect(
+        &self,
+        host: &[u8],
+        disc: &[u8],
+        timeout: Duration,
+    ) -> Result<Arc<Vi>, ViaError> {
+        let vi = self.new_vi()?;
+        let local = Address {
+            host: self.address(),
+            discriminator: disc.to_vec(),
+        };
+        let remote = Address {
+            host: host.to_vec(),
+            discriminator: disc.to_vec(),
+        };
+        openvia_core::connect_request(&vi, &local, &remote, Some(timeout))?;
+        Ok(vi)
+    }
+
+    /// Starts the two threads of a link on a connected VI; `via` is the
+    /// peer's host number, `me` ours. With `inbound`, messages for tasks of
+    /// this host go straight into the pool.
+    pub fn start(
+        &self,
+        vi: Arc<Vi>,
+        (via, me): (u32, u32),
+        events: Sender<LinkEvent>,
+        waker: Arc<Waker>,
+        inbound: Option<Arc<Inbound>>,
+    ) -> Result<Link, ViaError> {
+        let cfg = self.cfg;
+        let send_slots = Arc::new(Slots::new(&self.nic, self.ptag, cfg.window, cfg.frag)?);
+        let recv_n = 2 * cfg.window;
+        let recv_slots = Arc::new(Slots::new(&self.nic, self.ptag, recv_n, cfg.frag)?);
+        for i in 0..recv_n {
+            recv_slots.prepare(i, cfg.frag, None);
+            vi.post_recv(recv_slots.desc(i), recv_slots.descs.handle)?;
+        }
+        let (tx, rx) = mpsc::channel::<Vec<u8>>();
+        let nic = self.nic.clone();
+        {
+            let (vi, events, waker, nic) = (vi.clone(), events.clone(), waker.clone(), nic.clone());
+            std::thread::Builder::new()
+                .name(format!("pvmd-send-{via}"))
+                .spawn(move || {
+                    let _keep = nic;
+                    if let Err(why) = send_loop(&vi, &send_slots, rx) {
+                        let _ = events.send(LinkEvent::Down { via, why });
+                        waker.wake();
+                    }
+                })
+                .map_err(|_| ViaError::Resource("thread"))?;
+        }
+        {
+            let vi = vi.clone();
+            std::thread::Builder::new()
+                .name(format!("pvmd-recv-{via}"))
+                .spawn(move || {
+                    let _keep = nic;
+                    let why = recv_loop(&vi, &recv_slots, via, &events, &waker, inbound.as_deref());
+                    let _ = events.send(LinkEvent::Down { via, why });
+                    waker.wake();
+                })
+                .map_err(|_| ViaError::Resource("thread"))?;
+        }
+        Ok(Link { tx, vi, me })
+    }
+}
+
+/// A live link to one peer daemon.
+pub struct Link {
+    tx: Sender<Vec<u8>>,
+    vi: Arc<Vi>,
+    me: u32,
+}
+
+impl Link {
+    /// Queues `frame` for host `dst` (reached through this link); `src` is
+    /// the host it comes from (ours unless relaying).
+    pub fn send(&self, src: u32, dst: u32, frame: &Frame) -> bool {
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(&src.to_le_bytes());
+        bytes.extend_from_slice(&dst.to_le_bytes());
+        bytes.extend_from_slice(&frame.encode());
+        self.tx.send(bytes).is_ok()
+    }
+
+    /// Queues a frame of our own.
+    pub fn send_own(&self, dst: u32, frame: &Frame) -> bool {
+        self.send(self.me, dst, frame)
+    }
+
+    /// Closes the link once what is queued has gone out (the peer then
+    /// sees its VI go down).
+    pub fn close_after_queue(&self) {
+        if self.tx.send(Vec::new()).is_err() {
+            let _ = self.vi.disconnect();
+        }
+    }
+}
+
+fn status_ok(d: DescPtr) -> Result<(u32, u32), String> {
+    // SAFETY: the descriptor came back from the core, which wrote it last.
+    let (st, len, imm) = unsafe {
+        let c = &(*d.0).cs;
+        (d.status(), c.length, c.immediate_data)
+    };
+    if st & status::ERROR_MASK != 0 {
+        return Err(format!("descriptor status {st:#x}"));
+    }
+    Ok((len, imm))
+}
+
+/// Sends each queued byte string as fragments, at most `window` in flight.
+fn send_loop(vi: &Vi, slots: &Slots, rx: Receiver<Vec<u8>>) -> Result<(), String> {
+    let mut free: Vec<usize> = (0..slots.n).rev().collect();
+    let window = slots.n;
+    let reap = |free: &mut Vec<usize>, block: bool| -> Result<(), String> {
+        loop {
+            let r = if block {
+                vi.send_wait(None)
+            } else {
+                vi.send_done()
+            };
+            match r {
+                Ok(d) => {
+                    status_ok(d)?;
+                    free.push(slots.index_of(d));
+                    if free.len() == window || block {
+                        return Ok(());
+                    }
+                }
+                Err(ViaError::NotDone) | Err(ViaError::Timeout) => return Ok(()),
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+    };
+    while let Ok(bytes) = rx.recv() {
+        if bytes.is_empty() {
+            // Close: let the window drain (bounded), then disconnect.
+            let end = std::time::Instant::now() + Duration::from_secs(2);
+            while free.len() < window && std::time::Instant::now() < end {
+                match vi.send_wait(Some(Duration::from_millis(100))) {
+                    Ok(d) => free.push(slots.index_of(d)),
+                    Err(ViaError::Timeout) => {}
+                    Err(_) => break,
+                }
+            }
+            let _ = vi.disconnect();
+            return Ok(());
+        }
+        let n = bytes.len().div_ceil(slots.frag);
+        for (k, chunk) in bytes.chunks(slots.frag).enumerate() {
+            reap(&mut free, false)?;
+            if free.is_empty() {
+                reap(&mut free, true)?;
+            }
+            let i = free.pop().ok_or("no send slot")?;
+            // SAFETY: slot i's buffer is ours (not posted) and `frag` long.
+            unsafe { std::ptr::copy_nonoverlapping(chunk.as_ptr(), slots.data(i), chunk.len()) };
+            let last = if k + 1 == n { LAST_FRAGMENT } else { 0 };
+            slots.prepare(i, chunk.len(), Some(last));
+            vi.post_send(slots.desc(i), slots.descs.handle)
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(())
+}
+
+/// A frame being received: bytes for the daemon's loop, or a message
+/// being written into the pool.
+enum Assembly {
+    Idle,
+    Bytes(Vec<u8>),
+    Pool(InboundRun),
+}
+
+/// The message header at the start of a first fragment, if it is a
+/// message for this host: (src, dst, tag, ctx, enc, body length).
+fn message_header(first: &[u8], me: u32) -> Option<(i32, i32, i32, i32, i32, usize)> {
+    let h = first.get(..MSG_HEADER)?;
+    let int = |at: usize| i32::from_le_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
+    let frame_len = int(8) as u32 as usize;
+    let body_len = int(33) as u32 as usize;
+    if int(4) as u32 != me || h[12] != crate::frame::KIND_MSG || frame_len != 1 + 20 + 4 + body_len
+    {
+        return None;
+    }
+    Some((int(13), int(17), int(21), int(25), int(29), body_len))
+}
+
+/// Reassembles fragments into frames until the VI fails; returns why.
+fn recv_loop(
+    vi: &Vi,
+    slots: &Slots,
+    via: u32,
+    events: &Sender<LinkEvent>,
+    waker: &Waker,
+    inbound: Option<&Inbound>,
+) -> String {
+    let mut state = Assembly::Idle;
+    loop {
+        let d = match vi.recv_wait(None) {
+            Ok(d) => d,
+            Err(e) => return e.to_string(),
+        };
+        let (len, imm) = match status_ok(d) {
+            Ok(v) => v,
+            Err(e) => return e,
+        };
+        let i = slots.index_of(d);
+        let len = (len as usize).min(slots.frag);
+        // SAFETY: the completed receive wrote `len` bytes into slot i,
+        // which is not posted again until we are done with them.
+        let data = unsafe { std::slice::from_raw_parts(slots.data(i), len) };
+        if matches!(state, Assembly::Idle) {
+            state = Assembly::Bytes(Vec::new());
+            if let (Some(inb), Some(me)) = (inbound, data.get(4..8)) {
+                let me = u32::from_le_bytes([me[0], me[1], me[2], me[3]]);
+                if let Some((src, dst, tag, ctx, enc, n)) = message_header(data, me) {
+                    if let Some(mut run) = inb.begin(src, dst, tag, ctx, enc, n) {
+                        if !inb.write(&mut run, &data[MSG_HEADER..]) {
+                            inb.abandon(run);
+                            return "message longer than announced".into();
+                        }
+                        state = Assembly::Pool(run);
+                    }
+                }
+            }
+            if let Assembly::Bytes(b) = &mut state {
+                b.extend_from_slice(data);
+            }
+        } else {
+            match &mut state {
+                Assembly::Bytes(b) => b.extend_from_slice(data),
+                Assembly::Pool(run) => {
+                    let inb = inbound.expect("pool assembly implies inbound");
+                    if !inb.write(run, data) {
+                        return "message longer than announced".into();
+                    }
+                }
+                Assembly::Idle => unreachable!("handled above"),
+            }
+        }
+        slots.prepare(i, slots.frag, None);
+        if let Err(e) = vi.post_recv(slots.desc(i), slots.descs.handle) {
+            return e.to_string();
+        }
+        if imm & LAST_FRAGMENT == 0 {
+            continue;
+        }
+        match std::mem::replace(&mut state, Assembly::Idle) {
+            Assembly::Pool(run) => {
+                let inb = inbound.expect("pool assembly implies inbound");
+                inb.finish(run);
+            }
+            Assembly::Bytes(bytes) => match parse(&bytes) {
+                Some((src, dst, frame)) => {
+                    if events
+                        .send(LinkEvent::Frame {
+                            via,
+                            src,
+                            dst,
+                            frame,
+                        })
+                        .is_err()
+                    {
+                        return "daemon gone".into();
+                    }
+                    waker.wake();
+                }
+                None => return "malformed frame from peer daemon".into(),
+            },
+            Assembly::Idle => {}
+        }
+    }
+}
+
+/// Envelope and frame; None if malformed.
+pub fn parse(bytes: &[u8]) -> Option<(u32, u32, Frame)> {
+    if bytes.len() < ENVELOPE + 4 {
+        return None;
+    }
+    let src = u32::from_le_bytes(bytes[0..4].try_into().ok()?);
+    let dst = u32::from_le_bytes(bytes[4..8].try_into().ok()?);
+    let len = u32::from_le_bytes(bytes[8..12].try_into().ok()?) as usize;
+    if bytes.len() - 12 != len {
+        return None;
+    }
+    Frame::decode(&bytes[12..]).ok().map(|f| (src, dst, f))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::{Args, Msg};
+
+    #[test]
+    fn envelope_round_trips_and_rejects_garbage() {
+        let f = Frame::Msg(Msg {
+            src: 1,
+            dst: 0x80001,
+            tag: 5,
+            ctx: 0,
+            enc: 0,
+            body: vec![7; 100],
+        });
+        let mut b = Vec::new();
+        b.extend_from_slice(&1u32.to_le_bytes());
+        b.extend_from_slice(&2u32.to_le_bytes());
+        b.extend_from_slice(&f.encode());
+        assert_eq!(parse(&b), Some((1, 2, f)));
+        assert_eq!(parse(&b[..b.len() - 1]), None);
+        assert_eq!(parse(&[0; 5]), None);
+        let r = Frame::Reply {
+            seq: 1,
+            code: 0,
+            args: Args::default(),
+        };
+        let mut b = vec![0u8; 8];
+        b.extend_from_slice(&r.encode());
+        b[8] ^= 0xff;
+        assert_eq!(parse(&b), None);
+    }
+}

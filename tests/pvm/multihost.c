@@ -1,0 +1,206 @@
+/* PVM across two hosts, checked from a program's point of view:
+ *
+ *   pvm_multihost HOST     master, run on the first host; HOST names the
+ *                          other one (already in the virtual machine)
+ *   pvm_multihost echo     echo slave: returns every message it gets
+ *   pvm_multihost sib      reports its sibling count and host to its parent
+ *
+ * Checks, printing "ok <what>" or "FAIL <what>" and exiting non-zero on
+ * any failure:
+ *  - pvm_config lists two hosts; pvm_mstat knows HOST;
+ *  - a task spawned on HOST has HOST's tid host part; pvm_tidtohost agrees;
+ *  - messages of 16 B ... 4 MB travel there and back intact (default
+ *    route, XDR and raw encodings);
+ *  - four tasks spawned with default placement land on both hosts, and
+ *    every one of them sees the same four siblings;
+ *  - pvm_tasks(0) lists tasks of both hosts;
+ *  - pvm_notify(PvmTaskExit) fires for a task that exits on HOST;
+ *  - pvm_notify(PvmHostDelete) fires when HOST is deleted, and a send to a
+ *    task of the deleted host then fails or is dropped, never hangs.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "pvm3.h"
+
+#define TAG_ECHO 11
+#define TAG_SIB 12
+#define TAG_EXIT 13
+#define TAG_HOSTDEL 14
+#define TAG_STOP 15
+
+static int failures;
+
+static void check(int ok, const char *what)
+{
+	printf("%s %s\n", ok ? "ok" : "FAIL", what);
+	fflush(stdout);
+	if (!ok)
+		failures++;
+}
+
+static unsigned char pattern(int seed, int i)
+{
+	return (unsigned char)(((unsigned)seed * 2654435761u + (unsigned)i * 40503u) >> 5);
+}
+
+static int echo(void)
+{
+	int parent = pvm_parent(), bufid, len, tag, src;
+	for (;;) {
+		bufid = pvm_recv(parent, -1);
+		if (bufid < 0)
+			return 1;
+		pvm_bufinfo(bufid, &len, &tag, &src);
+		if (tag == TAG_STOP)
+			break;
+		/* Send the very buffer back. */
+		pvm_setsbuf(pvm_setrbuf(0));
+		if (pvm_send(parent, TAG_ECHO) < 0)
+			return 1;
+	}
+	pvm_exit();
+	return 0;
+}
+
+static int sib(void)
+{
+	int *tids, n = pvm_siblings(&tids), me = pvm_mytid(), i, in = 0;
+	for (i = 0; i < n; i++)
+		in |= tids[i] == me;
+	pvm_initsend(PvmDataDefault);
+	pvm_pkint(&n, 1, 1);
+	pvm_pkint(&in, 1, 1);
+	pvm_pkint(tids, n, 1);
+	pvm_send(pvm_parent(), TAG_SIB);
+	pvm_exit();
+	return 0;
+}
+
+static int round_trip(int peer, int len, int enc)
+{
+	unsigned char *out = malloc(len > 0 ? len : 1), *in = malloc(len > 0 ? len : 1);
+	int i, ok = 1, rlen = -1;
+	for (i = 0; i < len; i++)
+		out[i] = pattern(len, i);
+	pvm_initsend(enc);
+	pvm_pkint(&len, 1, 1);
+	pvm_pkbyte((char *)out, len, 1);
+	if (pvm_send(peer, 1) < 0)
+		ok = 0;
+	if (ok && pvm_recv(peer, TAG_ECHO) > 0) {
+		pvm_upkint(&rlen, 1, 1);
+		ok = rlen == len && pvm_upkbyte((char *)in, len, 1) >= 0 && memcmp(in, out, len) == 0;
+	} else {
+		ok = 0;
+	}
+	free(out);
+	free(in);
+	return ok;
+}
+
+int main(int argc, char **argv)
+{
+	int nhost, narch, me, echo_tid, tids[4], i, n, ok, sizes[] = { 16, 1024, 65536, 1 << 20, 4 << 20 };
+	struct pvmhostinfo *hosts;
+	struct pvmtaskinfo *tasks;
+	char *host, *sib_argv[] = { "sib", NULL }, *echo_argv[] = { "echo", NULL };
+	int remote_host_part = -1, hosts_seen[2] = { 0, 0 };
+	char what[128];
+
+	if (argc > 1 && strcmp(argv[1], "echo") == 0)
+		return echo();
+	if (argc > 1 && strcmp(argv[1], "sib") == 0)
+		return sib();
+	if (argc < 2) {
+		fprintf(stderr, "usage: pvm_multihost HOST\n");
+		return 2;
+	}
+	host = argv[1];
+	me = pvm_mytid();
+	check(me > 0, "enrolled");
+
+	check(pvm_config(&nhost, &narch, &hosts) == 0 && nhost == 2, "config lists two hosts");
+	for (i = 0; i < nhost; i++)
+		if (strcmp(hosts[i].hi_name, host) == 0)
+			remote_host_part = hosts[i].hi_tid;
+	check(remote_host_part > 0 && remote_host_part != (me & 0x3ffc0000), "config names the other host");
+	check(pvm_mstat(host) == PvmOk, "mstat knows the other host");
+
+	n = pvm_spawn("pvm_multihost", echo_argv, PvmTaskHost, host, 1, &echo_tid);
+	check(n == 1 && echo_tid > 0, "spawn on the other host");
+	if (n != 1 || echo_tid <= 0)
+		return 1;
+	check((echo_tid & 0x3ffc0000) == remote_host_part, "spawned tid carries the other host");
+	check(pvm_tidtohost(echo_tid) == remote_host_part, "tidtohost");
+
+	for (i = 0; i < (int)(sizeof sizes / sizeof sizes[0]); i++) {
+		snprintf(what, sizeof what, "round trip %d B raw", sizes[i]);
+		check(round_trip(echo_tid, sizes[i], PvmDataRaw), what);
+	}
+	check(round_trip(echo_tid, 100000, PvmDataDefault), "round trip 100000 B XDR");
+
+	/* Default placement spreads tasks over both hosts; siblings agree. */
+	n = pvm_spawn("pvm_multihost", sib_argv, PvmTaskDefault, "", 4, tids);
+	check(n == 4, "spawn 4 with default placement");
+	ok = n == 4;
+	for (i = 0; i < n; i++) {
+		int cnt = 0, in = 0, sibs[8], j, k, src, len, tag;
+		int b = pvm_recv(-1, TAG_SIB);
+		pvm_bufinfo(b, &len, &tag, &src);
+		pvm_upkint(&cnt, 1, 1);
+		pvm_upkint(&in, 1, 1);
+		if (cnt != 4 || !in) {
+			ok = 0;
+			continue;
+		}
+		pvm_upkint(sibs, 4, 1);
+		for (j = 0; j < 4; j++) {
+			int found = 0;
+			for (k = 0; k < 4; k++)
+				found |= sibs[j] == tids[k];
+			ok &= found;
+		}
+		hosts_seen[(src & 0x3ffc0000) == remote_host_part] = 1;
+	}
+	check(ok, "every sibling sees the same four tids");
+	check(hosts_seen[0] && hosts_seen[1], "default placement used both hosts");
+
+	check(pvm_tasks(0, &n, &tasks) == 0 && n >= 2, "tasks(0)");
+	ok = 0;
+	for (i = 0; i < n; i++)
+		ok |= tasks[i].ti_tid == echo_tid && tasks[i].ti_host == remote_host_part;
+	check(ok, "tasks(0) includes the task on the other host");
+
+	/* Task exit on the other host is notified here. */
+	pvm_notify(PvmTaskExit, TAG_EXIT, 1, &echo_tid);
+	pvm_initsend(PvmDataDefault);
+	pvm_send(echo_tid, TAG_STOP);
+	{
+		int b = pvm_trecv(-1, TAG_EXIT, &(struct timeval){ 20, 0 }), who = 0;
+		if (b > 0)
+			pvm_upkint(&who, 1, 1);
+		check(b > 0 && who == echo_tid, "task-exit notify from the other host");
+	}
+
+	/* Host deletion is notified; the machine shrinks to one host. */
+	pvm_notify(PvmHostDelete, TAG_HOSTDEL, 1, &remote_host_part);
+	{
+		char *names[] = { host };
+		int info = 0, b, who = 0;
+		pvm_delhosts(names, 1, &info);
+		check(info == 0, "delhosts");
+		b = pvm_trecv(-1, TAG_HOSTDEL, &(struct timeval){ 20, 0 });
+		if (b > 0)
+			pvm_upkint(&who, 1, 1);
+		check(b > 0 && who == remote_host_part, "host-delete notify");
+		check(pvm_config(&nhost, &narch, &hosts) == 0 && nhost == 1, "config lists one host after delete");
+		check(pvm_mstat(host) != PvmOk, "mstat: deleted host is gone");
+		pvm_initsend(PvmDataDefault);
+		b = pvm_send(echo_tid, 1);
+		check(b == 0 || b == PvmNoTask || b == PvmHostFail, "send to a task of a deleted host returns");
+	}
+	pvm_exit();
+	printf("%s\n", failures ? "multihost: FAILED" : "multihost: all ok");
+	return failures != 0;
+}

@@ -1,0 +1,107 @@
+#!/bin/bash
+# openvia PVM on two hosts: two network namespaces joined by a veth pair,
+# the master pvmd in the first started with a hostfile naming the second,
+# its slave pvmd started through PVM_RSH (an `ip netns exec` wrapper, as
+# ssh would be between machines), pvmd to pvmd over openvia's UDP device.
+# Runs tests/pvm/multihost.c (spawn across hosts, 16 B .. 4 MB round trips,
+# siblings, tasks, notify on task exit and host deletion) and Debian's spmd
+# spawned as four from the console across both hosts.
+# Needs root (namespaces). Usage: multihost.sh [DIR with libpvm3.so, pvmd, pvm]
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+bindir=${1:-${CARGO_TARGET_DIR:-$here/../../target}/debug}
+bindir=$(cd "$bindir" && pwd)
+[ "$(id -u)" = 0 ] || { echo "multihost.sh needs root (network namespaces)"; exit 1; }
+for f in libpvm3.so pvmd pvm; do
+	[ -e "$bindir/$f" ] || { echo "missing $bindir/$f"; exit 1; }
+done
+
+work=$(mktemp -d)
+id=$$
+A=ovpa$id
+B=ovpb$id
+export HOME=$work/home LD_LIBRARY_PATH=$work/lib WORK=$work
+mkdir -p "$HOME/pvm3/bin/LINUX64" "$work/lib"
+ln -s "$(readlink -f "$bindir/libpvm3.so")" "$work/lib/libpvm3.so.3"
+
+cleanup() {
+	for ns in $A $B; do
+		ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+		ip netns del "$ns" 2>/dev/null || true
+	done
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+ip netns add "$A"
+ip netns add "$B"
+ip link add "ova$id" type veth peer name "ovb$id"
+ip link set "ova$id" netns "$A"
+ip link set "ovb$id" netns "$B"
+ip -n "$A" addr add 10.79.0.1/24 dev "ova$id"
+ip -n "$B" addr add 10.79.0.2/24 dev "ovb$id"
+for ns in $A $B; do ip -n "$ns" link set lo up; done
+ip -n "$A" link set "ova$id" mtu 9000 up
+ip -n "$B" link set "ovb$id" mtu 9000 up
+
+# The remote shell: `rsh HOST [-l user] COMMAND...` runs COMMAND in the
+# namespace named HOST, with a PVM_TMP of that host's own (the namespaces
+# share one file system, real hosts would not).
+cat >"$work/rsh" <<'EOF'
+#!/bin/sh
+host=$1; shift
+while [ "${1:-}" = -l ] || [ "${1:-}" = -n ]; do
+	[ "$1" = -l ] && shift
+	shift
+done
+mkdir -p "$WORK/tmp-$host"
+exec ip netns exec "$host" env PVM_TMP="$WORK/tmp-$host" "$@"
+EOF
+chmod +x "$work/rsh"
+export PVM_RSH=$work/rsh
+mkdir -p "$work/tmp-$A"
+
+cc -O2 -Wall -Wextra -Werror -I"$here/../../include" -o "$HOME/pvm3/bin/LINUX64/pvm_multihost" \
+	"$here/multihost.c" "$work/lib/libpvm3.so.3"
+spmd=$(command -v spmd || true)
+[ -n "$spmd" ] && ln -s "$spmd" "$HOME/pvm3/bin/LINUX64/spmd"
+
+printf '# the second host, reached through PVM_RSH\n%s\n' "$B" >"$work/hostfile"
+inA() { ip netns exec "$A" env PVM_TMP="$work/tmp-$A" "$@"; }
+
+fail=0
+check() { # name, output file, extended regex that must match
+	if grep -Eq "$3" "$2"; then echo "ok   $1"; else
+		echo "FAIL $1 (wanted /$3/):"; sed 's/^/    /' "$2"; fail=1
+	fi
+}
+# The master pvmd; it starts the slave before serving tasks.
+inA timeout 30 "$bindir/pvmd" "$work/hostfile"
+cd "$work"
+inA timeout 120 "$HOME/pvm3/bin/LINUX64/pvm_multihost" "$B" >multihost.out 2>&1 || true
+cat multihost.out
+check multihost multihost.out '^multihost: all ok$'
+
+if [ -n "$spmd" ]; then
+	# The host was deleted above: add it again from the console, then
+	# Debian's spmd as four tasks over both hosts.
+	printf 'add %s\nconf\nspawn -4 -> spmd\nquit\n' "$B" | inA timeout 60 "$bindir/pvm" >spmd.out 2>&1 || true
+	check console-add spmd.out "^ *$B +[0-9a-f]+ +LINUX64"
+	check spmd-ring spmd.out 'Pass a token through the +4 tid ring'
+	check spmd-done spmd.out 'token ring done'
+	check spmd-remote spmd.out "^\[1:tc[0-9a-f]{4}\] EOF"
+fi
+echo halt | inA timeout 10 "$bindir/pvm" >/dev/null 2>&1 || true
+# Messages from the other host went straight into the receiver's pool
+# pages (or, with a pool too small for them, the socket way).
+for i in $(seq 100); do grep -q 'halted$' "$work/tmp-$A"/openvia-pvml.* && break; sleep 0.05; done
+cat "$work/tmp-$A"/openvia-pvml.* >pvmd-a.log
+if [ "${OPENVIA_PVM_POOL_MB:-64}" -ge 16 ]; then
+	check inbound-pool pvmd-a.log 'messages from other hosts: [1-9][0-9]* into the pool, 0 by socket'
+else
+	check inbound-socket pvmd-a.log 'messages from other hosts: [0-9]+ into the pool, [1-9][0-9]* by socket'
+fi
+if [ $fail != 0 ]; then
+	for f in "$work"/tmp-*/openvia-pvml.*; do echo "== $f"; tail -30 "$f"; done
+fi
+exit $fail
