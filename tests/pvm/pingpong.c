@@ -1,14 +1,20 @@
-/* Round-trip time between two PVM tasks on one host, for message sizes
- * 16 B .. 4 MB (seed 003, Table 1). Built once against PVM 3.4.6's header
- * and run on either libpvm3.so.3 (stock or openvia's) unchanged.
+/* Round-trip time between two PVM tasks, for message sizes 16 B .. 4 MB
+ * (seed 003, Table 1), on one host or between two. Built once against PVM
+ * 3.4.6's header and run on either libpvm3.so.3 (stock or openvia's)
+ * unchanged.
  *
- *   pvm_pingpong [reps-scale]     master: spawns the echo slave, prints
- *                                 "size median_us mean_us min_us reps"
- *   pvm_pingpong slave            echo slave (spawned by the master)
+ *   pvm_pingpong [reps-scale] [host]   master: spawns the echo slave (on
+ *                                      `host` if given: PvmTaskHost), prints
+ *                                      "size median_us mean_us min_us reps"
+ *   pvm_pingpong slave [direct]        echo slave (spawned by the master)
  *
  * Each round trip packs the payload (PvmDataRaw), sends it, and waits for
  * the slave's echo, which the slave unpacks and packs again: both sides do
- * what a real program does. The default route is used (no PvmRouteDirect).
+ * what a real program does. The route is PVM's default (through the pvmds)
+ * unless PVM_PINGPONG_ROUTE=direct is set for the master, which then asks
+ * for PvmRouteDirect on both sides (the slave learns it from its argv,
+ * since a spawned task does not inherit the master's environment). The
+ * route and the slave's host go to stderr, the table alone to stdout.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,10 +40,12 @@ static int cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-static int slave(void)
+static int slave(int direct)
 {
 	char *buf = malloc(MAX_SIZE);
 	int parent = pvm_parent();
+	if (direct)
+		pvm_setopt(PvmRoute, PvmRouteDirect);
 	pvm_initsend(PvmDataRaw);
 	pvm_send(parent, TAG_READY);
 	for (;;) {
@@ -69,22 +77,43 @@ int main(int argc, char **argv)
 {
 	int sizes[] = { 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304 };
 	int nsizes = sizeof sizes / sizeof sizes[0];
-	int scale = 1, stid = -1, i, k;
-	char *out, *back;
-	char *slave_argv[] = { "slave", NULL };
+	int scale = 1, stid = -1, i, k, direct;
+	char *out, *back, *host = NULL, *route = getenv("PVM_PINGPONG_ROUTE");
+	char slave_word[] = "slave", direct_word[] = "direct";
+	char *slave_argv[] = { slave_word, NULL, NULL };
 
 	if (argc > 1 && strcmp(argv[1], "slave") == 0)
-		return slave();
+		return slave(argc > 2 && strcmp(argv[2], "direct") == 0);
 	if (argc > 1)
 		scale = atoi(argv[1]) > 0 ? atoi(argv[1]) : 1;
+	if (argc > 2 && argv[2][0] != '\0')
+		host = argv[2];
+	if (route && strcmp(route, "direct") != 0 && strcmp(route, "default") != 0) {
+		fprintf(stderr, "PVM_PINGPONG_ROUTE must be direct or default, not %s\n", route);
+		return 2;
+	}
+	direct = route && strcmp(route, "direct") == 0;
 	if (pvm_mytid() < 0)
 		return 1;
-	if (pvm_spawn("pvm_pingpong", slave_argv, PvmTaskDefault, "", 1, &stid) != 1 || stid < 0) {
-		fprintf(stderr, "cannot spawn pvm_pingpong slave: %d\n", stid);
+	if (direct) {
+		pvm_setopt(PvmRoute, PvmRouteDirect);
+		slave_argv[1] = direct_word;
+	}
+	if (pvm_spawn("pvm_pingpong", slave_argv, host ? PvmTaskHost : PvmTaskDefault,
+		      host ? host : "", 1, &stid) != 1 || stid < 0) {
+		fprintf(stderr, "cannot spawn pvm_pingpong slave%s%s: %d\n",
+			host ? " on " : "", host ? host : "", stid);
 		pvm_exit();
 		return 1;
 	}
-	pvm_recv(stid, TAG_READY);
+	if (pvm_recv(stid, TAG_READY) < 0) {
+		fprintf(stderr, "pvm_pingpong slave t%x never reported ready\n", stid);
+		pvm_exit();
+		return 1;
+	}
+	fprintf(stderr, "pvm_pingpong: master t%x on host dtid %x, slave t%x on host dtid %x%s%s, route %s\n",
+		pvm_mytid(), pvm_tidtohost(pvm_mytid()), stid, pvm_tidtohost(stid),
+		host ? " = " : "", host ? host : "", direct ? "direct" : "default");
 	out = malloc(MAX_SIZE);
 	back = malloc(MAX_SIZE);
 	for (i = 0; i < MAX_SIZE; i++)
