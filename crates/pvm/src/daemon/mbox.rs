@@ -58,8 +58,9 @@ impl Mailbox {
         }
     }
 
-    /// Looks up (and with ReadAndDelete removes) an entry.
-    pub fn get(&mut self, name: &str, index: i32, flags: i32) -> Result<Entry, PvmError> {
+    /// Looks up (and with ReadAndDelete removes) an entry; `by` asks, and
+    /// may remove only its own entries or overwritable ones.
+    pub fn get(&mut self, name: &str, index: i32, flags: i32, by: i32) -> Result<Entry, PvmError> {
         let slots = self.classes.get_mut(name).ok_or(PvmError::NotFound)?;
         let idx = if flags & FIRST_AVAIL != 0 {
             (index.max(0) as usize..slots.len()).find(|&i| slots[i].is_some())
@@ -68,20 +69,24 @@ impl Mailbox {
         }
         .ok_or(PvmError::NotFound)?;
         if flags & READ_AND_DELETE != 0 {
+            let e = slots[idx].as_ref().expect("checked above");
+            if e.owner != by && e.flags & OVERWRITABLE == 0 {
+                return Err(PvmError::Denied);
+            }
             Ok(slots[idx].take().expect("checked above"))
         } else {
             Ok(slots[idx].clone().expect("checked above"))
         }
     }
 
-    /// Deletes an entry; only its owner may.
+    /// Deletes an entry: its owner may, anyone may an overwritable one.
     pub fn delete(&mut self, name: &str, index: i32, by: i32) -> Result<(), PvmError> {
         let slots = self.classes.get_mut(name).ok_or(PvmError::NotFound)?;
         let slot = slots
             .get_mut(index.max(0) as usize)
             .ok_or(PvmError::NotFound)?;
         match slot {
-            Some(e) if e.owner == by => {
+            Some(e) if e.owner == by || e.flags & OVERWRITABLE != 0 => {
                 *slot = None;
                 Ok(())
             }
@@ -90,12 +95,16 @@ impl Mailbox {
         }
     }
 
-    /// Drops the non-persistent entries of a task that left.
+    /// Drops the non-persistent entries of a task that left; persistent
+    /// ones stay, owned by nobody (a later task given the same tid must
+    /// not inherit them).
     pub fn owner_exited(&mut self, tid: i32) {
         for slots in self.classes.values_mut() {
             for s in slots.iter_mut() {
-                if matches!(s, Some(e) if e.owner == tid && e.flags & PERSISTENT == 0) {
-                    *s = None;
+                match s {
+                    Some(e) if e.owner == tid && e.flags & PERSISTENT == 0 => *s = None,
+                    Some(e) if e.owner == tid => e.owner = 0,
+                    _ => {}
                 }
             }
         }
@@ -121,9 +130,9 @@ mod tests {
         let mut m = Mailbox::default();
         assert_eq!(m.put("gs", entry(1, 0)), Ok(0));
         assert_eq!(m.put("gs", entry(2, 0)).unwrap_err(), PvmError::Denied);
-        assert_eq!(m.get("gs", 0, 0).unwrap().owner, 1);
+        assert_eq!(m.get("gs", 0, 0, 1).unwrap().owner, 1);
         m.owner_exited(1);
-        assert_eq!(m.get("gs", 0, 0).unwrap_err(), PvmError::NotFound);
+        assert_eq!(m.get("gs", 0, 0, 1).unwrap_err(), PvmError::NotFound);
     }
 
     #[test]
@@ -132,8 +141,25 @@ mod tests {
         assert_eq!(m.put("c", entry(1, MULTI_INSTANCE | PERSISTENT)), Ok(0));
         assert_eq!(m.put("c", entry(2, MULTI_INSTANCE)), Ok(1));
         m.delete("c", 0, 1).unwrap();
-        assert_eq!(m.get("c", 0, FIRST_AVAIL).unwrap().owner, 2);
-        assert_eq!(m.get("c", 1, READ_AND_DELETE).unwrap().owner, 2);
-        assert_eq!(m.get("c", 1, 0).unwrap_err(), PvmError::NotFound);
+        assert_eq!(m.get("c", 0, FIRST_AVAIL, 1).unwrap().owner, 2);
+        assert_eq!(
+            m.get("c", 1, READ_AND_DELETE, 3).unwrap_err(),
+            PvmError::Denied
+        );
+        assert_eq!(m.get("c", 1, READ_AND_DELETE, 2).unwrap().owner, 2);
+        assert_eq!(m.get("c", 1, 0, 1).unwrap_err(), PvmError::NotFound);
+    }
+
+    #[test]
+    fn overwritable_entries_are_anyones_and_persistent_ones_lose_their_owner() {
+        let mut m = Mailbox::default();
+        m.put("o", entry(1, OVERWRITABLE)).unwrap();
+        assert_eq!(m.delete("o", 0, 2), Ok(()));
+        m.put("p", entry(1, PERSISTENT)).unwrap();
+        assert_eq!(m.delete("p", 0, 2).unwrap_err(), PvmError::Denied);
+        m.owner_exited(1);
+        assert_eq!(m.get("p", 0, 0, 1).unwrap().owner, 0);
+        // A new task with tid 1 does not own the orphan.
+        assert_eq!(m.delete("p", 0, 1).unwrap_err(), PvmError::Denied);
     }
 }

@@ -93,6 +93,7 @@ struct Notify {
 /// A blocked pvm_recvinfo.
 struct InfoWaiter {
     to: ReplyTo,
+    me: i32,
     seq: u32,
     name: String,
     index: i32,

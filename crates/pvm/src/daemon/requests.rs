@@ -123,11 +123,12 @@ impl Daemon {
             }
             op::RECVINFO => {
                 let (name, index, flags) = (string(&a, 0), int(&a, 0), int(&a, 1));
-                match self.mailbox.get(&name, index, flags) {
+                match self.mailbox.get(&name, index, flags, me) {
                     Ok(e) => (0, info_args(e)),
                     Err(_) if flags & WAIT_FOR_INFO != 0 => {
                         self.info_waiters.push(InfoWaiter {
                             to,
+                            me,
                             seq,
                             name,
                             index,
@@ -541,7 +542,7 @@ impl Daemon {
             w
         };
         for w in waiting {
-            match self.mailbox.get(&w.name, w.index, w.flags) {
+            match self.mailbox.get(&w.name, w.index, w.flags, w.me) {
                 Ok(e) => self.reply_to(w.to, w.seq, 0, info_args(e)),
                 Err(_) => self.info_waiters.push(w),
             }
