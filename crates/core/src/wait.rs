@@ -30,14 +30,19 @@ pub(crate) fn wait_for<T>(
     }
     let start = now_ns();
     let deadline = timeout.map(|t| start.saturating_add(t.as_nanos().min(u64::MAX as u128) as u64));
-    let spin_until = start.saturating_add(nic.spin_ns());
+    let spin_ns = nic.spin_ns();
+    let spin_until = start.saturating_add(spin_ns);
     let mut n: u32 = 0;
     loop {
         if let Some(v) = poll() {
             return Ok(v);
         }
         n = n.wrapping_add(1);
-        if !n.is_multiple_of(64) {
+        // With no spin budget, block at once: on the network device a poll
+        // is a system call under the VI's lock, and 64 of them would both
+        // burn the budget the caller declined and keep other threads (a
+        // sender posting on the same VI) waiting for that lock.
+        if spin_ns > 0 && !n.is_multiple_of(64) {
             cpu_relax();
             continue;
         }

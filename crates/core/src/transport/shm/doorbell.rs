@@ -52,11 +52,17 @@ pub struct LocalDoorbell {
     event: EventFd,
     /// The progress thread naps (deaf to sockets) while the program polls.
     napping: std::sync::atomic::AtomicBool,
+    /// Only threads of this process ring it (the network device has no
+    /// shared-memory peers): plain fences then, no membarrier, whose IPIs
+    /// to every CPU would be paid on every block for nothing.
+    local_only: bool,
 }
 
 impl LocalDoorbell {
-    pub fn new() -> io::Result<Self> {
-        membarrier::register();
+    pub fn new(local_only: bool) -> io::Result<Self> {
+        if !local_only {
+            membarrier::register();
+        }
         let map = SharedMapping::create("openvia-doorbell", PAGE_LEN)?;
         let p = page(&map);
         // SAFETY: freshly created and not yet shared; plain store.
@@ -67,7 +73,17 @@ impl LocalDoorbell {
             map,
             event: EventFd::new()?,
             napping: std::sync::atomic::AtomicBool::new(false),
+            local_only,
         })
+    }
+
+    /// The sleeping side's fence (see `local_only`).
+    fn sleeper_fence(&self) {
+        if self.local_only {
+            std::sync::atomic::fence(Ordering::SeqCst);
+        } else {
+            membarrier::heavy();
+        }
     }
 
     pub fn page_fd(&self) -> &OwnedFd {
@@ -89,6 +105,9 @@ impl LocalDoorbell {
 
     /// Wakes blocked threads of this process (after local progress).
     pub fn ring_local(&self) {
+        if self.local_only {
+            std::sync::atomic::fence(Ordering::SeqCst);
+        }
         ring(page(&self.map), self.event.fd().as_raw_fd());
     }
 
@@ -102,7 +121,7 @@ impl LocalDoorbell {
         if self.napping.load(Ordering::SeqCst) {
             self.event.signal();
         }
-        membarrier::heavy();
+        self.sleeper_fence();
         let seen = p.bell.load(Ordering::SeqCst);
         if !ready() {
             futex::wait(&p.bell, seen, Some(timeout));
@@ -123,7 +142,7 @@ impl LocalDoorbell {
     /// The progress thread announces that it is about to sleep.
     pub fn arm(&self) {
         page(&self.map).armed.store(1, Ordering::SeqCst);
-        membarrier::heavy();
+        self.sleeper_fence();
     }
 
     pub fn disarm(&self) {
