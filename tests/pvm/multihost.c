@@ -2,7 +2,9 @@
  *
  *   pvm_multihost HOST     master, run on the first host; HOST names the
  *                          other one (already in the virtual machine)
- *   pvm_multihost echo     echo slave: returns every message it gets
+ *   pvm_multihost echo [direct]
+ *                          echo slave: returns every message it gets (with
+ *                          `direct`, having set PvmRouteDirect itself)
  *   pvm_multihost sib      reports its sibling count and host to its parent
  *
  * Checks, printing "ok <what>" or "FAIL <what>" and exiting non-zero on
@@ -11,6 +13,13 @@
  *  - a task spawned on HOST has HOST's tid host part; pvm_tidtohost agrees;
  *  - messages of 16 B ... 4 MB travel there and back intact (default
  *    route, XDR and raw encodings);
+ *  - PvmRouteDirect (a VI task to task once set up): a stream of
+ *    sequence-numbered messages of mixed sizes to the echo slave, the
+ *    first part sent with the default route, the rest after switching to
+ *    direct, comes back complete and in order while the route changes
+ *    under it; then, with a slave that set PvmRouteDirect too, 16 B ...
+ *    4 MB round trips, intact; a send to that peer after it was killed
+ *    returns, never hangs;
  *  - four tasks spawned with default placement land on both hosts, and
  *    every one of them sees the same four siblings;
  *  - pvm_tasks(0) lists tasks of both hosts;
@@ -44,9 +53,11 @@ static unsigned char pattern(int seed, int i)
 	return (unsigned char)(((unsigned)seed * 2654435761u + (unsigned)i * 40503u) >> 5);
 }
 
-static int echo(void)
+static int echo(int direct)
 {
 	int parent = pvm_parent(), bufid, len, tag, src;
+	if (direct)
+		pvm_setopt(PvmRoute, PvmRouteDirect);
 	for (;;) {
 		bufid = pvm_recv(parent, -1);
 		if (bufid < 0)
@@ -99,17 +110,80 @@ static int round_trip(int peer, int len, int enc)
 	return ok;
 }
 
+/* Length of stream message `seq`: 4 B .. ~70 KB, so some take one
+ * fragment of the route and some several. */
+static int stream_len(int seq)
+{
+	return (int)(((unsigned)seq * 7919u) % 70000u);
+}
+
+static void send_seq(int peer, int seq)
+{
+	int i, len = stream_len(seq);
+	char *b = malloc(len > 0 ? len : 1);
+	for (i = 0; i < len; i++)
+		b[i] = (char)pattern(seq, i);
+	pvm_initsend(PvmDataRaw);
+	pvm_pkint(&seq, 1, 1);
+	pvm_pkint(&len, 1, 1);
+	pvm_pkbyte(b, len, 1);
+	pvm_send(peer, 1);
+	free(b);
+}
+
+/* The next echo must carry sequence number `want`, intact. */
+static int recv_seq(int peer, int want)
+{
+	int seq = -1, len = -1, i, ok;
+	char *b;
+	if (pvm_recv(peer, TAG_ECHO) <= 0)
+		return 0;
+	pvm_upkint(&seq, 1, 1);
+	pvm_upkint(&len, 1, 1);
+	if (seq != want || len != stream_len(want))
+		return 0;
+	b = malloc(len > 0 ? len : 1);
+	ok = pvm_upkbyte(b, len, 1) >= 0;
+	for (i = 0; ok && i < len; i++)
+		ok = b[i] == (char)pattern(seq, i);
+	free(b);
+	return ok;
+}
+
+/* `routed` messages with the default route, then PvmRouteDirect and
+ * `direct` more; at most `window` echoes outstanding, so both sides keep
+ * entering the library while the direct route is set up under the
+ * stream. True if every echo came back intact and in order. */
+static int ordered_stream(int peer, int routed, int direct, int window)
+{
+	int total = routed + direct, sent = 0, got = 0;
+	pvm_setopt(PvmRoute, PvmAllowDirect);
+	while (got < total) {
+		if (sent < total && sent - got < window) {
+			if (sent == routed)
+				pvm_setopt(PvmRoute, PvmRouteDirect);
+			send_seq(peer, sent++);
+			continue;
+		}
+		if (!recv_seq(peer, got++))
+			return 0;
+	}
+	return 1;
+}
+
 int main(int argc, char **argv)
 {
-	int nhost, narch, me, echo_tid, tids[4], i, n, ok, sizes[] = { 16, 1024, 65536, 1 << 20, 4 << 20 };
+	int nhost, narch, me, echo_tid, direct_tid, tids[4], i, n, ok;
+	int sizes[] = { 16, 1024, 65536, 1 << 20, 4 << 20 };
 	struct pvmhostinfo *hosts;
 	struct pvmtaskinfo *tasks;
 	char *host, *sib_argv[] = { "sib", NULL }, *echo_argv[] = { "echo", NULL };
+	char *direct_argv[] = { "echo", "direct", NULL };
 	int remote_host_part = -1, hosts_seen[2] = { 0, 0 };
 	char what[128];
 
 	if (argc > 1 && strcmp(argv[1], "echo") == 0)
-		return echo();
+		return echo(argc > 2 && strcmp(argv[2], "direct") == 0);
 	if (argc > 1 && strcmp(argv[1], "sib") == 0)
 		return sib();
 	if (argc < 2) {
@@ -139,6 +213,36 @@ int main(int argc, char **argv)
 		check(round_trip(echo_tid, sizes[i], PvmDataRaw), what);
 	}
 	check(round_trip(echo_tid, 100000, PvmDataDefault), "round trip 100000 B XDR");
+
+	/* PvmRouteDirect: the route changes under a stream, order holds (the
+	 * echo slave keeps PVM's default, PvmAllowDirect, and accepts). */
+	check(ordered_stream(echo_tid, 300, 3000, 8), "300 routed then 3000 direct messages, in order");
+	/* Both sides ask for direct (their requests cross). */
+	n = pvm_spawn("pvm_multihost", direct_argv, PvmTaskHost, host, 1, &direct_tid);
+	check(n == 1 && direct_tid > 0, "spawn a direct echo slave on the other host");
+	if (n != 1 || direct_tid <= 0)
+		return 1;
+	check(ordered_stream(direct_tid, 0, 500, 8), "both direct: 500 messages in order");
+	for (i = 0; i < (int)(sizeof sizes / sizeof sizes[0]); i++) {
+		snprintf(what, sizeof what, "direct round trip %d B raw", sizes[i]);
+		check(round_trip(direct_tid, sizes[i], PvmDataRaw), what);
+	}
+	check(round_trip(direct_tid, 100000, PvmDataDefault), "direct round trip 100000 B XDR");
+	/* The direct peer dies: a send returns at once (over the dying VI, or
+	 * the pvmds once the VI is reported down), and so do later ones. */
+	pvm_notify(PvmTaskExit, TAG_EXIT, 1, &direct_tid);
+	pvm_kill(direct_tid);
+	{
+		int b = pvm_trecv(-1, TAG_EXIT, &(struct timeval){ 20, 0 }), who = 0;
+		if (b > 0)
+			pvm_upkint(&who, 1, 1);
+		check(b > 0 && who == direct_tid, "killed direct peer: exit notify");
+		pvm_initsend(PvmDataRaw);
+		pvm_pkint(&b, 1, 1);
+		b = pvm_send(direct_tid, 1);
+		check(b == 0 || b == PvmNoTask, "send to the killed direct peer returns");
+	}
+	pvm_setopt(PvmRoute, PvmAllowDirect);
 
 	/* Default placement spreads tasks over both hosts; siblings agree. */
 	n = pvm_spawn("pvm_multihost", sib_argv, PvmTaskDefault, "", 4, tids);
@@ -183,17 +287,26 @@ int main(int argc, char **argv)
 		check(b > 0 && who == echo_tid, "task-exit notify from the other host");
 	}
 
-	/* Host deletion is notified; the machine shrinks to one host. */
+	/* Host deletion is notified; the machine shrinks to one host. A task
+	 * still running there is reported exited along with its host. */
 	pvm_notify(PvmHostDelete, TAG_HOSTDEL, 1, &remote_host_part);
 	{
 		char *names[] = { host };
-		int info = 0, b, who = 0;
+		int info = 0, b, who = 0, doomed = 0;
+		n = pvm_spawn("pvm_multihost", echo_argv, PvmTaskHost, host, 1, &doomed);
+		check(n == 1 && doomed > 0, "spawn one more on the other host");
+		pvm_notify(PvmTaskExit, TAG_EXIT + 100, 1, &doomed);
 		pvm_delhosts(names, 1, &info);
 		check(info == 0, "delhosts");
 		b = pvm_trecv(-1, TAG_HOSTDEL, &(struct timeval){ 20, 0 });
 		if (b > 0)
 			pvm_upkint(&who, 1, 1);
 		check(b > 0 && who == remote_host_part, "host-delete notify");
+		b = pvm_trecv(-1, TAG_EXIT + 100, &(struct timeval){ 20, 0 });
+		who = 0;
+		if (b > 0)
+			pvm_upkint(&who, 1, 1);
+		check(b > 0 && who == doomed, "task-exit notify for a task of the deleted host");
 		check(pvm_config(&nhost, &narch, &hosts) == 0 && nhost == 1, "config lists one host after delete");
 		check(pvm_mstat(host) != PvmOk, "mstat: deleted host is gone");
 		pvm_initsend(PvmDataDefault);

@@ -4,6 +4,7 @@
 # its slave pvmd started through PVM_RSH (an `ip netns exec` wrapper, as
 # ssh would be between machines), pvmd to pvmd over openvia's UDP device.
 # Runs tests/pvm/multihost.c (spawn across hosts, 16 B .. 4 MB round trips,
+# PvmRouteDirect over a task-to-task VI with ordering across the switch,
 # siblings, tasks, notify on task exit and host deletion) and Debian's spmd
 # spawned as four from the console across both hosts.
 # Needs root (namespaces). Usage: multihost.sh [DIR with libpvm3.so, pvmd, pvm]
@@ -78,9 +79,15 @@ check() { # name, output file, extended regex that must match
 # The master pvmd; it starts the slave before serving tasks.
 inA timeout 30 "$bindir/pvmd" "$work/hostfile"
 cd "$work"
-inA timeout 120 "$HOME/pvm3/bin/LINUX64/pvm_multihost" "$B" >multihost.out 2>&1 || true
+# The master prints its direct routes' figures at pvm_exit.
+inA env OPENVIA_PVM_DIRECT_STATS=1 timeout 120 "$HOME/pvm3/bin/LINUX64/pvm_multihost" "$B" >multihost.out 2>&1 || true
 cat multihost.out
 check multihost multihost.out '^multihost: all ok$'
+# Both slaves (the default-route echo and the direct one) were reached
+# over a VI, both ways.
+grep -E '^openvia-pvm direct t[0-9a-f]+ -> t[0-9a-f]+: (up|off), [1-9][0-9]* messages sent and [1-9][0-9]* received over the VI$' \
+	multihost.out >direct.out || true
+check direct-vi-used <(wc -l <direct.out) '^2$'
 
 if [ -n "$spmd" ]; then
 	# The host was deleted above: add it again from the console, then

@@ -11,11 +11,19 @@
 //! buffers and posts them as the window allows, and a receiver that waits on
 //! completions, reassembles frames and hands them to the loop through a
 //! channel and an eventfd.
+//!
+//! Tasks use the same links for PvmRouteDirect between hosts
+//! (`task/direct.rs`): there the envelope carries tids, a message body is
+//! handed to the sender thread as a pool [`Body`] (copied once, from its
+//! pool pages into the registered fragments), and the receiver writes
+//! bodies into the task's own pool pages. What a link wakes is a
+//! [`WakeUp`]: the daemon's eventfd, or the task's pool doorbell.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use openvia_core::descriptor::{control, status, DataSegment, DescPtr, Descriptor};
@@ -26,6 +34,7 @@ use openvia_core::{Address, ViaError};
 
 use crate::frame::Frame;
 use crate::pool::inbound::{Inbound, InboundRun};
+use crate::pool::Body;
 
 /// The immediate data of the last fragment of a frame.
 const LAST_FRAGMENT: u32 = 1;
@@ -75,6 +84,11 @@ pub enum LinkEvent {
     Down { via: u32, why: String },
 }
 
+/// Whatever a link's threads wake when they have news.
+pub trait WakeUp: Send + Sync {
+    fn wake(&self);
+}
+
 /// Wakes the daemon's poll loop: an eventfd it polls.
 pub struct Waker {
     fd: OwnedFd,
@@ -108,6 +122,49 @@ impl Waker {
         let mut v = [0u8; 8];
         // SAFETY: reading 8 bytes into a live array from our eventfd.
         unsafe { libc::read(self.fd(), v.as_mut_ptr().cast(), 8) };
+    }
+}
+
+impl WakeUp for Waker {
+    fn wake(&self) {
+        Waker::wake(self);
+    }
+}
+
+/// What the sender thread is asked to do.
+enum Outgoing {
+    /// An encoded envelope and frame.
+    Bytes(Vec<u8>),
+    /// A message: envelope and header, then the body read from where it
+    /// lies (pool pages), so it is copied once, into the fragments.
+    Msg { head: Vec<u8>, body: Body },
+    /// Close once what is queued has gone out.
+    Close,
+}
+
+impl Outgoing {
+    fn parts(&self) -> [&[u8]; 2] {
+        match self {
+            Outgoing::Bytes(b) => [b, &[]],
+            Outgoing::Msg { head, body } => [head, body],
+            Outgoing::Close => [&[], &[]],
+        }
+    }
+}
+
+/// Copies `out.len()` bytes of the concatenation `parts` from offset `at`.
+fn copy_span(parts: [&[u8]; 2], at: usize, out: &mut [u8]) {
+    let (a, b) = (parts[0], parts[1]);
+    let mut done = 0;
+    if at < a.len() {
+        let n = (a.len() - at).min(out.len());
+        out[..n].copy_from_slice(&a[at..at + n]);
+        done = n;
+    }
+    if done < out.len() {
+        let from = at + done - a.len();
+        let n = out.len() - done;
+        out[done..].copy_from_slice(&b[from..from + n]);
     }
 }
 
@@ -220,7 +277,8 @@ impl LinkNic {
         self.nic.query().address.to_vec()
     }
 
-    fn new_vi(&self) -> Result<Arc<Vi>, ViaError> {
+    /// A fresh VI for a link (the daemon's, or a task's direct route).
+    pub fn new_vi(&self) -> Result<Arc<Vi>, ViaError> {
         let attrs = ViAttributes {
             reliability: reliability::RELIABLE_DELIVERY,
             max_transfer: self.cfg.frag as u64,
@@ -263,6 +321,37 @@ impl LinkNic {
         Ok(vi)
     }
 
+    /// Waits for a connect to (our address, `disc`) and accepts it on
+    /// `vi` (whose receives may be posted already).
+    pub fn accept_on(&self, vi: &Arc<Vi>, disc: &[u8], timeout: Duration) -> Result<(), ViaError> {
+        let local = Address {
+            host: self.address(),
+            discriminator: disc.to_vec(),
+        };
+        let req = openvia_core::connect_wait(self.nic.shared(), &local, Some(timeout))?;
+        req.accept(vi)
+    }
+
+    /// Connects `vi` (ours at `disc`) to the VI waiting at (`host`,
+    /// `their_disc`).
+    pub fn connect_on(
+        &self,
+        vi: &Arc<Vi>,
+        disc: &[u8],
+        (host, their_disc): (&[u8], &[u8]),
+        timeout: Duration,
+    ) -> Result<(), ViaError> {
+        let local = Address {
+            host: self.address(),
+            discriminator: disc.to_vec(),
+        };
+        let remote = Address {
+            host: host.to_vec(),
+            discriminator: their_disc.to_vec(),
+        };
+        openvia_core::connect_request(vi, &local, &remote, Some(timeout)).map(|_| ())
+    }
+
     /// Starts the two threads of a link on a connected VI; `via` is the
     /// peer's host number, `me` ours. With `inbound`, messages for tasks of
     /// this host go straight into the pool.
@@ -271,23 +360,65 @@ impl LinkNic {
         vi: Arc<Vi>,
         (via, me): (u32, u32),
         events: Sender<LinkEvent>,
-        waker: Arc<Waker>,
+        waker: Arc<dyn WakeUp>,
         inbound: Option<Arc<Inbound>>,
     ) -> Result<Link, ViaError> {
+        self.prepare(vi)?.run((via, me), events, waker, inbound)
+    }
+
+    /// Registers a link's buffers and posts its receives: done before the
+    /// VI connects, so whatever the peer sends at once finds room.
+    pub fn prepare(&self, vi: Arc<Vi>) -> Result<PreparedLink, ViaError> {
         let cfg = self.cfg;
-        let send_slots = Arc::new(Slots::new(&self.nic, self.ptag, cfg.window, cfg.frag)?);
+        let send_slots = Slots::new(&self.nic, self.ptag, cfg.window, cfg.frag)?;
         let recv_n = 2 * cfg.window;
-        let recv_slots = Arc::new(Slots::new(&self.nic, self.ptag, recv_n, cfg.frag)?);
+        let recv_slots = Slots::new(&self.nic, self.ptag, recv_n, cfg.frag)?;
         for i in 0..recv_n {
             recv_slots.prepare(i, cfg.frag, None);
             vi.post_recv(recv_slots.desc(i), recv_slots.descs.handle)?;
         }
-        let (tx, rx) = mpsc::channel::<Vec<u8>>();
-        let nic = self.nic.clone();
-        {
+        Ok(PreparedLink {
+            nic: self.nic.clone(),
+            vi,
+            send_slots,
+            recv_slots,
+        })
+    }
+}
+
+/// A link's VI with its buffers registered and receives posted; `run`
+/// starts its threads once the VI is connected.
+pub struct PreparedLink {
+    nic: Nic,
+    vi: Arc<Vi>,
+    send_slots: Slots,
+    recv_slots: Slots,
+}
+
+impl PreparedLink {
+    pub fn vi(&self) -> &Arc<Vi> {
+        &self.vi
+    }
+
+    /// Starts the sender and receiver threads (see [`LinkNic::start`]).
+    pub fn run(
+        self,
+        (via, me): (u32, u32),
+        events: Sender<LinkEvent>,
+        waker: Arc<dyn WakeUp>,
+        inbound: Option<Arc<Inbound>>,
+    ) -> Result<Link, ViaError> {
+        let PreparedLink {
+            nic,
+            vi,
+            send_slots,
+            recv_slots,
+        } = self;
+        let (tx, rx) = mpsc::channel::<Outgoing>();
+        let sender = {
             let (vi, events, waker, nic) = (vi.clone(), events.clone(), waker.clone(), nic.clone());
             std::thread::Builder::new()
-                .name(format!("pvmd-send-{via}"))
+                .name(format!("pvm-send-{via:x}"))
                 .spawn(move || {
                     let _keep = nic;
                     if let Err(why) = send_loop(&vi, &send_slots, rx) {
@@ -295,29 +426,36 @@ impl LinkNic {
                         waker.wake();
                     }
                 })
-                .map_err(|_| ViaError::Resource("thread"))?;
-        }
-        {
+                .map_err(|_| ViaError::Resource("thread"))?
+        };
+        let receiver = {
             let vi = vi.clone();
             std::thread::Builder::new()
-                .name(format!("pvmd-recv-{via}"))
+                .name(format!("pvm-recv-{via:x}"))
                 .spawn(move || {
                     let _keep = nic;
-                    let why = recv_loop(&vi, &recv_slots, via, &events, &waker, inbound.as_deref());
+                    let why =
+                        recv_loop(&vi, &recv_slots, via, &events, &*waker, inbound.as_deref());
                     let _ = events.send(LinkEvent::Down { via, why });
                     waker.wake();
                 })
-                .map_err(|_| ViaError::Resource("thread"))?;
-        }
-        Ok(Link { tx, vi, me })
+                .map_err(|_| ViaError::Resource("thread"))?
+        };
+        Ok(Link {
+            tx,
+            vi,
+            me,
+            threads: vec![sender, receiver],
+        })
     }
 }
 
-/// A live link to one peer daemon.
+/// A live link to one peer daemon (or, for a direct route, one task).
 pub struct Link {
-    tx: Sender<Vec<u8>>,
+    tx: Sender<Outgoing>,
     vi: Arc<Vi>,
     me: u32,
+    threads: Vec<JoinHandle<()>>,
 }
 
 impl Link {
@@ -328,7 +466,7 @@ impl Link {
         bytes.extend_from_slice(&src.to_le_bytes());
         bytes.extend_from_slice(&dst.to_le_bytes());
         bytes.extend_from_slice(&frame.encode());
-        self.tx.send(bytes).is_ok()
+        self.tx.send(Outgoing::Bytes(bytes)).is_ok()
     }
 
     /// Queues a frame of our own.
@@ -336,11 +474,45 @@ impl Link {
         self.send(self.me, dst, frame)
     }
 
+    /// Queues a message whose body stays where it is until the sender
+    /// thread copies it into fragments: the frame `Frame::Msg` would give,
+    /// with the envelope (`env_src`, `env_dst`).
+    pub fn send_msg(&self, (env_src, env_dst): (u32, u32), ints: [i32; 5], body: Body) -> bool {
+        let mut head = Vec::with_capacity(MSG_HEADER);
+        head.extend_from_slice(&env_src.to_le_bytes());
+        head.extend_from_slice(&env_dst.to_le_bytes());
+        head.extend_from_slice(&((1 + 20 + 4 + body.len()) as u32).to_le_bytes());
+        head.push(crate::frame::KIND_MSG);
+        for v in ints {
+            head.extend_from_slice(&v.to_le_bytes());
+        }
+        head.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        self.tx.send(Outgoing::Msg { head, body }).is_ok()
+    }
+
     /// Closes the link once what is queued has gone out (the peer then
     /// sees its VI go down).
     pub fn close_after_queue(&self) {
-        if self.tx.send(Vec::new()).is_err() {
+        if self.tx.send(Outgoing::Close).is_err() {
             let _ = self.vi.disconnect();
+        }
+    }
+
+    /// Closes after the queue as above and waits until both threads are
+    /// gone: a task does this before leaving, so no thread still writes
+    /// into pool pages its slot is about to give up.
+    pub fn close_and_join(mut self) {
+        self.close_after_queue();
+        let threads = std::mem::take(&mut self.threads);
+        let mut threads = threads.into_iter();
+        if let Some(sender) = threads.next() {
+            let _ = sender.join();
+        }
+        // The sender disconnected (or failed); either way the receiver's
+        // VI is no longer connected, so its wait ends.
+        let _ = self.vi.disconnect();
+        for t in threads {
+            let _ = t.join();
         }
     }
 }
@@ -358,7 +530,7 @@ fn status_ok(d: DescPtr) -> Result<(u32, u32), String> {
 }
 
 /// Sends each queued byte string as fragments, at most `window` in flight.
-fn send_loop(vi: &Vi, slots: &Slots, rx: Receiver<Vec<u8>>) -> Result<(), String> {
+fn send_loop(vi: &Vi, slots: &Slots, rx: Receiver<Outgoing>) -> Result<(), String> {
     let mut free: Vec<usize> = (0..slots.n).rev().collect();
     let window = slots.n;
     let reap = |free: &mut Vec<usize>, block: bool| -> Result<(), String> {
@@ -381,8 +553,8 @@ fn send_loop(vi: &Vi, slots: &Slots, rx: Receiver<Vec<u8>>) -> Result<(), String
             }
         }
     };
-    while let Ok(bytes) = rx.recv() {
-        if bytes.is_empty() {
+    while let Ok(out) = rx.recv() {
+        if matches!(out, Outgoing::Close) {
             // Close: let the window drain (bounded), then disconnect.
             let end = std::time::Instant::now() + Duration::from_secs(2);
             while free.len() < window && std::time::Instant::now() < end {
@@ -395,17 +567,22 @@ fn send_loop(vi: &Vi, slots: &Slots, rx: Receiver<Vec<u8>>) -> Result<(), String
             let _ = vi.disconnect();
             return Ok(());
         }
-        let n = bytes.len().div_ceil(slots.frag);
-        for (k, chunk) in bytes.chunks(slots.frag).enumerate() {
+        let parts = out.parts();
+        let total = parts[0].len() + parts[1].len();
+        let n = total.div_ceil(slots.frag);
+        for k in 0..n {
             reap(&mut free, false)?;
             if free.is_empty() {
                 reap(&mut free, true)?;
             }
             let i = free.pop().ok_or("no send slot")?;
+            let at = k * slots.frag;
+            let len = (total - at).min(slots.frag);
             // SAFETY: slot i's buffer is ours (not posted) and `frag` long.
-            unsafe { std::ptr::copy_nonoverlapping(chunk.as_ptr(), slots.data(i), chunk.len()) };
+            let dst = unsafe { std::slice::from_raw_parts_mut(slots.data(i), len) };
+            copy_span(parts, at, dst);
             let last = if k + 1 == n { LAST_FRAGMENT } else { 0 };
-            slots.prepare(i, chunk.len(), Some(last));
+            slots.prepare(i, len, Some(last));
             vi.post_send(slots.desc(i), slots.descs.handle)
                 .map_err(|e| e.to_string())?;
         }
@@ -435,16 +612,32 @@ fn message_header(first: &[u8], me: u32) -> Option<(i32, i32, i32, i32, i32, usi
     Some((int(13), int(17), int(21), int(25), int(29), body_len))
 }
 
-/// Reassembles fragments into frames until the VI fails; returns why.
+/// Reassembles fragments into frames until the VI fails; returns why. A
+/// message half written into the pool is given up then.
 fn recv_loop(
     vi: &Vi,
     slots: &Slots,
     via: u32,
     events: &Sender<LinkEvent>,
-    waker: &Waker,
+    waker: &dyn WakeUp,
     inbound: Option<&Inbound>,
 ) -> String {
     let mut state = Assembly::Idle;
+    let why = recv_frames(vi, slots, via, (events, waker), inbound, &mut state);
+    if let (Assembly::Pool(run), Some(inb)) = (state, inbound) {
+        inb.abandon(run);
+    }
+    why
+}
+
+fn recv_frames(
+    vi: &Vi,
+    slots: &Slots,
+    via: u32,
+    (events, waker): (&Sender<LinkEvent>, &dyn WakeUp),
+    inbound: Option<&Inbound>,
+    state: &mut Assembly,
+) -> String {
     loop {
         let d = match vi.recv_wait(None) {
             Ok(d) => d,
@@ -460,7 +653,13 @@ fn recv_loop(
         // which is not posted again until we are done with them.
         let data = unsafe { std::slice::from_raw_parts(slots.data(i), len) };
         if matches!(state, Assembly::Idle) {
-            state = Assembly::Bytes(Vec::new());
+            // The frame's length is known from its first fragment: one
+            // allocation instead of a doubling per fragment.
+            let announced = data
+                .get(8..12)
+                .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize);
+            let cap = (ENVELOPE + 4 + announced).min(16 << 20);
+            *state = Assembly::Bytes(Vec::with_capacity(cap));
             if let (Some(inb), Some(me)) = (inbound, data.get(4..8)) {
                 let me = u32::from_le_bytes([me[0], me[1], me[2], me[3]]);
                 if let Some((src, dst, tag, ctx, enc, n)) = message_header(data, me) {
@@ -469,15 +668,15 @@ fn recv_loop(
                             inb.abandon(run);
                             return "message longer than announced".into();
                         }
-                        state = Assembly::Pool(run);
+                        *state = Assembly::Pool(run);
                     }
                 }
             }
-            if let Assembly::Bytes(b) = &mut state {
+            if let Assembly::Bytes(b) = state {
                 b.extend_from_slice(data);
             }
         } else {
-            match &mut state {
+            match state {
                 Assembly::Bytes(b) => b.extend_from_slice(data),
                 Assembly::Pool(run) => {
                     let inb = inbound.expect("pool assembly implies inbound");
@@ -495,7 +694,7 @@ fn recv_loop(
         if imm & LAST_FRAGMENT == 0 {
             continue;
         }
-        match std::mem::replace(&mut state, Assembly::Idle) {
+        match std::mem::replace(state, Assembly::Idle) {
             Assembly::Pool(run) => {
                 let inb = inbound.expect("pool assembly implies inbound");
                 inb.finish(run);

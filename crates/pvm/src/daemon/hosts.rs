@@ -383,6 +383,14 @@ impl Daemon {
             .collect();
         for &h in &removed {
             self.fail_calls_to(h);
+            // Its tasks are gone with it: watchers of their exit hear now.
+            let (gone, keep): (Vec<Notify>, Vec<Notify>) = std::mem::take(&mut self.remote_watches)
+                .into_iter()
+                .partition(|n| tid::host_num(n.target) == h);
+            self.remote_watches = keep;
+            for n in gone {
+                self.send_notify(&n);
+            }
             let target = tid::host_tid(h);
             let fired: Vec<Notify> = {
                 let (f, keep) = std::mem::take(&mut self.notifies)
@@ -419,6 +427,25 @@ impl Daemon {
                 self.route(m);
             }
         }
+    }
+
+    /// A task-exit notify coming back from another host's pvmd settles the
+    /// watch we kept for the case that host dies first.
+    pub(super) fn note_remote_exit(&mut self, m: &Msg) {
+        if self.remote_watches.is_empty() || m.src & tid::DAEMON_BIT as i32 == 0 {
+            return;
+        }
+        let from = tid::host_num(m.src);
+        if from == self.host_num {
+            return;
+        }
+        let mut pos = 0;
+        let Ok(target) = codec::unpack_i32(m.enc, &m.body, &mut pos) else {
+            return;
+        };
+        self.remote_watches.retain(|n| {
+            !(n.watcher == m.dst && n.tag == m.tag && n.ctx == m.ctx && n.target == target)
+        });
     }
 
     /// Master: deletes hosts; per host 0 or an error code.

@@ -151,6 +151,9 @@ pub struct Daemon {
     spawn_rr: usize,
     /// Writes messages from other hosts straight into the pool.
     inbound: Option<Arc<crate::pool::inbound::Inbound>>,
+    /// Task-exit watches our tasks placed on tasks of other hosts: fired
+    /// here if that host goes away before its pvmd could fire them.
+    remote_watches: Vec<Notify>,
 }
 
 impl Daemon {
@@ -206,6 +209,7 @@ impl Daemon {
             next_host: 2,
             spawn_rr: 0,
             inbound: None,
+            remote_watches: Vec::new(),
         };
         // The pvmd's own slot holds runs its links are writing.
         let me_tid = d.tid();
@@ -411,6 +415,7 @@ impl Daemon {
     }
 
     fn route(&mut self, m: Msg) {
+        self.note_remote_exit(&m);
         let dst = m.dst;
         let host = tid::host_num(dst);
         if host != self.host_num && host != 0 {
@@ -472,6 +477,7 @@ impl Daemon {
             f
         };
         self.notifies.retain(|n| n.watcher != t);
+        self.remote_watches.retain(|n| n.watcher != t);
         for n in fired {
             self.send_notify(&n);
         }

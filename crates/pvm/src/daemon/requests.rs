@@ -475,6 +475,19 @@ impl Daemon {
                         ..Args::default()
                     },
                 );
+                let note = |target| Notify {
+                    what: kind,
+                    watcher: me,
+                    tag,
+                    ctx,
+                    target,
+                };
+                if what & NOTIFY_CANCEL != 0 {
+                    self.remote_watches
+                        .retain(|n| !(n.watcher == me && n.tag == tag && ts.contains(&n.target)));
+                } else {
+                    self.remote_watches.extend(ts.iter().map(|&t| note(t)));
+                }
             } else if what & NOTIFY_CANCEL == 0 {
                 // No such host: its tasks are as good as gone.
                 for target in ts {

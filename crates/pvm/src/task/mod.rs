@@ -3,6 +3,7 @@
 //! thin shell over [`Task`]; the `pvm` console uses it directly.
 
 pub mod buffers;
+mod direct;
 mod start;
 
 pub use start::start_daemon;
@@ -45,7 +46,8 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Options {
         Options {
-            route: 1,
+            // PvmAllowDirect, PVM's default: grant a peer's direct route.
+            route: direct::ROUTE_ALLOW,
             auto_err: 1,
             out_tid: 0,
             out_code: 0,
@@ -86,6 +88,8 @@ pub struct Task {
     pub ctx: i32,
     next_ctx: i32,
     pub opts: Options,
+    /// PvmRouteDirect between hosts.
+    direct: direct::Direct,
 }
 
 fn sys(_: io::Error) -> PvmError {
@@ -131,6 +135,7 @@ impl Task {
             ctx: 0,
             next_ctx: 1,
             opts: Options::default(),
+            direct: direct::Direct::default(),
         };
         // SAFETY: getpid has no preconditions.
         let pid = unsafe { libc::getpid() };
@@ -195,7 +200,7 @@ impl Task {
                     enc: m.enc,
                     body: Body::from_vec(m.body, self.home.clone()),
                 };
-                self.queue.push_back(q);
+                self.arrive(q);
                 Ok(None)
             }
             Some(Frame::Reply { seq, code, args }) => Ok(Some((seq, code, args))),
@@ -295,6 +300,11 @@ impl Task {
         self.bufs.get(id)?;
         let ctx = self.ctx;
         let mut failed = None;
+        if self.direct.active() {
+            // Setup answers and finished connects first: a sender that
+            // only sends must still come to use its direct route.
+            self.gather()?;
+        }
         for &dst in dsts {
             if dst <= 0 && dst & crate::tid::DAEMON_BIT as i32 == 0 {
                 return Err(PvmError::BadParam);
@@ -325,6 +335,9 @@ impl Task {
                     continue;
                 }
                 Err(e) => return Err(e),
+            }
+            if self.direct_send(id, dst, tag, ctx)? {
+                continue;
             }
             // A local tid is checked (a dead one gives PvmNoTask, as the
             // issue asks); a remote one would cost a round trip between
@@ -469,7 +482,7 @@ impl Task {
             } else {
                 Body::received(home.clone(), d.start, d.pages, d.len as usize)
             };
-            self.queue.push_back(Queued {
+            self.arrive(Queued {
                 src: d.src,
                 tag: d.tag,
                 ctx: d.ctx,
@@ -495,6 +508,7 @@ impl Task {
                 got = true;
             }
         }
+        got |= self.direct_progress()?;
         Ok(got)
     }
 
@@ -662,7 +676,9 @@ impl Task {
 
     pub fn exit(&mut self) -> PvmResult<()> {
         // Pool holds go back before the pvmd retires our slot: afterwards
-        // the slot may already belong to a new task.
+        // the slot may already belong to a new task. Direct links first:
+        // their threads write into pages our slot holds.
+        self.direct_close();
         self.bufs = BufTable::default();
         self.queue.clear();
         self.sbuf = 0;

@@ -1,0 +1,547 @@
+//! PvmRouteDirect between hosts: a VI task to task over openvia's network
+//! device, carried by the same [`Link`] the pvmds use between them (a
+//! fragmenting sender thread with a window, a receiver thread writing
+//! bodies into this task's own pool pages). On one host every message
+//! already goes task to task through the pool, which is the direct route
+//! there.
+//!
+//! Setup travels as hidden messages routed the default way, through the
+//! pvmds, in a context `pvm_newcontext` never gives ([`DIRECT_CTX`]); they
+//! are taken out before the user's queue and handled whenever the task is
+//! in the library (a send, receive or probe), so nobody waits for the
+//! other side:
+//!
+//! 1. A, sending to B with PvmRouteDirect, opens its NIC (once) and sends
+//!    CONNECT(its discriminator, its address); the message itself and all
+//!    until the VI is up still go through the pvmds.
+//! 2. B makes a VI, posts its receives, waits for A's connect on a thread
+//!    of its own and answers ACCEPT(its discriminator, address) — unless B
+//!    set PvmDontRoute or has no pool or NIC: then REFUSE, and A stays
+//!    routed. B's default (PvmAllowDirect, as in PVM) accepts. Two
+//!    CONNECTs that cross: the lower tid's wins, the other side answers it.
+//! 3. A makes its VI, posts its receives and connects to B's, also on a
+//!    thread (the client retries until B waits). Each connect thread rings
+//!    its task's pool doorbell when done; the task picks the outcome up on
+//!    its next entry into the library. (Client and server rather than
+//!    `peer_request`: on the network device the waiting side of a peer
+//!    connect refuses its own VI, which is ConnectPending by then.)
+//! 4. Once connected, each side sends SWITCH through the pvmds as its last
+//!    routed message to the other and from then on sends over the VI (both
+//!    sides use an open VI, as PVM uses an open direct route both ways).
+//!    A receiver holds what comes over the VI from a peer until that peer's
+//!    SWITCH came the routed way, so messages of one pair arrive in the
+//!    order sent.
+//!
+//! A VI that fails (peer dead, unreachable) reports its link down; sends to
+//! that peer go through the pvmds again, never hang. Not retried.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::Write;
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use openvia_core::ViaError;
+
+use super::{Queued, Task};
+use crate::error::{PvmError, PvmResult};
+use crate::frame::{self, Frame, Msg};
+use crate::link::{Link, LinkEvent, LinkNic, PreparedLink, WakeUp};
+use crate::pool::inbound::{Arrival, Inbound};
+use crate::pool::{Body, Pool};
+use crate::tid;
+
+/// Context of the setup messages; user contexts are positive.
+pub(crate) const DIRECT_CTX: i32 = i32::MIN + 1;
+
+/// Tags of the setup messages.
+mod kind {
+    pub const CONNECT: i32 = 1;
+    pub const ACCEPT: i32 = 2;
+    pub const REFUSE: i32 = 3;
+    pub const SWITCH: i32 = 4;
+}
+
+/// PvmRoute values.
+pub(crate) const ROUTE_DONT: i32 = 1;
+pub(crate) const ROUTE_ALLOW: i32 = 2;
+const ROUTE_DIRECT: i32 = 3;
+
+/// How long a peer-to-peer connect may take before the pair stays routed.
+const CONNECT_LIMIT: Duration = Duration::from_secs(10);
+
+/// Prints per-task figures at pvm_exit when set (tests check them).
+const ENV_STATS: &str = "OPENVIA_PVM_DIRECT_STATS";
+
+/// Where a connect thread leaves its VI, ready to run.
+type Outcome = Arc<Mutex<Option<Result<PreparedLink, ViaError>>>>;
+
+/// Our side of a connect: wait for the peer's, or call it.
+enum Role {
+    Wait,
+    Call {
+        their_disc: Vec<u8>,
+        their_addr: Vec<u8>,
+    },
+}
+
+/// A link's wake-up: the task sleeps on its pool doorbell.
+struct BellWaker {
+    pool: Arc<Pool>,
+    slot: usize,
+}
+
+impl WakeUp for BellWaker {
+    fn wake(&self) {
+        self.pool.ring_bell(self.slot);
+    }
+}
+
+enum State {
+    /// Nothing asked either way.
+    Idle,
+    /// Our CONNECT is out, under our discriminator.
+    Asked {
+        disc: Vec<u8>,
+    },
+    /// Connect in progress on its own thread.
+    Connecting(Outcome),
+    Up(Link),
+    /// Refused or failed: routed for good.
+    Off,
+}
+
+struct Peer {
+    state: State,
+    /// We sent SWITCH: our messages to the peer go over the VI.
+    switched_out: bool,
+    /// The peer's SWITCH came: its VI messages may be seen.
+    switched_in: bool,
+    /// VI messages that came before the peer's SWITCH.
+    held: Vec<Queued>,
+    /// Messages sent and received over the VI.
+    sent: u64,
+    received: u64,
+}
+
+impl Peer {
+    fn new() -> Peer {
+        Peer {
+            state: State::Idle,
+            switched_out: false,
+            switched_in: false,
+            held: Vec::new(),
+            sent: 0,
+            received: 0,
+        }
+    }
+}
+
+/// The task's NIC and what its links deliver.
+struct Endpoint {
+    nic: Arc<LinkNic>,
+    address: Vec<u8>,
+    inbound: Arc<Inbound>,
+    arrivals: Receiver<Arrival>,
+    events: (Sender<LinkEvent>, Receiver<LinkEvent>),
+    waker: Arc<BellWaker>,
+}
+
+/// A task's direct routes.
+#[derive(Default)]
+pub struct Direct {
+    endpoint: Option<Endpoint>,
+    /// The NIC could not be opened: do not try again.
+    unavailable: bool,
+    peers: HashMap<i32, Peer>,
+    /// Setup messages not handled yet.
+    control: VecDeque<Queued>,
+    /// Links that went down, joined at exit.
+    retired: Vec<Link>,
+}
+
+/// Our discriminator for the pair: tids and a nonce (a tid may come back
+/// in a later virtual machine).
+fn make_disc(me: i32, peer: i32) -> Vec<u8> {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    // SAFETY: getpid has no preconditions.
+    let nonce = t ^ unsafe { libc::getpid() } as u32;
+    let mut d = b"pvD".to_vec();
+    d.extend_from_slice(&me.to_le_bytes());
+    d.extend_from_slice(&peer.to_le_bytes());
+    d.extend_from_slice(&nonce.to_le_bytes());
+    d
+}
+
+/// CONNECT and ACCEPT bodies: discriminator length, discriminator, address.
+fn encode_hello(disc: &[u8], address: &[u8]) -> Vec<u8> {
+    let mut b = vec![disc.len() as u8];
+    b.extend_from_slice(disc);
+    b.extend_from_slice(address);
+    b
+}
+
+fn decode_hello(b: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
+    let n = *b.first()? as usize;
+    let disc = b.get(1..1 + n)?.to_vec();
+    let addr = b.get(1 + n..)?.to_vec();
+    (!disc.is_empty() && !addr.is_empty()).then_some((disc, addr))
+}
+
+impl Task {
+    /// Where every arriving message goes: setup messages to the direct
+    /// route (a SWITCH at once, so the peer's held VI messages line up
+    /// right behind what it routed before), the rest to the queue.
+    pub(super) fn arrive(&mut self, q: Queued) {
+        if q.ctx != DIRECT_CTX {
+            self.queue.push_back(q);
+            return;
+        }
+        if q.tag == kind::SWITCH {
+            let p = self.direct.peers.entry(q.src).or_insert_with(Peer::new);
+            p.switched_in = true;
+            let held = std::mem::take(&mut p.held);
+            self.queue.extend(held);
+        } else {
+            self.direct.control.push_back(q);
+        }
+    }
+
+    /// Moves the direct route along: setup messages, connects in progress,
+    /// links gone down, messages that came over VIs. True if any message
+    /// was queued.
+    pub(super) fn direct_progress(&mut self) -> PvmResult<bool> {
+        if self.direct.peers.is_empty() && self.direct.control.is_empty() {
+            return Ok(false);
+        }
+        while let Some(c) = self.direct.control.pop_front() {
+            self.direct_control(c)?;
+        }
+        self.poll_connects()?;
+        let Some(ep) = &self.direct.endpoint else {
+            return Ok(false);
+        };
+        let events: Vec<LinkEvent> = ep.events.1.try_iter().collect();
+        let arrivals: Vec<Arrival> = ep.arrivals.try_iter().collect();
+        let mut got = false;
+        for ev in events {
+            match ev {
+                LinkEvent::Down { via, .. } => self.peer_down(via as i32),
+                // Not addressed to us (nothing sends that): drop.
+                LinkEvent::Frame { .. } => {}
+            }
+        }
+        for a in arrivals {
+            let q = Queued {
+                src: a.src,
+                tag: a.tag,
+                ctx: a.ctx,
+                enc: a.enc,
+                body: a.body,
+            };
+            let p = self.direct.peers.entry(q.src).or_insert_with(Peer::new);
+            p.received += 1;
+            match p.switched_in {
+                false => p.held.push(q),
+                true => {
+                    self.queue.push_back(q);
+                    got = true;
+                }
+            }
+        }
+        Ok(got)
+    }
+
+    /// Tries the direct route for one message; Ok(false) when it goes
+    /// through the pvmds (not a task of another host, route not open yet;
+    /// with PvmRouteDirect the first such send asks for one).
+    pub(super) fn direct_send(&mut self, id: i32, dst: i32, tag: i32, ctx: i32) -> PvmResult<bool> {
+        if self.home.is_none()
+            || dst & tid::DAEMON_BIT as i32 != 0
+            || tid::host_of(dst) == tid::host_of(self.mytid)
+        {
+            return Ok(false);
+        }
+        let want = self.opts.route == ROUTE_DIRECT;
+        let (ask, open) = match self.direct.peers.get(&dst) {
+            None => (want, false),
+            Some(p) => (
+                want && matches!(p.state, State::Idle),
+                p.switched_out && matches!(p.state, State::Up(_)),
+            ),
+        };
+        if ask {
+            self.ask(dst)?;
+        }
+        if !open {
+            return Ok(false);
+        }
+        let b = self.bufs.get(id)?;
+        let body = if b.refs.is_empty() {
+            b.data.share()
+        } else {
+            Body::from_vec(b.body(), None)
+        };
+        let ints = [self.mytid, dst, tag, ctx, b.enc];
+        let sent = match self.direct.peers.get_mut(&dst) {
+            Some(p) => {
+                let ok = matches!(&p.state, State::Up(link)
+                    if link.send_msg((self.mytid as u32, dst as u32), ints, body));
+                p.sent += u64::from(ok);
+                ok
+            }
+            None => false,
+        };
+        if !sent {
+            self.peer_down(dst);
+        }
+        Ok(sent)
+    }
+
+    /// A setup message through the pvmds.
+    fn send_control(&mut self, dst: i32, tag: i32, body: Vec<u8>) -> PvmResult<()> {
+        let m = Msg {
+            src: self.mytid,
+            dst,
+            tag,
+            ctx: DIRECT_CTX,
+            enc: 0,
+            body,
+        };
+        frame::write_frame(&mut self.wr, &Frame::Msg(m)).map_err(|_| PvmError::SysErr)
+    }
+
+    fn flush_routed(&mut self) -> PvmResult<()> {
+        self.wr.flush().map_err(|_| PvmError::SysErr)
+    }
+
+    /// Opens the NIC on first use.
+    fn endpoint(&mut self) -> Option<&Endpoint> {
+        if self.direct.endpoint.is_none() && !self.direct.unavailable {
+            let home = self.home.clone()?;
+            match LinkNic::open() {
+                Ok(nic) => {
+                    let (inbound, arrivals) =
+                        Inbound::for_task(home.pool.clone(), home.slot, self.mytid);
+                    self.direct.endpoint = Some(Endpoint {
+                        address: nic.address(),
+                        nic: Arc::new(nic),
+                        inbound: Arc::new(inbound),
+                        arrivals,
+                        events: mpsc::channel(),
+                        waker: Arc::new(BellWaker {
+                            pool: home.pool.clone(),
+                            slot: home.slot,
+                        }),
+                    });
+                }
+                Err(_) => self.direct.unavailable = true,
+            }
+        }
+        self.direct.endpoint.as_ref()
+    }
+
+    fn ask(&mut self, dst: i32) -> PvmResult<()> {
+        let Some(ep) = self.endpoint() else {
+            self.direct.peers.entry(dst).or_insert_with(Peer::new).state = State::Off;
+            return Ok(());
+        };
+        let address = ep.address.clone();
+        let disc = make_disc(self.mytid, dst);
+        self.send_control(dst, kind::CONNECT, encode_hello(&disc, &address))?;
+        self.direct.peers.entry(dst).or_insert_with(Peer::new).state = State::Asked { disc };
+        Ok(())
+    }
+
+    fn direct_control(&mut self, c: Queued) -> PvmResult<()> {
+        let src = c.src;
+        match c.tag {
+            kind::CONNECT => self.on_connect(src, &c.body),
+            kind::ACCEPT => {
+                let p = self.direct.peers.entry(src).or_insert_with(Peer::new);
+                if !matches!(p.state, State::Asked { .. }) {
+                    // Not asked (any more): the peer's connect times out.
+                    return Ok(());
+                }
+                let State::Asked { disc } = std::mem::replace(&mut p.state, State::Off) else {
+                    return Ok(());
+                };
+                let state = decode_hello(&c.body)
+                    .and_then(|(their_disc, their_addr)| {
+                        let role = Role::Call {
+                            their_disc,
+                            their_addr,
+                        };
+                        self.start_connect(&disc, role)
+                    })
+                    .unwrap_or(State::Off);
+                self.direct.peers.entry(src).or_insert_with(Peer::new).state = state;
+                Ok(())
+            }
+            kind::REFUSE => {
+                let p = self.direct.peers.entry(src).or_insert_with(Peer::new);
+                if matches!(p.state, State::Asked { .. }) {
+                    p.state = State::Off;
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// A peer asks for a direct route to us.
+    fn on_connect(&mut self, src: i32, body: &[u8]) -> PvmResult<()> {
+        let me = self.mytid;
+        let p = self.direct.peers.entry(src).or_insert_with(Peer::new);
+        match p.state {
+            // Both asked: the lower tid's request is the one answered.
+            State::Asked { .. } if me < src => return Ok(()),
+            State::Connecting(_) | State::Up(_) => return Ok(()),
+            _ => {}
+        }
+        let refused = self.opts.route == ROUTE_DONT || matches!(p.state, State::Off);
+        let disc = make_disc(me, src);
+        let started = match (refused, decode_hello(body), self.endpoint().is_some()) {
+            (false, Some(_), true) => self.start_connect(&disc, Role::Wait),
+            _ => None,
+        };
+        let p = self.direct.peers.entry(src).or_insert_with(Peer::new);
+        match started {
+            Some(state) => {
+                p.state = state;
+                let address = self.direct.endpoint.as_ref().map(|e| e.address.clone());
+                let body = encode_hello(&disc, &address.unwrap_or_default());
+                self.send_control(src, kind::ACCEPT, body)?;
+            }
+            None => {
+                p.state = State::Off;
+                self.send_control(src, kind::REFUSE, Vec::new())?;
+            }
+        }
+        self.flush_routed()
+    }
+
+    /// A VI with its receives posted (so whatever the peer sends at once
+    /// finds room), connected on a thread of its own: the caller goes on,
+    /// and the thread rings our doorbell when it is done. None if the VI
+    /// cannot be made.
+    fn start_connect(&mut self, disc: &[u8], role: Role) -> Option<State> {
+        let ep = self.direct.endpoint.as_ref()?;
+        let prepared = ep.nic.new_vi().and_then(|vi| ep.nic.prepare(vi)).ok()?;
+        let outcome: Outcome = Arc::new(Mutex::new(None));
+        let (nic, waker, out, disc) = (
+            ep.nic.clone(),
+            ep.waker.clone(),
+            outcome.clone(),
+            disc.to_vec(),
+        );
+        std::thread::Builder::new()
+            .name("pvm-direct-connect".into())
+            .spawn(move || {
+                let vi = prepared.vi().clone();
+                let r = match role {
+                    Role::Wait => nic.accept_on(&vi, &disc, CONNECT_LIMIT),
+                    Role::Call {
+                        their_disc,
+                        their_addr,
+                    } => nic.connect_on(&vi, &disc, (&their_addr, &their_disc), CONNECT_LIMIT),
+                };
+                *out.lock().unwrap_or_else(|e| e.into_inner()) = Some(r.map(|_| prepared));
+                waker.wake();
+            })
+            .ok()?;
+        Some(State::Connecting(outcome))
+    }
+
+    /// Connects that finished: start the link and switch our sends to it.
+    fn poll_connects(&mut self) -> PvmResult<()> {
+        let ready: Vec<(i32, Result<PreparedLink, ViaError>)> = self
+            .direct
+            .peers
+            .iter()
+            .filter_map(|(&t, p)| match &p.state {
+                State::Connecting(out) => out
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take()
+                    .map(|r| (t, r)),
+                _ => None,
+            })
+            .collect();
+        for (t, r) in ready {
+            let (Some(p), Some(ep)) = (self.direct.peers.get_mut(&t), &self.direct.endpoint) else {
+                continue;
+            };
+            p.state = State::Off;
+            let Ok(pl) = r else {
+                continue;
+            };
+            let waker: Arc<dyn WakeUp> = ep.waker.clone();
+            let run = pl.run(
+                (t as u32, self.mytid as u32),
+                ep.events.0.clone(),
+                waker,
+                Some(ep.inbound.clone()),
+            );
+            if let Ok(link) = run {
+                p.state = State::Up(link);
+                p.switched_out = true;
+                self.send_control(t, kind::SWITCH, Vec::new())?;
+                self.flush_routed()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The link to `peer` failed: routed from now on.
+    fn peer_down(&mut self, peer: i32) {
+        if let Some(p) = self.direct.peers.get_mut(&peer) {
+            p.switched_out = false;
+            if let State::Up(link) = std::mem::replace(&mut p.state, State::Off) {
+                link.close_after_queue();
+                self.direct.retired.push(link);
+            }
+        }
+    }
+
+    /// Closes every direct link after what is queued has gone out, and
+    /// waits for their threads: called before leaving the virtual machine,
+    /// while the pool slot is still ours.
+    pub(super) fn direct_close(&mut self) {
+        let d = std::mem::take(&mut self.direct);
+        if std::env::var_os(ENV_STATS).is_some() {
+            let mut peers: Vec<_> = d.peers.iter().collect();
+            peers.sort_by_key(|(t, _)| **t);
+            for (t, p) in peers {
+                let state = match p.state {
+                    State::Idle => "idle",
+                    State::Asked { .. } => "asked",
+                    State::Connecting(_) => "connecting",
+                    State::Up(_) => "up",
+                    State::Off => "off",
+                };
+                eprintln!(
+                    "openvia-pvm direct t{:x} -> t{t:x}: {state}, {} messages sent and {} received over the VI",
+                    self.mytid, p.sent, p.received
+                );
+            }
+        }
+        for (_, p) in d.peers {
+            if let State::Up(link) = p.state {
+                link.close_and_join();
+            }
+        }
+        for link in d.retired {
+            link.close_and_join();
+        }
+    }
+}
+
+impl Direct {
+    /// Anything set up or asked: sends then look for setup answers.
+    pub(super) fn active(&self) -> bool {
+        !self.peers.is_empty() || !self.control.is_empty()
+    }
+}
