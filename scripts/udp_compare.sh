@@ -2,9 +2,20 @@
 # openvia udp vs kernel TCP / UDP across two namespaces joined by veth
 # (scripts/netns.sh), peers in the same run, as JSON lines on stdout.
 # Server pinned to CPU 1 (`serve --cpu 1`), client to CPU 0 (`--cpu 0,1`).
-# Usage: scripts/udp_compare.sh [quick | lat MTU | bw MTU | drop MTU]
-#   (no argument) both MTUs, RUM modes, 1 % drop, then seed 000's sweep;
-#   quick: without the sweep; lat/bw/drop: only that part at one MTU.
+# Usage: scripts/udp_compare.sh [quick | lat MTU | bw MTU | modes MTU |
+#                                drop MTU | sweep]
+#   (no argument) MTU 9000 and 1500: latency and the RUM modes; 1 % drop
+#   at 9000; then seed 000's sweep. quick: without the sweep.
+#   lat: 8-byte ping-pong, kernel UDP/TCP (blocking and busy-polling) and
+#        openvia at the reliability levels in RELS (default "ur rd rr");
+#   bw: 1 MiB streaming, kernel TCP and openvia (default settings);
+#   modes: the RUM modes side by side (Hetero, Homo, flow-control-only)
+#        with kernel TCP;
+#   drop: streaming with every byte verified, lossless then with 1 % of
+#        the UDP datagrams dropped by nft, openvia and kernel TCP;
+#   sweep: segment policy and size (fixed, page, largest, 1472, 4096,
+#        8958 bytes) at MTU 1500, 4138 and 9000 (and the page policy at
+#        4188, where a whole page fits), kernel TCP at each MTU.
 # Needs root and target/release/viabench (or VIABENCH=path). ITERS, BWN
 # set the latency iterations and the streamed 1 MiB messages.
 set -eu
@@ -16,6 +27,9 @@ BNS=${OV_NS_B:-ovB}
 PEER=10.77.0.2
 ITERS=${ITERS:-20000}
 BWN=${BWN:-2000}
+# Leave no namespace behind, whatever happens.
+trap '"$NS" down >/dev/null 2>&1 || true' EXIT
+trap 'exit 130' INT TERM
 
 # run LABEL TRANSPORT ENV... -- viabench-args...
 run() {
@@ -39,6 +53,13 @@ run() {
     ip netns exec "$A" env $envs OPENVIA_BENCH_DEVICE=/dev/via_veth0 \
         timeout 300 "$B" "$@" -t "$transport" --peer "$PEER:$port" --cpu 0,1 --json |
         sed "s/^{/{\"label\":\"$label\",/"
+    # A server whose client failed may wait for it forever: give it a
+    # bounded time to finish, then end it.
+    i=0
+    while kill -0 $spid 2>/dev/null; do
+        i=$((i + 1)); [ $i -gt 3000 ] && { kill $spid 2>/dev/null; break; }
+        sleep 0.01
+    done
     wait $spid || true
     rm -f /tmp/ov_srv.$$
 }
@@ -54,40 +75,63 @@ lat() {
 
 bw() {
     run "bw-mtu$1" kernel-tcp -- bandwidth -s 1M -n "$BWN" -w 16
-    for flow in hetero homo; do
-        run "bw-mtu$1-$flow" udp OPENVIA_UDP_FLOW=$flow -- bandwidth -s 1M -n "$BWN" -w 16
-    done
-    run "bw-mtu$1-lossless" udp OPENVIA_UDP_LOSSLESS=1 -- bandwidth -s 1M -n "$BWN" -w 16
+    run "bw-mtu$1" udp -- bandwidth -s 1M -n "$BWN" -w 16
 }
 
+modes() {
+    run "modes-mtu$1" kernel-tcp -- bandwidth -s 1M -n "$BWN" -w 16
+    for flow in hetero homo; do
+        run "modes-mtu$1-$flow" udp OPENVIA_UDP_FLOW=$flow -- bandwidth -s 1M -n "$BWN" -w 16
+    done
+    run "modes-mtu$1-lossless" udp OPENVIA_UDP_LOSSLESS=1 -- bandwidth -s 1M -n "$BWN" -w 16
+}
+
+# Lossless first, in the same run: verifying every byte costs both ends
+# CPU, so the drop figure is compared with a verified lossless stream.
 drop() {
+    for t in udp kernel-tcp; do
+        run "verify-mtu$1" $t -- bandwidth -s 1M -n "$BWN" -w 16 --verify
+    done
     "$NS" drop 1 >&2
     for t in udp kernel-tcp; do
-        run "bw-mtu$1-drop1" $t -- bandwidth -s 1M -n "$BWN" -w 16 --verify
+        run "verify-mtu$1-drop1" $t -- bandwidth -s 1M -n "$BWN" -w 16 --verify
     done
     "$NS" nodrop >&2
 }
 
+# Seed 000's sweep: segment policy or size x MTU. A segment larger than
+# the MTU allows travels as IP fragments (without GSO).
+sweep() {
+    for mtu in 1500 4138 9000 4188; do
+        "$NS" up $mtu >&2
+        run "sweep-mtu$mtu" kernel-tcp -- bandwidth -s 1M -n "$BWN" -w 16
+        segs="fixed page largest 1472 4096 8958"
+        [ $mtu = 4188 ] && segs=page
+        for seg in $segs; do
+            run "sweep-mtu$mtu-seg$seg" udp OPENVIA_UDP_SEGMENT=$seg -- bandwidth -s 1M -n "$BWN" -w 16
+        done
+    done
+    "$NS" down
+}
+
 case "${1:-}" in
-lat | bw | drop)
+lat | bw | modes | drop)
     "$NS" up "$2" >&2
     "$1" "$2"
     "$NS" down
+    exit 0
+    ;;
+sweep)
+    sweep
     exit 0
     ;;
 esac
 for mtu in 9000 1500; do
     "$NS" up $mtu >&2
     lat $mtu
-    bw $mtu
+    modes $mtu
     [ $mtu = 9000 ] && drop $mtu
 done
-[ "${1:-}" = quick ] && { "$NS" down; exit 0; }
-# Seed 000's sweep: segment policy x MTU.
-for mtu in 1500 4138 9000; do
-    "$NS" up $mtu >&2
-    for seg in fixed page largest 1472 4096 8958; do
-        run "sweep-mtu$mtu-seg$seg" udp OPENVIA_UDP_SEGMENT=$seg -- bandwidth -s 1M -n "$BWN" -w 16
-    done
-done
 "$NS" down
+[ "${1:-}" = quick ] && exit 0
+sweep

@@ -7,6 +7,11 @@
 //! slow paths, CPU frequency) run first and are discarded. Reading the clock
 //! twice per round trip costs a few tens of nanoseconds; that is inside every
 //! sample, for every transport alike.
+//!
+//! A ping of 8 bytes or more carries its round number in its first 8
+//! bytes: an endpoint that can lose a datagram (the unreliable VIA level)
+//! sends a ping again after a timeout and drops stale echoes instead of
+//! stalling the ping-pong; such repeats are counted and reported.
 
 use crate::error::{BenchError, Result};
 use crate::session::{send_control, start_test, Reply, Request};
@@ -37,8 +42,23 @@ pub struct LatencyParams {
     pub warmup: u64,
 }
 
+/// What a latency run measured.
+#[derive(Clone, Copy, Debug)]
+pub struct LatencyOutcome {
+    pub summary: LatencySummary,
+    /// Round trips that sent their ping again after a lost datagram.
+    pub repeated: u64,
+}
+
+/// Writes the round number into a ping long enough to carry it.
+fn tag(ping: &mut [u8], round: u64) {
+    if let Some(head) = ping.get_mut(..8) {
+        head.copy_from_slice(&round.to_le_bytes());
+    }
+}
+
 /// Client side: runs the test and summarises the measured round trips.
-pub fn run(ep: &mut dyn Endpoint, p: &LatencyParams) -> Result<LatencySummary> {
+pub fn run(ep: &mut dyn Endpoint, p: &LatencyParams) -> Result<LatencyOutcome> {
     if p.iters == 0 {
         return Err(BenchError::Usage("--iters must be at least 1".into()));
     }
@@ -49,17 +69,18 @@ pub fn run(ep: &mut dyn Endpoint, p: &LatencyParams) -> Result<LatencySummary> {
             rounds: p.warmup + p.iters,
         },
     )?;
-    let ping = vec![0x5au8; p.size];
+    let mut ping = vec![0x5au8; p.size];
     let mut pong = vec![0u8; p.size];
-    for _ in 0..p.warmup {
-        ep.send(&ping)?;
-        ep.recv(&mut pong)?;
+    for round in 0..p.warmup {
+        tag(&mut ping, round);
+        ep.round_trip(round, &ping, &mut pong)?;
     }
+    let repeated_in_warmup = ep.repeated_round_trips();
     let mut round_trips = Vec::with_capacity(p.iters as usize);
-    for _ in 0..p.iters {
+    for round in p.warmup..p.warmup + p.iters {
+        tag(&mut ping, round);
         let start = Instant::now();
-        ep.send(&ping)?;
-        let n = ep.recv(&mut pong)?;
+        let n = ep.round_trip(round, &ping, &mut pong)?;
         round_trips.push(start.elapsed().as_nanos() as u64);
         if n != p.size {
             return Err(BenchError::Protocol(format!(
@@ -68,18 +89,16 @@ pub fn run(ep: &mut dyn Endpoint, p: &LatencyParams) -> Result<LatencySummary> {
             )));
         }
     }
-    Ok(summarize_round_trips(&mut round_trips).expect("iters >= 1"))
+    Ok(LatencyOutcome {
+        summary: summarize_round_trips(&mut round_trips).expect("iters >= 1"),
+        repeated: ep.repeated_round_trips() - repeated_in_warmup,
+    })
 }
 
 /// Server side: echoes `rounds` messages of `size` bytes.
 pub fn respond(ep: &mut dyn Endpoint, size: usize, rounds: u64) -> Result<()> {
     send_control(ep, &Reply::Ready.encode())?;
-    let mut buf = vec![0u8; size];
-    for _ in 0..rounds {
-        let n = ep.recv(&mut buf)?;
-        ep.send(&buf[..n])?;
-    }
-    Ok(())
+    ep.echo_rounds(size, rounds)
 }
 
 #[cfg(test)]

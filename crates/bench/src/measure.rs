@@ -46,8 +46,10 @@ pub fn latency(
     ep: &mut dyn Endpoint,
     params: &LatencyParams,
 ) -> Result<Record> {
-    let s = driver_latency::run(ep, params)?;
+    let outcome = driver_latency::run(ep, params)?;
+    let s = outcome.summary;
     let figures = Figures::Latency {
+        repeated: outcome.repeated,
         min_ns: s.min_ns,
         median_ns: s.median_ns,
         p99_ns: s.p99_ns,

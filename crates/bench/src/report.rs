@@ -22,6 +22,10 @@ pub enum Figures {
         median_ns: f64,
         p99_ns: f64,
         mean_ns: f64,
+        /// Round trips repeated after a lost datagram (unreliable level);
+        /// left out of the JSON when none were.
+        #[serde(skip_serializing_if = "is_zero")]
+        repeated: u64,
     },
     /// Delivered throughput over the measured stream.
     Bandwidth {
@@ -33,6 +37,10 @@ pub enum Figures {
         delivered_msgs: u64,
         lost_msgs: u64,
     },
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// One line of `--json` output.
@@ -156,6 +164,7 @@ pub fn render_records(records: &[Record]) -> String {
                         median_ns,
                         p99_ns,
                         mean_ns,
+                        ..
                     } => Some(vec![
                         r.transport.clone(),
                         r.mode.to_string(),
@@ -248,6 +257,7 @@ mod tests {
                 median_ns: median,
                 p99_ns: 3.0,
                 mean_ns: 2.0,
+                repeated: 0,
             },
             mode: "spin",
             pin: "client:0,server:1".into(),

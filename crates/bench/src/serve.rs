@@ -11,7 +11,7 @@ use crate::driver_bandwidth::{self, BandwidthParams};
 use crate::driver_latency;
 use crate::error::{BenchError, Result};
 use crate::pinning::pin_current_thread;
-use crate::session::{recv_control, send_control, RefusalCode, Reply, Request};
+use crate::session::{recv_control, send_control, RefusalCode, Reply, Request, CONTROL_LEN};
 use crate::transports::{self, BindScope, Endpoint, EndpointOptions, ListenOptions};
 use std::io::Write;
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -81,8 +81,11 @@ fn announce_ready(ready_fd: Option<i32>, address: &str) -> Result<()> {
 
 /// Runs one client's requests until it says `Bye` or goes away.
 fn serve_client(ep: &mut dyn Endpoint, limits: &EndpointOptions) -> Result<()> {
+    // Size of the last latency test's pings on an endpoint that loses
+    // messages: its client repeats the last ping if the echo was lost.
+    let mut last_pings = None;
     loop {
-        let request = match next_request(ep) {
+        let request = match next_request(ep, last_pings) {
             Ok(req) => req,
             // A client that closes without Bye has still finished.
             Err(BenchError::PeerClosed(_)) => return Ok(()),
@@ -95,6 +98,7 @@ fn serve_client(ep: &mut dyn Endpoint, limits: &EndpointOptions) -> Result<()> {
                     continue;
                 };
                 driver_latency::respond(ep, size, rounds)?;
+                last_pings = ep.loses_messages().then_some(size);
             }
             Request::Bandwidth {
                 size,
@@ -120,12 +124,30 @@ fn serve_client(ep: &mut dyn Endpoint, limits: &EndpointOptions) -> Result<()> {
 }
 
 /// Waits for the next request, riding out receive timeouts of lossy
-/// transports until the client has been silent for [`IDLE_LIMIT`].
-fn next_request(ep: &mut dyn Endpoint) -> Result<Request> {
-    let since = Instant::now();
+/// transports until the client has been silent for [`IDLE_LIMIT`]. With
+/// `last_pings` (a latency test just ended on an endpoint that loses
+/// messages), a message of that size that is no request is the client
+/// repeating its last ping because the echo was lost: it is echoed again.
+fn next_request(ep: &mut dyn Endpoint, last_pings: Option<usize>) -> Result<Request> {
+    let mut since = Instant::now();
+    let mut buf = vec![0u8; last_pings.unwrap_or(0).max(CONTROL_LEN)];
     loop {
-        match recv_control(ep) {
-            Ok(b) => return Request::decode(&b),
+        let received = match last_pings {
+            None => recv_control(ep).map(Some),
+            Some(size) => {
+                ep.recv(&mut buf)
+                    .and_then(|n| match <[u8; CONTROL_LEN]>::try_from(&buf[..n]) {
+                        Ok(b) if Request::decode(&b).is_ok() => Ok(Some(b)),
+                        _ if n == size => ep.send(&buf[..n]).map(|()| None),
+                        _ => Err(BenchError::Protocol(format!(
+                            "message of {n} bytes is neither a request nor a ping"
+                        ))),
+                    })
+            }
+        };
+        match received {
+            Ok(Some(b)) => return Request::decode(&b),
+            Ok(None) => since = Instant::now(),
             Err(BenchError::Timeout(_)) if since.elapsed() < IDLE_LIMIT => continue,
             Err(BenchError::Timeout(_)) => {
                 return Err(BenchError::Timeout("client silent; dropping it".into()))

@@ -35,6 +35,10 @@ pub const DISCONNECT_NORMAL: u32 = 0;
 /// a loss it cannot recover from.
 pub const DISCONNECT_ERROR: u32 = 1;
 
+/// Tail loss probes in a row without progress; then the retransmission
+/// timeout takes over.
+pub(crate) const MAX_TAIL_PROBES: u32 = 2;
+
 /// Where the connection is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {
@@ -94,6 +98,11 @@ pub struct Connection {
     pub(crate) dup_acks: u32,
     pub(crate) rto_deadline: Option<Time>,
     pub(crate) rto_count: u32,
+    /// Tail loss probe: fires when the sender has been quiet this long
+    /// with data unacknowledged (see [`Connection::probe_timeout`]).
+    pub(crate) tlp_deadline: Option<Time>,
+    /// Tail loss probes sent since the last progress.
+    pub(crate) tlp_count: u32,
     pub(crate) probe_deadline: Option<Time>,
     /// Unreliable level: when the oldest hole is given up.
     pub(crate) hole_deadline: Option<Time>,
@@ -132,6 +141,8 @@ impl Connection {
             dup_acks: 0,
             rto_deadline: None,
             rto_count: 0,
+            tlp_deadline: None,
+            tlp_count: 0,
             probe_deadline: None,
             hole_deadline: None,
             last_heard: now,
@@ -250,6 +261,7 @@ impl Connection {
     pub(crate) fn enter_closed(&mut self) {
         self.state = State::Closed;
         self.rto_deadline = None;
+        self.tlp_deadline = None;
         self.probe_deadline = None;
         self.handshake_deadline = None;
         self.hole_deadline = None;
@@ -434,11 +446,13 @@ impl Connection {
             }
             self.rto_count = 0;
             self.dup_acks = 0;
+            self.tlp_count = 0;
             self.rto_deadline = if self.send.inflight_is_empty() {
                 None
             } else {
                 Some(now + self.rtt.rto())
             };
+            self.rearm_tail_probe(now);
         } else if sack.is_some() && ack == una_before && !self.send.inflight_is_empty() {
             self.dup_acks += 1;
             if self.dup_acks == 3 && self.send.mark_first_lost(now, self.rtt.srtt()) {
@@ -448,7 +462,8 @@ impl Connection {
         for (s, e) in blocks {
             self.send.on_sack(s, e);
         }
-        let marked = self.send.detect_losses(now, self.rtt.srtt());
+        let srtt = self.rtt.srtt();
+        let marked = self.send.detect_losses(now, srtt, srtt / 4);
         self.counters.fast_retransmits += marked as u64;
         self.credit.on_report(consumed, h.window);
         if self.send.snd_una > una_before || self.credit.consumed() > consumed_before {
@@ -457,6 +472,22 @@ impl Connection {
         }
         self.collect_completions();
         true
+    }
+
+    /// How long the sender may stay quiet with data unacknowledged before
+    /// a tail loss probe: two round trips (an acknowledgement is due by
+    /// then), at least a tenth of the minimum retransmission timeout (a
+    /// descheduled peer costs one needless segment, not a window), at
+    /// most the retransmission timeout itself.
+    pub(crate) fn probe_timeout(&self) -> std::time::Duration {
+        let rto = self.rtt.rto();
+        (self.rtt.srtt() * 2).max(self.config.min_rto / 10).min(rto)
+    }
+
+    /// Arms (or pushes back) the tail loss probe while data is unacknowledged.
+    pub(crate) fn rearm_tail_probe(&mut self, now: Time) {
+        self.tlp_deadline = (!self.send.inflight_is_empty() && self.tlp_count < MAX_TAIL_PROBES)
+            .then(|| now + self.probe_timeout());
     }
 
     pub(crate) fn collect_completions(&mut self) {

@@ -25,6 +25,9 @@ pub struct Counters {
     pub retransmissions: u64,
     pub fast_retransmits: u64,
     pub rto_expirations: u64,
+    /// Tail loss probes: the last segment sent again because the sender
+    /// went quiet with data unacknowledged.
+    pub tail_probes: u64,
     pub acks_sent: u64,
     pub keepalives_sent: u64,
     pub probes_sent: u64,

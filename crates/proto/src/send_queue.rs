@@ -62,6 +62,21 @@ pub struct SendQueue {
     /// Lowest sequence number not cumulatively acknowledged.
     pub snd_una: u64,
     inflight: VecDeque<InFlight>,
+    /// Entries of `inflight` marked lost and not SACKed since. Every
+    /// datagram sent asks for the next lost segment; with thousands of
+    /// segments in flight (8 MiB at MTU 1500) a scan per datagram cost
+    /// more than the sending itself, so the count answers "none" at once.
+    lost_count: usize,
+    /// No entry below this sequence number is marked lost: where the
+    /// search for the next one starts.
+    lost_floor: u64,
+    /// Entries of `inflight` SACKed (loss detection has nothing to do
+    /// while it is zero).
+    sacked_count: usize,
+    /// Latest send time of a segment, sent once, that the peer has
+    /// received (acked or SACKed): what time-based loss detection
+    /// compares against.
+    delivered_sent_at: Option<Time>,
     keep_data: bool,
     /// Buffers of freed messages, handed back by [`Self::take_buffer`]: a
     /// fresh megabyte per message costs page faults and page clearing that
@@ -84,6 +99,10 @@ impl SendQueue {
             next_seq: 0,
             snd_una: 0,
             inflight: VecDeque::new(),
+            lost_count: 0,
+            lost_floor: 0,
+            sacked_count: 0,
+            delivered_sent_at: None,
             keep_data,
             spare: Vec::new(),
         }
@@ -157,7 +176,18 @@ impl SendQueue {
 
     /// The first segment judged lost, marked as retransmitted now.
     pub fn next_lost(&mut self, now: Time) -> Option<SegmentRef> {
-        let f = self.inflight.iter_mut().find(|f| f.lost && !f.sacked)?;
+        if self.lost_count == 0 {
+            return None;
+        }
+        let from = self.index_of(self.lost_floor);
+        let i = from
+            + self
+                .inflight
+                .range(from..)
+                .position(|f| f.lost && !f.sacked)?;
+        let f = &mut self.inflight[i];
+        self.lost_count -= 1;
+        self.lost_floor = f.seq + 1;
         f.lost = false;
         f.retransmitted = true;
         f.sent_at = now;
@@ -170,7 +200,27 @@ impl SendQueue {
     }
 
     pub fn has_lost(&self) -> bool {
-        self.inflight.iter().any(|f| f.lost && !f.sacked)
+        self.lost_count > 0
+    }
+
+    /// Index in `inflight` of sequence number `seq` (clamped to the ends;
+    /// the entries' sequence numbers are consecutive).
+    fn index_of(&self, seq: u64) -> usize {
+        match self.inflight.front() {
+            Some(f) => (seq.saturating_sub(f.seq) as usize).min(self.inflight.len()),
+            None => 0,
+        }
+    }
+
+    /// Marks entry `i` lost, keeping the count and the search floor.
+    fn mark_lost(&mut self, i: usize) {
+        let f = &mut self.inflight[i];
+        if f.lost || f.sacked {
+            return;
+        }
+        f.lost = true;
+        self.lost_count += 1;
+        self.lost_floor = self.lost_floor.min(f.seq);
     }
 
     /// Applies a cumulative ack (already checked to lie in `snd_una..=next_seq`).
@@ -187,6 +237,12 @@ impl SendQueue {
             }
             if !f.retransmitted {
                 out.rtt_sample = Some(now.saturating_since(f.sent_at));
+                self.delivered_sent_at = self.delivered_sent_at.max(Some(f.sent_at));
+            }
+            if f.sacked {
+                self.sacked_count -= 1;
+            } else if f.lost {
+                self.lost_count -= 1;
             }
             self.inflight.pop_front();
         }
@@ -201,26 +257,87 @@ impl SendQueue {
         let from = start.saturating_sub(front) as usize;
         let to = (end.saturating_sub(front) as usize).min(self.inflight.len());
         for f in self.inflight.range_mut(from.min(to)..to) {
+            if f.sacked {
+                continue;
+            }
             f.sacked = true;
-            f.lost = false;
+            self.sacked_count += 1;
+            if !f.retransmitted {
+                // A retransmitted one may be its original arriving late:
+                // its send time says nothing about what else got through.
+                self.delivered_sent_at = self.delivered_sent_at.max(Some(f.sent_at));
+            }
+            if f.lost {
+                f.lost = false;
+                self.lost_count -= 1;
+            }
         }
     }
 
-    /// SACK-based loss detection: a segment with at least [`DUP_THRESHOLD`]
-    /// SACKed segments above it is lost, unless it was (re)sent less than
-    /// `min_age` ago (its retransmission may still be on the way).
+    /// SACK-based loss detection. A segment not SACKed is lost when
+    /// [`DUP_THRESHOLD`] SACKed segments lie above it (a retransmitted one
+    /// only once it was resent `min_age` ago: its copy may be on the way),
+    /// or when a segment sent (once) more than `reorder_window` after it
+    /// has reached the peer (time-based, as RACK in RFC 8985: this also
+    /// finds a lost retransmission, which no sequence order can, instead
+    /// of leaving it to the retransmission timeout).
     /// Returns how many were newly marked.
-    pub fn detect_losses(&mut self, now: Time, min_age: Duration) -> usize {
+    pub fn detect_losses(
+        &mut self,
+        now: Time,
+        min_age: Duration,
+        reorder_window: Duration,
+    ) -> usize {
+        if self.sacked_count == 0 {
+            return 0;
+        }
+        let horizon = self
+            .delivered_sent_at
+            .and_then(|t| t.checked_sub(reorder_window));
         let mut sacked_above = 0;
         let mut marked = 0;
-        for f in self.inflight.iter_mut().rev() {
+        for i in (0..self.inflight.len()).rev() {
+            let f = &self.inflight[i];
             if f.sacked {
                 sacked_above += 1;
-            } else if sacked_above >= DUP_THRESHOLD
-                && !f.lost
-                && (!f.retransmitted || now.saturating_since(f.sent_at) >= min_age)
+            } else if !f.lost
+                && ((sacked_above >= DUP_THRESHOLD
+                    && (!f.retransmitted || now.saturating_since(f.sent_at) >= min_age))
+                    || horizon.is_some_and(|h| f.sent_at <= h))
             {
-                f.lost = true;
+                self.mark_lost(i);
+                marked += 1;
+            }
+        }
+        marked
+    }
+
+    /// Tail loss probe: the sender has been quiet for two round trips
+    /// with data unacknowledged, so no acknowledgement is coming to drive
+    /// loss detection (a lost tail, or a lost retransmission while the
+    /// receiver's window is closed behind the hole it should fill). Every
+    /// segment not SACKed below a SACKed one is lost by now; without any
+    /// SACK the highest segment goes out again, and its acknowledgement
+    /// exposes the holes below. Returns how many were marked.
+    pub fn mark_tail_lost(&mut self) -> usize {
+        let Some(top) = (0..self.inflight.len())
+            .rev()
+            .find(|&i| self.inflight[i].sacked)
+        else {
+            return match self.inflight.len() {
+                0 => 0,
+                n if self.inflight[n - 1].lost => 0,
+                n => {
+                    self.mark_lost(n - 1);
+                    1
+                }
+            };
+        };
+        let mut marked = 0;
+        for i in 0..top {
+            let f = &self.inflight[i];
+            if !f.sacked && !f.lost {
+                self.mark_lost(i);
                 marked += 1;
             }
         }
@@ -229,23 +346,30 @@ impl SendQueue {
 
     /// Fast retransmit after duplicate acks: the first unacked segment.
     pub fn mark_first_lost(&mut self, now: Time, min_age: Duration) -> bool {
-        match self.inflight.front_mut() {
+        match self.inflight.front() {
             Some(f)
                 if !f.sacked
                     && !f.lost
                     && (!f.retransmitted || now.saturating_since(f.sent_at) >= min_age) =>
             {
-                f.lost = true;
+                self.mark_lost(0);
                 true
             }
             _ => false,
         }
     }
 
-    /// Retransmission timeout: everything not SACKed is due again.
-    pub fn mark_all_lost(&mut self) {
-        for f in self.inflight.iter_mut().filter(|f| !f.sacked) {
-            f.lost = true;
+    /// Retransmission timeout: the oldest segment not SACKed is due again,
+    /// and only it. Resending every segment in flight (up to 8 MiB) made
+    /// each spurious timeout (a receiver descheduled for longer than the
+    /// timeout on a busy host) cost a whole window of duplicates. When the
+    /// loss was real, the acknowledgements that follow drive the rest:
+    /// SACK and send-time rules, and the tail loss probe, which marks every
+    /// hole below a SACKed segment once the sender has been quiet for two
+    /// round trips.
+    pub fn on_rto(&mut self) {
+        if let Some(i) = (0..self.inflight.len()).find(|&i| !self.inflight[i].sacked) {
+            self.mark_lost(i);
         }
     }
 
@@ -301,5 +425,79 @@ impl SendQueue {
     /// Ids of messages not yet completed (for flushing on connection loss).
     pub fn pending_ids(&self) -> impl Iterator<Item = MessageId> + '_ {
         self.messages.iter().filter(|m| !m.completed).map(|m| m.id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queue_with(segments: usize, at: Time) -> SendQueue {
+        let mut q = SendQueue::new(true);
+        q.push(OutgoingMessage::send(vec![7u8; segments * 100]));
+        for _ in 0..segments {
+            q.cut_next(100, at).expect("a segment");
+        }
+        q
+    }
+
+    fn drain_lost(q: &mut SendQueue, now: Time) -> Vec<u64> {
+        std::iter::from_fn(|| q.next_lost(now).map(|s| s.seq)).collect()
+    }
+
+    #[test]
+    fn holes_below_three_sacked_are_lost_once() {
+        let t = Time::from_nanos(1_000);
+        let mut q = queue_with(10, t);
+        q.on_sack(5, 10);
+        assert_eq!(
+            q.detect_losses(t, Duration::ZERO, Duration::from_secs(1)),
+            5
+        );
+        assert!(q.has_lost());
+        assert_eq!(drain_lost(&mut q, t), vec![0, 1, 2, 3, 4]);
+        assert!(!q.has_lost());
+        // Resent just now: not lost again before `min_age`.
+        assert_eq!(
+            q.detect_losses(t, Duration::from_millis(1), Duration::from_secs(1)),
+            0
+        );
+        q.on_ack(10, t);
+        assert!(q.inflight_is_empty() && !q.has_lost());
+    }
+
+    #[test]
+    fn a_lost_retransmission_is_found_by_send_time() {
+        let t0 = Time::from_nanos(1_000_000);
+        let mut q = queue_with(4, t0);
+        q.on_sack(1, 4);
+        assert_eq!(q.detect_losses(t0, Duration::ZERO, Duration::ZERO), 1);
+        let t1 = t0 + Duration::from_millis(1);
+        assert_eq!(drain_lost(&mut q, t1), vec![0]);
+        // A new segment sent after the retransmission arrives: the
+        // retransmission (older by more than the reorder window) is lost.
+        q.push(OutgoingMessage::send(vec![1u8; 100]));
+        let t2 = t1 + Duration::from_millis(1);
+        q.cut_next(100, t2).expect("a segment");
+        q.on_sack(4, 5);
+        let marked = q.detect_losses(t2, Duration::from_secs(1), Duration::from_micros(100));
+        assert_eq!(marked, 1);
+        assert_eq!(drain_lost(&mut q, t2), vec![0]);
+    }
+
+    #[test]
+    fn tail_probe_resends_the_last_or_the_holes() {
+        let t = Time::from_nanos(5_000);
+        let mut q = queue_with(6, t);
+        assert_eq!(q.mark_tail_lost(), 1);
+        assert_eq!(drain_lost(&mut q, t), vec![5]);
+        q.on_sack(3, 4);
+        assert_eq!(q.mark_tail_lost(), 3);
+        assert_eq!(drain_lost(&mut q, t), vec![0, 1, 2]);
+        // Cumulative ack over marked segments keeps the count right.
+        q.on_rto();
+        assert!(q.has_lost());
+        q.on_ack(6, t);
+        assert!(!q.has_lost() && q.next_lost(t).is_none());
     }
 }

@@ -22,6 +22,11 @@ impl Time {
     pub fn saturating_since(self, earlier: Time) -> Duration {
         Duration::from_nanos(self.0.saturating_sub(earlier.0))
     }
+    /// `d` before this time, if that is not before the origin.
+    pub fn checked_sub(self, d: Duration) -> Option<Time> {
+        let d = u64::try_from(d.as_nanos()).ok()?;
+        self.0.checked_sub(d).map(Time)
+    }
 }
 
 impl Add<Duration> for Time {

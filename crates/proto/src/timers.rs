@@ -1,7 +1,9 @@
 //! Deadlines: connect retry, retransmission timeout (RTO, exponential
-//! backoff), probe (a KEEPALIVE asking for an immediate ACK when the sender
-//! waits on the receiver with no retransmission timer running), keepalive
-//! after send idleness, and the dead-peer limit: nothing heard for
+//! backoff), tail loss probe (the last segment again after two quiet
+//! round trips, so a lost tail is found without waiting for the RTO),
+//! probe (a KEEPALIVE asking for an immediate ACK when the sender waits on
+//! the receiver with no retransmission timer running), keepalive after
+//! send idleness, and the dead-peer limit: nothing heard for
 //! `dead_peer_timeout` ends the connection, so a vanished peer is noticed
 //! within a bounded, configured time.
 
@@ -20,6 +22,7 @@ impl Connection {
             }
             State::Connected => [
                 self.rto_deadline,
+                self.tlp_deadline,
                 self.probe_deadline,
                 self.hole_deadline,
                 Some(self.last_sent + self.config.keepalive_interval),
@@ -55,10 +58,18 @@ impl Connection {
                     self.fail(LostReason::RetransmitLimit);
                     return;
                 }
-                self.send.mark_all_lost();
+                self.send.on_rto();
                 self.dup_acks = 0;
+                self.tlp_deadline = None;
                 self.rtt.on_timeout();
                 self.rto_deadline = Some(now + self.rtt.rto());
+            }
+        }
+        if self.tlp_deadline.is_some_and(|d| now >= d) {
+            self.tlp_deadline = None;
+            if self.send.mark_tail_lost() > 0 {
+                self.counters.tail_probes += 1;
+                self.tlp_count += 1;
             }
         }
         if self.probe_deadline.is_some_and(|d| now >= d) {

@@ -58,6 +58,7 @@ impl Connection {
         if let Some(seg) = self.send.next_lost(now) {
             self.counters.retransmissions += 1;
             self.arm_rto(now);
+            self.rearm_tail_probe(now);
             return self.emit_segment(seg, buf);
         }
         if self.send.has_uncut() {
@@ -73,6 +74,7 @@ impl Connection {
                     }
                 } else {
                     self.arm_rto(now);
+                    self.rearm_tail_probe(now);
                 }
                 if self.config.reliability != Reliability::ReliableReception {
                     self.collect_completions();

@@ -24,6 +24,7 @@ pub mod shm;
 mod socket_io;
 pub mod udp;
 mod via_endpoint;
+mod via_latency;
 
 use crate::error::{BenchError, Result};
 use std::time::Duration;
@@ -176,6 +177,39 @@ pub trait Endpoint {
     /// pass a buffer of exactly the expected length: stream transports frame
     /// messages by size, both ends know it.
     fn recv(&mut self, buf: &mut [u8]) -> Result<usize>;
+
+    /// Latency client: one round trip of round number `round`, sending
+    /// `ping` and receiving the echo into `pong` (returns its length). The
+    /// driver writes `round` into the first 8 bytes of a ping that long,
+    /// so an endpoint that can lose a datagram may send the ping again and
+    /// recognise a stale echo.
+    fn round_trip(&mut self, _round: u64, ping: &[u8], pong: &mut [u8]) -> Result<usize> {
+        self.send(ping)?;
+        self.recv(pong)
+    }
+
+    /// Latency server: echoes pings of up to `size` bytes until `rounds`
+    /// distinct ones were answered.
+    fn echo_rounds(&mut self, size: usize, rounds: u64) -> Result<()> {
+        let mut buf = vec![0u8; size];
+        for _ in 0..rounds {
+            let n = self.recv(&mut buf)?;
+            self.send(&buf[..n])?;
+        }
+        Ok(())
+    }
+
+    /// Whether a message may be lost (the unreliable VIA level): then a
+    /// latency server must expect a client to repeat its last ping.
+    fn loses_messages(&self) -> bool {
+        false
+    }
+
+    /// Round trips so far that sent their ping again because a datagram
+    /// was lost (0 for endpoints that cannot lose one).
+    fn repeated_round_trips(&self) -> u64 {
+        0
+    }
 
     /// Sends `plan.count` messages of `plan.size` bytes, waiting for the
     /// receiver's acknowledgement after each window; returns once the last

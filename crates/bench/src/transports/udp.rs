@@ -1,7 +1,9 @@
 //! openvia's network device (UDP, the RUM protocol), measured through the
 //! core's VIA API exactly as the shared-memory device is (`shm.rs`, whose
 //! endpoint this mirrors: registration cache, windows of posted sends,
-//! several posted receives).
+//! several posted receives). Latency round trips post the receive for the
+//! echo first (`via_latency`), which the unreliable level needs: there a
+//! message that finds no receive posted is dropped.
 //!
 //! Addresses are `HOST[:N]`: the server waits on discriminator
 //! `viabench-N` (N = `serve --port`, default 0) on its NIC's address; the
@@ -21,7 +23,7 @@ use openvia_core::nic::Nic;
 use openvia_core::vi::{reliability, Vi};
 use openvia_core::{connect_request, Address};
 
-use super::via_endpoint::{accept_on, open_vi, via, ViaEndpoint};
+use super::via_endpoint::{accept_endpoint, open_vi, via, ViaEndpoint};
 use super::{Endpoint, EndpointOptions, ListenOptions, Listener, Transport, WaitMode};
 use crate::error::Result;
 
@@ -106,7 +108,9 @@ impl Transport for Udp {
         };
         connect_request(&vi, &local, &remote, Some(CONNECT_TIMEOUT))
             .map_err(|e| via("connect", e))?;
-        Ok(Box::new(ViaEndpoint::new(nic, ptag, vi, opts)?))
+        let mut ep = ViaEndpoint::new(nic, ptag, vi, opts)?;
+        ep.prepost = true;
+        Ok(Box::new(ep))
     }
 }
 
@@ -123,6 +127,8 @@ impl Listener for UdpListener {
 
     fn accept(&mut self) -> Result<Box<dyn Endpoint>> {
         let (nic, ptag, vi) = setup(&self.opts)?;
-        accept_on(nic, ptag, vi, &self.disc, &self.opts)
+        let mut ep = accept_endpoint(nic, ptag, vi, &self.disc, &self.opts)?;
+        ep.prepost = true;
+        Ok(Box::new(ep))
     }
 }

@@ -48,14 +48,32 @@ pub fn accept_on(
     disc: &str,
     opts: &EndpointOptions,
 ) -> Result<Box<dyn Endpoint>> {
+    Ok(Box::new(accept_endpoint(nic, ptag, vi, disc, opts)?))
+}
+
+/// [`accept_on`], returning the endpoint itself. On an unreliable VI the
+/// receive for the client's first request is posted before the accept:
+/// posted afterwards, the request may arrive first and be dropped, and
+/// both ends would wait for each other.
+pub fn accept_endpoint(
+    nic: Nic,
+    ptag: PtagId,
+    vi: Arc<Vi>,
+    disc: &str,
+    opts: &EndpointOptions,
+) -> Result<ViaEndpoint> {
     let local = openvia_core::Address {
         host: nic.query().address.to_vec(),
         discriminator: disc.as_bytes().to_vec(),
     };
-    let req = openvia_core::connect_wait(nic.shared(), &local, None)
+    let mut ep = ViaEndpoint::new(nic, ptag, vi.clone(), opts)?;
+    if ep.lossy {
+        ep.stage_first_request()?;
+    }
+    let req = openvia_core::connect_wait(ep.nic.shared(), &local, None)
         .map_err(|e| via("connect wait", e))?;
     req.accept(&vi).map_err(|e| via("accept", e))?;
-    Ok(Box::new(ViaEndpoint::new(nic, ptag, vi, opts)?))
+    Ok(ep)
 }
 
 /// Opens `device` and makes one VI with `reliability` carrying up to
@@ -88,18 +106,18 @@ pub fn open_vi(
 
 /// Registered memory of our own: 2 MiB aligned and advised for huge pages
 /// (fewer page-table entries for the kernel to walk on every CMA copy).
-struct Region {
+pub(super) struct Region {
     map: usize,
     map_len: usize,
-    base: usize,
-    len: usize,
-    handle: u32,
+    pub(super) base: usize,
+    pub(super) len: usize,
+    pub(super) handle: u32,
 }
 
 const HUGE: usize = 2 << 20;
 
 impl Region {
-    fn new(nic: &Nic, ptag: PtagId, len: usize) -> Result<Self> {
+    pub(super) fn new(nic: &Nic, ptag: PtagId, len: usize) -> Result<Self> {
         let len = len.max(64);
         let map_len = (len + HUGE).next_multiple_of(HUGE);
         // SAFETY: an anonymous private mapping we own until Drop.
@@ -152,7 +170,17 @@ impl Drop for Region {
 pub struct ViaEndpoint {
     nic: Nic,
     ptag: PtagId,
-    vi: Arc<Vi>,
+    pub(super) vi: Arc<Vi>,
+    /// Latency round trips post the receive for the echo before the ping
+    /// leaves (see `via_latency`); off, they are a send then a receive.
+    pub(super) prepost: bool,
+    /// The VI is unreliable: a message may be lost.
+    pub(super) lossy: bool,
+    /// Round trips that sent their ping again (see `via_latency`).
+    pub(super) repeated: u64,
+    /// A receive posted before the connection existed, for the first
+    /// control message; the first `recv` takes it.
+    staged: Option<Region>,
     descs: Region,
     free_descs: Vec<usize>,
     /// Registration cache: (address, length) → handle.
@@ -160,7 +188,7 @@ pub struct ViaEndpoint {
     /// The last two hits, checked before the map (the drivers reuse one
     /// send and one receive buffer).
     recent: [(usize, usize, u32); 2],
-    recv_buffers: Vec<Region>,
+    pub(super) recv_buffers: Vec<Region>,
     send_buffers: Vec<Region>,
     ack: Region,
 }
@@ -170,7 +198,12 @@ impl ViaEndpoint {
         let slots = 2 * opts.max_window as usize + 2 * MAX_RECV_BUFFERS + 8;
         let descs = Region::new(&nic, ptag, slots * DESC_SLOT)?;
         let ack = Region::new(&nic, ptag, 64)?;
+        let lossy = vi.attributes().reliability == openvia_core::vi::reliability::UNRELIABLE;
         Ok(ViaEndpoint {
+            prepost: false,
+            lossy,
+            repeated: 0,
+            staged: None,
             free_descs: (0..slots).rev().collect(),
             descs,
             registered: HashMap::new(),
@@ -185,7 +218,7 @@ impl ViaEndpoint {
     }
 
     /// The memory handle covering `buf`, registering it on first use.
-    fn handle_for(&mut self, addr: usize, len: usize) -> Result<u32> {
+    pub(super) fn handle_for(&mut self, addr: usize, len: usize) -> Result<u32> {
         if len == 0 {
             return Ok(0);
         }
@@ -217,7 +250,7 @@ impl ViaEndpoint {
         ))
     }
 
-    fn release(&mut self, d: DescPtr) {
+    pub(super) fn release(&mut self, d: DescPtr) {
         self.free_descs
             .push((d.0 as usize - self.descs.base) / DESC_SLOT);
     }
@@ -235,7 +268,7 @@ impl ViaEndpoint {
         }
     }
 
-    fn post_send(&mut self, addr: usize, len: usize, handle: u32) -> Result<()> {
+    pub(super) fn post_send(&mut self, addr: usize, len: usize, handle: u32) -> Result<()> {
         let d = self.desc()?;
         Self::fill_desc(d, addr, len, handle);
         self.vi
@@ -243,7 +276,7 @@ impl ViaEndpoint {
             .map_err(|e| via("post send", e))
     }
 
-    fn post_recv(&mut self, addr: usize, len: usize, handle: u32) -> Result<()> {
+    pub(super) fn post_recv(&mut self, addr: usize, len: usize, handle: u32) -> Result<()> {
         let d = self.desc()?;
         Self::fill_desc(d, addr, len, handle);
         self.vi
@@ -251,8 +284,16 @@ impl ViaEndpoint {
             .map_err(|e| via("post recv", e))
     }
 
+    /// Posts a receive for the first control message into our own buffer.
+    fn stage_first_request(&mut self) -> Result<()> {
+        let r = Region::new(&self.nic, self.ptag, crate::session::CONTROL_LEN)?;
+        self.post_recv(r.base, crate::session::CONTROL_LEN, r.handle)?;
+        self.staged = Some(r);
+        Ok(())
+    }
+
     /// Takes one completed send, checking its status.
-    fn reap_send(&mut self) -> Result<()> {
+    pub(super) fn reap_send(&mut self) -> Result<()> {
         let d = self
             .vi
             .send_wait(Some(WAIT_LIMIT))
@@ -268,11 +309,19 @@ impl ViaEndpoint {
     }
 
     /// Takes one completed receive: (descriptor address, length).
-    fn reap_recv(&mut self) -> Result<(usize, usize)> {
-        let d = self
-            .vi
-            .recv_wait(Some(WAIT_LIMIT))
-            .map_err(|e| via("receive wait", e))?;
+    pub(super) fn reap_recv(&mut self) -> Result<(usize, usize)> {
+        self.reap_recv_within(WAIT_LIMIT)?
+            .ok_or_else(|| BenchError::Timeout("receive wait: timed out".into()))
+    }
+
+    /// Like `reap_recv`, but `None` when nothing completed within `limit`
+    /// (the receive stays posted).
+    pub(super) fn reap_recv_within(&mut self, limit: Duration) -> Result<Option<(usize, usize)>> {
+        let d = match self.vi.recv_wait(Some(limit)) {
+            Ok(d) => d,
+            Err(ViaError::Timeout) => return Ok(None),
+            Err(e) => return Err(via("receive wait", e)),
+        };
         let st = d.status();
         // SAFETY: the descriptor is ours and completed.
         let (len, addr) = unsafe { ((*d.0).cs.length as usize, (*d.0).ds[0].data as usize) };
@@ -282,10 +331,12 @@ impl ViaEndpoint {
                 "receive completed with status {st:#x}"
             )));
         }
-        Ok((addr, len))
+        Ok(Some((addr, len)))
     }
 
-    fn ensure_buffers(&mut self, count: usize, size: usize, send: bool) -> Result<()> {
+    /// Registered buffers of ours, at least `count` of `size` bytes, for
+    /// sending (`send`) or receiving.
+    pub(super) fn ensure_buffers(&mut self, count: usize, size: usize, send: bool) -> Result<()> {
         let (nic, ptag) = (self.nic.clone(), self.ptag);
         let list = if send {
             &mut self.send_buffers
@@ -303,6 +354,35 @@ impl ViaEndpoint {
 }
 
 impl Endpoint for ViaEndpoint {
+    fn round_trip(&mut self, round: u64, ping: &[u8], pong: &mut [u8]) -> Result<usize> {
+        if self.prepost {
+            self.preposted_round_trip(round, ping, pong)
+        } else {
+            self.send(ping)?;
+            self.recv(pong)
+        }
+    }
+
+    fn echo_rounds(&mut self, size: usize, rounds: u64) -> Result<()> {
+        if self.prepost {
+            return self.preposted_echo(size, rounds);
+        }
+        let mut buf = vec![0u8; size];
+        for _ in 0..rounds {
+            let n = self.recv(&mut buf)?;
+            self.send(&buf[..n])?;
+        }
+        Ok(())
+    }
+
+    fn loses_messages(&self) -> bool {
+        self.lossy
+    }
+
+    fn repeated_round_trips(&self) -> u64 {
+        self.repeated
+    }
+
     fn send(&mut self, msg: &[u8]) -> Result<()> {
         let h = self.handle_for(msg.as_ptr() as usize, msg.len())?;
         self.post_send(msg.as_ptr() as usize, msg.len(), h)?;
@@ -311,6 +391,19 @@ impl Endpoint for ViaEndpoint {
     }
 
     fn recv(&mut self, buf: &mut [u8]) -> Result<usize> {
+        if let Some(r) = self.staged.take() {
+            let (at, n) = self.reap_recv()?;
+            if n > buf.len() {
+                return Err(BenchError::Protocol(format!(
+                    "first message of {n} bytes, expected at most {}",
+                    buf.len()
+                )));
+            }
+            // SAFETY: our staged buffer, its receive completed.
+            buf[..n].copy_from_slice(unsafe { std::slice::from_raw_parts(at as *const u8, n) });
+            drop(r);
+            return Ok(n);
+        }
         let h = self.handle_for(buf.as_ptr() as usize, buf.len())?;
         self.post_recv(buf.as_ptr() as usize, buf.len(), h)?;
         let (_, len) = self.reap_recv()?;

@@ -8,8 +8,8 @@
 //! `progress` reads the socket without blocking (recvmmsg, GRO), runs due
 //! timers, places complete messages and sends what the protocol wants to
 //! send (sendmmsg with GSO runs). An acknowledgement owed for a message
-//! just delivered waits for the next call, so a reply the application
-//! posts right away carries it.
+//! just delivered waits up to [`ACK_DELAY_NS`], so a reply the application
+//! posts meanwhile carries it.
 //!
 //! VIA operations map onto RUM messages one to one. An RDMA read request
 //! carries (length, tag) as 16 bytes of payload, the tag being the
@@ -38,6 +38,13 @@ use crate::vi::placement::{Fault, Placement};
 pub const NACK_HANDLE: u32 = u32::MAX;
 /// Datagrams gathered before one sendmmsg.
 const TX_BATCH: usize = 64;
+/// How long an acknowledgement for a delivered message waits for a reply
+/// to carry it. Sent by the next progress call instead, it went out just
+/// before the reply (a VIA program posts its next receive, which runs
+/// progress, before it sends): two datagrams, each with its own trip
+/// through both kernels, where one does. Streams lose nothing: their
+/// acknowledgements still leave every few tens of microseconds.
+const ACK_DELAY_NS: u64 = 25_000;
 
 /// Now, as the protocol's time (CLOCK_MONOTONIC).
 pub fn now() -> Time {
@@ -70,6 +77,9 @@ pub struct UdpChannel {
     closed: bool,
     /// An acknowledgement (or other datagram) waits for the next call.
     flush_owed: bool,
+    /// An acknowledgement for a delivered message waits, since then (ns),
+    /// for a reply to carry it (at most [`ACK_DELAY_NS`]).
+    ack_held_since: Option<u64>,
     /// The progress thread saw the socket readable.
     readable: bool,
     echo: Option<AcceptEcho>,
@@ -99,6 +109,7 @@ impl UdpChannel {
             failed: None,
             closed: false,
             flush_owed: false,
+            ack_held_since: None,
             readable: false,
             heard: echo.is_none(),
             echo,
@@ -132,6 +143,7 @@ impl UdpChannel {
     /// Pulls datagrams out of the protocol and sends them in batches.
     fn flush(&mut self, now: Time) {
         self.flush_owed = false;
+        self.ack_held_since = None;
         loop {
             let mut pulled = false;
             while self.tx.lens.len() < TX_BATCH {
@@ -428,9 +440,13 @@ impl Channel for UdpChannel {
         }
         self.readable = false;
         let now_t = now();
-        if self.flush_owed {
+        let ack_ripe = self
+            .ack_held_since
+            .is_some_and(|t| now_t.as_nanos() >= t + ACK_DELAY_NS);
+        if self.flush_owed || ack_ripe {
             self.flush(now_t);
         }
+        let completed_before = self.completed;
         let mut did = self.receive(now_t);
         if self.conn.poll_timeout().is_some_and(|t| t <= now_t) {
             self.conn.handle_timeout(now_t);
@@ -456,12 +472,20 @@ impl Channel for UdpChannel {
         // Hold a bare acknowledgement for a reply the application may post
         // next; anything else goes out now.
         if delivered && !replied {
-            self.flush_owed = true;
+            self.ack_held_since.get_or_insert(now_t.as_nanos());
         } else if did || self.flush_owed {
             self.flush(now_t);
         }
         if let Some(why) = self.failed {
             self.flush(now_t);
+            // The datagram that completed our last sends (the peer's final
+            // acknowledgement) often comes with its disconnect. The caller
+            // reads the completed count before this call: report the
+            // failure on the next call, so those sends complete rather than
+            // being flushed with an error.
+            if self.completed > completed_before {
+                return Ok(true);
+            }
             return Err(ChannelFailed(why));
         }
         Ok(did)
@@ -518,7 +542,8 @@ impl Channel for UdpChannel {
         let t = self.conn.poll_timeout().map(|t| t.as_nanos());
         let e = self.echo.as_ref().map(|e| e.next);
         let f = self.flush_owed.then(crate::sys::now_ns);
-        [t, e, f].into_iter().flatten().min()
+        let a = self.ack_held_since.map(|t| t + ACK_DELAY_NS);
+        [t, e, f, a].into_iter().flatten().min()
     }
 }
 

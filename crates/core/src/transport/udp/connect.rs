@@ -44,7 +44,12 @@ fn udp_of(nic: &NicShared) -> Result<&UdpNic> {
 fn vi_socket(u: &UdpNic) -> Result<UdpSock> {
     let mut s = UdpSock::bind(SocketAddr::new(u.ip, 0), false)
         .map_err(|_| ViaError::Resource("UDP socket"))?;
-    s.enable_offloads(u.settings.gso, u.settings.gro);
+    // A segment set larger than the MTU allows travels as IP fragments,
+    // which GSO refuses (the kernel fails every such send): send those one
+    // by one.
+    let fits_mtu =
+        u.segment_size() + openvia_wire::rum::DATA_OVERHEAD + u.ip_udp_overhead() <= u.mtu;
+    s.enable_offloads(u.settings.gso && fits_mtu, u.settings.gro);
     Ok(s)
 }
 

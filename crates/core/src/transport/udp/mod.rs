@@ -186,13 +186,18 @@ impl UdpNic {
         })
     }
 
-    /// Payload bytes per segment under the settings.
-    pub fn segment_size(&self) -> usize {
-        let overhead = if self.ip.is_ipv4() {
+    /// Bytes of IP and UDP header per datagram.
+    pub fn ip_udp_overhead(&self) -> usize {
+        if self.ip.is_ipv4() {
             openvia_proto::segment::IPV4_UDP_OVERHEAD
         } else {
             openvia_proto::segment::IPV6_UDP_OVERHEAD
-        };
+        }
+    }
+
+    /// Payload bytes per segment under the settings.
+    pub fn segment_size(&self) -> usize {
+        let overhead = self.ip_udp_overhead();
         match self.settings.segment {
             SegmentChoice::Bytes(n) => n.clamp(64, openvia_wire::rum::MAX_DATAGRAM - 64),
             SegmentChoice::Policy(p) => openvia_proto::segment_size(self.mtu, overhead, p)

@@ -266,6 +266,9 @@ impl UdpSock {
         if n == 0 {
             return Ok(0);
         }
+        if n == 1 {
+            return self.send_one(&tx.arena[..tx.lens[0]]);
+        }
         let mut iovs: Vec<libc::iovec> = Vec::with_capacity(n);
         let mut groups: Vec<(usize, usize, u16)> = Vec::with_capacity(n); // (first, count, gso)
         let mut off = 0;
@@ -358,6 +361,23 @@ impl UdpSock {
         Ok(groups[..done_groups].iter().map(|g| g.1).sum())
     }
 
+    /// One datagram, the common case of a small message and of an ack: a
+    /// plain send, without building a message vector (`send_batch`'s
+    /// result and error rules).
+    fn send_one(&self, datagram: &[u8]) -> io::Result<usize> {
+        loop {
+            return match self.send(datagram) {
+                Ok(_) => Ok(1),
+                Err(e) => match e.raw_os_error() {
+                    Some(libc::EINTR) => continue,
+                    Some(libc::EAGAIN) | Some(libc::ENOBUFS) => Ok(0),
+                    Some(libc::ECONNREFUSED) => Ok(1),
+                    _ => Err(e),
+                },
+            };
+        }
+    }
+
     /// Receives what is queued, without waiting, into `rx`; returns the
     /// number of buffers filled.
     pub fn recv_batch(&self, rx: &mut RxBatch) -> io::Result<usize> {
@@ -369,16 +389,18 @@ impl UdpSock {
         if rx.cbufs.len() < RX_BATCH * stride {
             rx.cbufs = vec![0u64; RX_BATCH * stride];
         }
-        let mut iovs: Vec<libc::iovec> = rx
-            .bufs
-            .iter_mut()
-            .map(|b| libc::iovec {
-                iov_base: b.as_mut_ptr().cast(),
-                iov_len: b.len(),
-            })
-            .collect();
+        // On the stack: the device polls this on every progress call, and
+        // a busy-polling program calls progress back to back.
+        let mut iovs = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; RX_BATCH];
+        for (iov, b) in iovs.iter_mut().zip(rx.bufs.iter_mut()) {
+            iov.iov_base = b.as_mut_ptr().cast();
+            iov.iov_len = b.len();
+        }
         // SAFETY: all-zero is a valid mmsghdr.
-        let mut msgs: Vec<libc::mmsghdr> = (0..RX_BATCH).map(|_| unsafe { zeroed() }).collect();
+        let mut msgs: [libc::mmsghdr; RX_BATCH] = unsafe { zeroed() };
         for (k, m) in msgs.iter_mut().enumerate() {
             m.msg_hdr.msg_iov = &mut iovs[k];
             m.msg_hdr.msg_iovlen = 1;
