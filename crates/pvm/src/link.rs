@@ -22,7 +22,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -415,13 +415,21 @@ impl PreparedLink {
             recv_slots,
         } = self;
         let (tx, rx) = mpsc::channel::<Outgoing>();
+        let side = Arc::new(SendSide {
+            state: Mutex::new(SendState {
+                free: (0..send_slots.n).rev().collect(),
+                queued: 0,
+            }),
+            vi: vi.clone(),
+            slots: send_slots,
+        });
         let sender = {
-            let (vi, events, waker, nic) = (vi.clone(), events.clone(), waker.clone(), nic.clone());
+            let (side, events, waker, nic) = (side.clone(), events.clone(), waker.clone(), nic.clone());
             std::thread::Builder::new()
                 .name(format!("pvm-send-{via:x}"))
                 .spawn(move || {
                     let _keep = nic;
-                    if let Err(why) = send_loop(&vi, &send_slots, rx) {
+                    if let Err(why) = send_loop(&side, rx) {
                         let _ = events.send(LinkEvent::Down { via, why });
                         waker.wake();
                     }
@@ -443,6 +451,7 @@ impl PreparedLink {
         };
         Ok(Link {
             tx,
+            side,
             vi,
             me,
             threads: vec![sender, receiver],
@@ -453,6 +462,7 @@ impl PreparedLink {
 /// A live link to one peer daemon (or, for a direct route, one task).
 pub struct Link {
     tx: Sender<Outgoing>,
+    side: Arc<SendSide>,
     vi: Arc<Vi>,
     me: u32,
     threads: Vec<JoinHandle<()>>,
@@ -466,7 +476,24 @@ impl Link {
         bytes.extend_from_slice(&src.to_le_bytes());
         bytes.extend_from_slice(&dst.to_le_bytes());
         bytes.extend_from_slice(&frame.encode());
-        self.tx.send(Outgoing::Bytes(bytes)).is_ok()
+        self.submit(Outgoing::Bytes(bytes))
+    }
+
+    /// Posts a one-fragment item from the calling thread when nothing is
+    /// queued before it and the window has room (a thread hop less per
+    /// small message); otherwise queues it for the sender thread.
+    fn submit(&self, out: Outgoing) -> bool {
+        let mut st = self.side.lock();
+        if st.queued == 0 && !matches!(out, Outgoing::Close) {
+            let parts = out.parts();
+            let total = parts[0].len() + parts[1].len();
+            if total <= self.side.slots.frag && self.side.reap(&mut st).is_ok() && !st.free.is_empty() {
+                return self.side.post_fragment(&mut st, parts, 0, total, true).is_ok();
+            }
+        }
+        st.queued += 1;
+        drop(st);
+        self.tx.send(out).is_ok()
     }
 
     /// Queues a frame of our own.
@@ -487,13 +514,13 @@ impl Link {
             head.extend_from_slice(&v.to_le_bytes());
         }
         head.extend_from_slice(&(body.len() as u32).to_le_bytes());
-        self.tx.send(Outgoing::Msg { head, body }).is_ok()
+        self.submit(Outgoing::Msg { head, body })
     }
 
     /// Closes the link once what is queued has gone out (the peer then
     /// sees its VI go down).
     pub fn close_after_queue(&self) {
-        if self.tx.send(Outgoing::Close).is_err() {
+        if !self.submit(Outgoing::Close) {
             let _ = self.vi.disconnect();
         }
     }
@@ -529,63 +556,116 @@ fn status_ok(d: DescPtr) -> Result<(u32, u32), String> {
     Ok((len, imm))
 }
 
-/// Sends each queued byte string as fragments, at most `window` in flight.
-fn send_loop(vi: &Vi, slots: &Slots, rx: Receiver<Outgoing>) -> Result<(), String> {
-    let mut free: Vec<usize> = (0..slots.n).rev().collect();
-    let window = slots.n;
-    let reap = |free: &mut Vec<usize>, block: bool| -> Result<(), String> {
+/// Free send slots, and items handed to the sender thread not yet posted.
+struct SendState {
+    free: Vec<usize>,
+    queued: usize,
+}
+
+/// The sending half of a link, shared by the caller (small items posted
+/// inline) and the sender thread (the rest, in order).
+struct SendSide {
+    vi: Arc<Vi>,
+    slots: Slots,
+    state: Mutex<SendState>,
+}
+
+impl SendSide {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SendState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes completed sends back into the free list, without waiting.
+    fn reap(&self, st: &mut SendState) -> Result<(), String> {
         loop {
-            let r = if block {
-                vi.send_wait(None)
-            } else {
-                vi.send_done()
-            };
-            match r {
+            match self.vi.send_done() {
                 Ok(d) => {
                     status_ok(d)?;
-                    free.push(slots.index_of(d));
-                    if free.len() == window || block {
-                        return Ok(());
-                    }
+                    st.free.push(self.slots.index_of(d));
                 }
-                Err(ViaError::NotDone) | Err(ViaError::Timeout) => return Ok(()),
+                Err(ViaError::NotDone) => return Ok(()),
                 Err(e) => return Err(e.to_string()),
             }
         }
-    };
+    }
+
+    /// Waits a little for a send to complete (the lock not held).
+    fn wait_one(&self, timeout: Duration) -> Result<(), String> {
+        match self.vi.send_wait(Some(timeout)) {
+            Ok(d) => {
+                status_ok(d)?;
+                self.lock().free.push(self.slots.index_of(d));
+                Ok(())
+            }
+            Err(ViaError::Timeout) => Ok(()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// Copies bytes `at..at + len` of `parts` into a free slot and posts
+    /// it; the caller checked a slot is free.
+    fn post_fragment(
+        &self,
+        st: &mut SendState,
+        parts: [&[u8]; 2],
+        at: usize,
+        len: usize,
+        last: bool,
+    ) -> Result<(), String> {
+        let i = st.free.pop().ok_or("no send slot")?;
+        // SAFETY: slot i's buffer is ours (not posted) and `frag` long.
+        let dst = unsafe { std::slice::from_raw_parts_mut(self.slots.data(i), len) };
+        copy_span(parts, at, dst);
+        self.slots
+            .prepare(i, len, Some(if last { LAST_FRAGMENT } else { 0 }));
+        self.vi
+            .post_send(self.slots.desc(i), self.slots.descs.handle)
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// Sends each queued item as fragments, at most `window` in flight.
+fn send_loop(side: &SendSide, rx: Receiver<Outgoing>) -> Result<(), String> {
+    let window = side.slots.n;
     while let Ok(out) = rx.recv() {
         if matches!(out, Outgoing::Close) {
             // Close: let the window drain (bounded), then disconnect.
             let end = std::time::Instant::now() + Duration::from_secs(2);
-            while free.len() < window && std::time::Instant::now() < end {
-                match vi.send_wait(Some(Duration::from_millis(100))) {
-                    Ok(d) => free.push(slots.index_of(d)),
-                    Err(ViaError::Timeout) => {}
-                    Err(_) => break,
+            loop {
+                let done = {
+                    let mut st = side.lock();
+                    side.reap(&mut st).is_err() || st.free.len() == window
+                };
+                if done || std::time::Instant::now() >= end {
+                    break;
+                }
+                if side.wait_one(Duration::from_millis(100)).is_err() {
+                    break;
                 }
             }
-            let _ = vi.disconnect();
+            let _ = side.vi.disconnect();
             return Ok(());
         }
         let parts = out.parts();
         let total = parts[0].len() + parts[1].len();
-        let n = total.div_ceil(slots.frag);
+        let frag = side.slots.frag;
+        let n = total.div_ceil(frag);
         for k in 0..n {
-            reap(&mut free, false)?;
-            if free.is_empty() {
-                reap(&mut free, true)?;
+            loop {
+                let mut st = side.lock();
+                side.reap(&mut st)?;
+                if !st.free.is_empty() {
+                    let at = k * frag;
+                    side.post_fragment(&mut st, parts, at, (total - at).min(frag), k + 1 == n)?;
+                    break;
+                }
+                drop(st);
+                // The caller may reap the completion we wait for: wake up
+                // now and then to look at the free list again.
+                side.wait_one(Duration::from_millis(1))?;
             }
-            let i = free.pop().ok_or("no send slot")?;
-            let at = k * slots.frag;
-            let len = (total - at).min(slots.frag);
-            // SAFETY: slot i's buffer is ours (not posted) and `frag` long.
-            let dst = unsafe { std::slice::from_raw_parts_mut(slots.data(i), len) };
-            copy_span(parts, at, dst);
-            let last = if k + 1 == n { LAST_FRAGMENT } else { 0 };
-            slots.prepare(i, len, Some(last));
-            vi.post_send(slots.desc(i), slots.descs.handle)
-                .map_err(|e| e.to_string())?;
         }
+        side.lock().queued -= 1;
     }
     Ok(())
 }
