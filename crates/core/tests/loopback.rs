@@ -34,6 +34,11 @@ fn rdma_write_to_bad_handle_breaks_reliable_connection() {
 }
 
 #[test]
+fn peer_to_peer_connect() {
+    scenarios::peer_to_peer(SHM, "lo-peer");
+}
+
+#[test]
 fn descriptor_checks() {
     scenarios::descriptor_checks(SHM, "t-desc");
 }

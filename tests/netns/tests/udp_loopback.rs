@@ -39,6 +39,11 @@ fn rdma_write_to_bad_handle_breaks_reliable_connection() {
 }
 
 #[test]
+fn peer_to_peer_connect() {
+    scenarios::peer_to_peer(UDP, "t-peer");
+}
+
+#[test]
 fn descriptor_checks() {
     scenarios::descriptor_checks(UDP, "t-desc");
 }

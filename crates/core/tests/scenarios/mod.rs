@@ -142,6 +142,47 @@ pub fn pair(dev: &str, rel: u16, disc: &str, mem: usize) -> Pair {
     }
 }
 
+/// Both ends ask for each other at once (VipConnectPeerRequest) and meet,
+/// whichever side the rendezvous makes wait; then a message crosses.
+pub fn peer_to_peer(dev: &str, disc: &str) {
+    prepare(dev);
+    let na = Nic::open(Some(dev)).unwrap();
+    let nb = Nic::open(Some(dev)).unwrap();
+    let (pa, pb) = (na.create_ptag().unwrap(), nb.create_ptag().unwrap());
+    let rel = reliability::RELIABLE_DELIVERY;
+    let a = na.create_vi(attrs(pa, rel), None, None).unwrap();
+    let b = nb.create_vi(attrs(pb, rel), None, None).unwrap();
+    let (ma, mb) = (Arena::new(&na, pa, 1 << 16), Arena::new(&nb, pb, 1 << 16));
+    let host = na.query().address.to_vec();
+    let at = |s: &str| Address {
+        host: host.clone(),
+        discriminator: format!("{disc}-{s}").into_bytes(),
+    };
+    let limit = Some(Duration::from_secs(10));
+    openvia_core::peer_request(&a, &at("a"), &at("b"), limit).unwrap();
+    openvia_core::peer_request(&b, &at("b"), &at("a"), limit).unwrap();
+    openvia_core::peer_wait(&a).unwrap();
+    openvia_core::peer_wait(&b).unwrap();
+    for (from, to, mf, mt) in [(&a, &b, &ma, &mb), (&b, &a, &mb, &ma)] {
+        let rd = mt.desc(0);
+        set_desc(rd, 0, &[(mt.data(4096) as u64, mt.handle, 100)], 0);
+        to.post_recv(rd, mt.handle).unwrap();
+        let sd = mf.desc(0);
+        // SAFETY: inside the arena.
+        unsafe { std::ptr::write_bytes(mf.data(4096), 0x5a, 100) };
+        set_desc(sd, 0, &[(mf.data(4096) as u64, mf.handle, 100)], 0);
+        from.post_send(sd, mf.handle).unwrap();
+        to.recv_wait(limit).unwrap();
+        // SAFETY: the descriptor is ours and complete; inside the arena.
+        unsafe {
+            assert_eq!((*rd).cs.status & status::ERROR_MASK, 0);
+            assert_eq!((*rd).cs.length, 100);
+            assert_eq!(*mt.data(4096 + 99), 0x5a);
+        }
+    }
+    drop((na, nb));
+}
+
 pub fn roundtrip_sizes(dev: &str, rel: u16, disc: &str) {
     let p = pair(dev, rel, disc, 8 << 20);
     let sizes = [

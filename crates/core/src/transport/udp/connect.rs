@@ -456,6 +456,12 @@ pub fn peer_request(
             let tag = agent::tag(MODE_PEER, &local.discriminator, &remote.discriminator);
             wait_request(&vi2.nic, tag, MODE_PEER, deadline, &stop).and_then(|req| {
                 let attrs = req.remote_attrs();
+                // Our VI is ConnectPending (the rendezvous owns it), which
+                // a plain accept refuses: hand it back as Idle first.
+                if vi2.state() != ViState::ConnectPending {
+                    return Err(ViaError::InvalidState("peer connection cancelled"));
+                }
+                vi2.set_state(ViState::Idle);
                 req.accept(&vi2).map(|_| attrs)
             })
         } else {
