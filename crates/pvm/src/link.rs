@@ -424,7 +424,8 @@ impl PreparedLink {
             slots: send_slots,
         });
         let sender = {
-            let (side, events, waker, nic) = (side.clone(), events.clone(), waker.clone(), nic.clone());
+            let (side, events, waker, nic) =
+                (side.clone(), events.clone(), waker.clone(), nic.clone());
             std::thread::Builder::new()
                 .name(format!("pvm-send-{via:x}"))
                 .spawn(move || {
@@ -487,8 +488,14 @@ impl Link {
         if st.queued == 0 && !matches!(out, Outgoing::Close) {
             let parts = out.parts();
             let total = parts[0].len() + parts[1].len();
-            if total <= self.side.slots.frag && self.side.reap(&mut st).is_ok() && !st.free.is_empty() {
-                return self.side.post_fragment(&mut st, parts, 0, total, true).is_ok();
+            if total <= self.side.slots.frag
+                && self.side.reap(&mut st).is_ok()
+                && !st.free.is_empty()
+            {
+                return self
+                    .side
+                    .post_fragment(&mut st, parts, 0, total, true)
+                    .is_ok();
             }
         }
         st.queued += 1;

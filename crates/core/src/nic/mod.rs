@@ -202,7 +202,8 @@ impl Nic {
             unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
         });
         let config = Config::global();
-        let doorbell = LocalDoorbell::new(udp.is_some()).map_err(|_| ViaError::Resource("shared memory"))?;
+        let doorbell =
+            LocalDoorbell::new(udp.is_some()).map_err(|_| ViaError::Resource("shared memory"))?;
         let epoll = Arc::new(Epoll::new().map_err(|_| ViaError::Resource("epoll"))?);
         // The progress thread's nap while the program polls: only our own
         // eventfd wakes it (a thread about to block, a handler installed).
