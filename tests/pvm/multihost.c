@@ -65,8 +65,9 @@ static int echo(int direct)
 		pvm_bufinfo(bufid, &len, &tag, &src);
 		if (tag == TAG_STOP)
 			break;
-		/* Send the very buffer back. */
-		pvm_setsbuf(pvm_setrbuf(0));
+		/* Send the very buffer back, freeing the one sent before (setsbuf
+		 * does not, and its pool pages would pile up). */
+		pvm_freebuf(pvm_setsbuf(pvm_setrbuf(0)));
 		if (pvm_send(parent, TAG_ECHO) < 0)
 			return 1;
 	}
