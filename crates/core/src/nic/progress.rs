@@ -138,13 +138,14 @@ pub(super) fn progress_loop(weak: Weak<NicShared>, epoll: Arc<Epoll>, nap: Epoll
         // Never sleep past a protocol timer (retransmission, keepalive,
         // dead peer): a posted descriptor must complete on its own.
         let timeout = match weak.upgrade().and_then(|n| n.next_timer_ns()) {
+            // The polling program runs the timers of the VIs it polls
+            // (a held acknowledgement asks for "soon" after every message):
+            // waking for them would only preempt it, once a millisecond,
+            // on the CPU it spins on. Due timers of VIs it leaves alone
+            // are served at the busy round's cadence.
+            Some(_) if busy => timeout,
             Some(t) => {
-                let mut left = Duration::from_nanos(t.saturating_sub(crate::sys::now_ns()));
-                if busy {
-                    // The polling program runs the timers of the VIs it
-                    // polls; step in only for ones it leaves overdue.
-                    left = left.max(Duration::from_nanos(BUSY_TIMER_SLACK_NS));
-                }
+                let left = Duration::from_nanos(t.saturating_sub(crate::sys::now_ns()));
                 Some(timeout.map_or(left, |d| d.min(left)))
             }
             None => timeout,

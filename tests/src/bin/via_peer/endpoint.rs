@@ -188,7 +188,13 @@ impl Endpoint {
         let req =
             connect_wait(self.nic.shared(), &self.address(disc), Some(WAIT)).expect("connect wait");
         req.accept(vi).expect("accept");
-        assert_eq!(vi.state(), ViState::Connected);
+        // A peer that dies at once (the crash tests kill it after a few
+        // messages) may already have broken the VI by the time we look.
+        let st = vi.state();
+        assert!(
+            matches!(st, ViState::Connected | ViState::Error),
+            "state after accept: {st:?}"
+        );
     }
 
     /// Connects `vi` to the server at `disc`.
