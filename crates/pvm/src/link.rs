@@ -258,12 +258,7 @@ impl LinkNic {
         let dev = std::env::var("OPENVIA_PVM_DEVICE").unwrap_or_else(|_| "/dev/via_udp".into());
         let nic = Nic::open(Some(&dev))?;
         // Daemon threads must not busy-poll: tasks need the CPUs.
-        nic.set_spin_ns(
-            std::env::var("OVSPIN")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0),
-        );
+        nic.set_spin_ns(0);
         let ptag = nic.create_ptag()?;
         Ok(LinkNic {
             nic,
@@ -291,13 +286,8 @@ impl LinkNic {
 
     /// Waits for the peer daemon to connect to (our address, `disc`).
     pub fn accept(&self, disc: &[u8], timeout: Duration) -> Result<Arc<Vi>, ViaError> {
-        let local = Address {
-            host: self.address(),
-            discriminator: disc.to_vec(),
-        };
-        let req = openvia_core::connect_wait(self.nic.shared(), &local, Some(timeout))?;
         let vi = self.new_vi()?;
-        req.accept(&vi)?;
+        self.accept_on(&vi, disc, timeout)?;
         Ok(vi)
     }
 
@@ -309,15 +299,7 @@ impl LinkNic {
         timeout: Duration,
     ) -> Result<Arc<Vi>, ViaError> {
         let vi = self.new_vi()?;
-        let local = Address {
-            host: self.address(),
-            discriminator: disc.to_vec(),
-        };
-        let remote = Address {
-            host: host.to_vec(),
-            discriminator: disc.to_vec(),
-        };
-        openvia_core::connect_request(&vi, &local, &remote, Some(timeout))?;
+        self.connect_on(&vi, disc, (host, disc), timeout)?;
         Ok(vi)
     }
 

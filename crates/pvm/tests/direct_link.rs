@@ -4,6 +4,8 @@
 //! pool), each arrival ringing the task's doorbell; every page comes back
 //! once the bodies are dropped.
 
+mod common;
+
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
@@ -15,14 +17,6 @@ const A: i32 = 0x40001;
 const B: i32 = 0x80001;
 const B_SLOT: usize = 3;
 
-fn udp_env() {
-    let port = 20000 + (std::process::id() % 30000) + 7;
-    std::env::set_var("OPENVIA_UDP_BIND", "127.0.0.1");
-    std::env::set_var("OPENVIA_AGENT_PORT", port.to_string());
-    std::env::set_var("OPENVIA_PVM_WINDOW", "4");
-    std::env::set_var("OPENVIA_PVM_FRAG", "65536");
-}
-
 fn bytes(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(29).wrapping_add(seed))
@@ -31,7 +25,7 @@ fn bytes(len: usize, seed: u8) -> Vec<u8> {
 
 #[test]
 fn bodies_land_in_the_receivers_pool_in_order() {
-    udp_env();
+    common::udp_env();
     let pool = Arc::new(Pool::create(512).expect("pool")); // 4 MiB
     let a_nic = LinkNic::open().expect("open A");
     let b_nic = Arc::new(LinkNic::open().expect("open B"));

@@ -3,27 +3,13 @@
 //! fragment, many fragments, more than the whole window) cross intact and
 //! in order; closing one end reports the link down at the other.
 
+mod common;
+
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use openvia_pvm::frame::{Frame, Msg};
 use openvia_pvm::link::{LinkEvent, LinkNic, Waker};
-
-fn udp_env() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let port = 20000 + (std::process::id() % 30000);
-        std::env::set_var("OPENVIA_UDP_BIND", "127.0.0.1");
-        std::env::set_var("OPENVIA_AGENT_PORT", port.to_string());
-        std::env::set_var("OPENVIA_UDP_DEAD_MS", "1500");
-        std::env::set_var("OPENVIA_UDP_KEEPALIVE_MS", "200");
-        // A small window and fragments, so a 4 MB frame needs many rounds.
-        if std::env::var_os("OPENVIA_PVM_WINDOW").is_none() {
-            std::env::set_var("OPENVIA_PVM_WINDOW", "4");
-            std::env::set_var("OPENVIA_PVM_FRAG", "65536");
-        }
-    });
-}
 
 fn msg(len: usize, seed: u8) -> Frame {
     Frame::Msg(Msg {
@@ -50,7 +36,7 @@ fn next_frame(rx: &mpsc::Receiver<LinkEvent>) -> (u32, u32, Frame) {
 
 #[test]
 fn frames_cross_intact_in_order_and_close_is_seen() {
-    udp_env();
+    common::udp_env();
     let a_nic = LinkNic::open().expect("open A");
     let b_nic = LinkNic::open().expect("open B");
     let disc = format!("link-test-{}", std::process::id());

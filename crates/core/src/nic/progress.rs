@@ -43,6 +43,12 @@ impl NicShared {
         for vi in self.live_vis() {
             did |= vi.poke(true);
         }
+        self.finish_round(did)
+    }
+
+    /// The end of either round: CQs with a notify handler are driven and
+    /// their handlers fired, and local waiters are woken if anything moved.
+    fn finish_round(&self, mut did: bool) -> bool {
         for cq in self.live_cqs() {
             if cq.has_notify() {
                 for vi in cq.members() {
@@ -75,18 +81,7 @@ impl NicShared {
                 did |= vi.poke(true);
             }
         }
-        for cq in self.live_cqs() {
-            if cq.has_notify() {
-                for vi in cq.members() {
-                    did |= vi.poke(true);
-                }
-                self.fire_cq_notify(&cq);
-            }
-        }
-        if did {
-            self.doorbell.ring_local();
-        }
-        did
+        self.finish_round(did)
     }
 
     fn wants_attention(&self) -> bool {

@@ -45,3 +45,20 @@ pub fn wake_all(word: &AtomicU32) {
         );
     }
 }
+
+/// Wakes one thread blocked in [`wait`] on `word` (when each wake-up must
+/// hand over exactly one thing).
+pub fn wake_one(word: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE only uses the address as a key; it does not access it.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE,
+            1,
+            std::ptr::null::<libc::timespec>(),
+            std::ptr::null::<u32>(),
+            0u32,
+        );
+    }
+}

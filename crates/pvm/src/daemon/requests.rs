@@ -307,12 +307,7 @@ impl Daemon {
             // tasks of the same spawn run elsewhere.
             let later = flags & SIBLINGS_LATER != 0;
             req.flags &= !SIBLINGS_LATER;
-            let tids = self.spawn(req, later);
-            let ok = tids.iter().filter(|&&t| t > 0).count() as i32;
-            let out = Args {
-                ints: tids,
-                ..Args::default()
-            };
+            let (ok, out) = spawn_result(self.spawn(req, later));
             self.reply_to(to, seq, ok, out);
             return;
         }
@@ -328,12 +323,7 @@ impl Daemon {
             }
         };
         if placement.len() == 1 && placement[0].0 == self.host_num {
-            let tids = self.spawn(req, false);
-            let ok = tids.iter().filter(|&&t| t > 0).count() as i32;
-            let out = Args {
-                ints: tids,
-                ..Args::default()
-            };
+            let (ok, out) = spawn_result(self.spawn(req, false));
             self.reply_to(to, seq, ok, out);
             return;
         }
@@ -352,18 +342,7 @@ impl Daemon {
                     where_: String::new(),
                     ..req
                 };
-                let tids = self.spawn(part, spread);
-                let ok = tids.iter().filter(|&&t| t > 0).count() as i32;
-                local.push((
-                    i,
-                    (
-                        ok,
-                        Args {
-                            ints: tids,
-                            ..Args::default()
-                        },
-                    ),
-                ));
+                local.push((i, spawn_result(self.spawn(part, spread))));
             } else {
                 let mut fa = a.clone();
                 if let Some(f) = fa.ints.get_mut(0) {
@@ -561,6 +540,18 @@ impl Daemon {
             }
         }
     }
+}
+
+/// A spawn's answer: how many started, and a tid or error code for each.
+fn spawn_result(tids: Vec<i32>) -> (i32, Args) {
+    let ok = tids.iter().filter(|&&t| t > 0).count() as i32;
+    (
+        ok,
+        Args {
+            ints: tids,
+            ..Args::default()
+        },
+    )
 }
 
 fn info_args(e: Entry) -> Args {

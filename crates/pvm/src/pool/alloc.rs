@@ -6,7 +6,8 @@
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
 use std::time::Duration;
 
-use super::{futex, Pool, MAX_SLOTS};
+use super::{Pool, MAX_SLOTS};
+use openvia_core::sys::futex;
 
 /// Index of the first waiter (in arrival order) whose demand fits in
 /// `avail` pages: the paper's first-fit rule.
@@ -313,7 +314,7 @@ impl Pool {
             self.header().waiters.fetch_sub(1, Relaxed);
             s.grant.store(start as u32 + 1, Release);
             s.wake.fetch_add(1, SeqCst);
-            futex::wake(&s.wake);
+            futex::wake_one(&s.wake);
         }
     }
 
@@ -356,7 +357,7 @@ impl Pool {
         }
         // Wake a receiver sleeping in that slot (a thread of a dying task).
         s.bell.fetch_add(1, SeqCst);
-        futex::wake(&s.bell);
+        futex::wake_one(&s.bell);
         (self.header().free_pages.load(Relaxed) - before) as usize
     }
 }

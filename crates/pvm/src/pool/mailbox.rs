@@ -13,7 +13,8 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 
 use std::time::{Duration, Instant};
 
-use super::{futex, Pool, RING};
+use super::{Pool, RING};
+use openvia_core::sys::futex;
 
 /// A message head as sender and receiver see it. `start` is u32::MAX for
 /// an empty body.
@@ -78,7 +79,7 @@ impl Pool {
         let s = self.slot(slot);
         s.bell.fetch_add(1, SeqCst);
         if s.sleeping.load(SeqCst) != 0 {
-            futex::wake(&s.bell);
+            futex::wake_one(&s.bell);
         }
     }
 

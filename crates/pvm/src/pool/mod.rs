@@ -14,7 +14,6 @@
 
 mod alloc;
 pub mod body;
-mod futex;
 pub mod inbound;
 pub mod mailbox;
 

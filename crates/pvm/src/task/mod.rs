@@ -469,6 +469,25 @@ impl Task {
         self.queue.remove(i)
     }
 
+    /// Reads every frame the pvmd has written so far, without waiting;
+    /// true if there was any.
+    fn drain_socket(&mut self) -> PvmResult<bool> {
+        let mut got = false;
+        loop {
+            let mut p = libc::pollfd {
+                fd: self.rd.get_ref().as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            if self.rd.buffer().is_empty() && unsafe { libc::poll(&mut p, 1, 0) } <= 0 {
+                return Ok(got);
+            }
+            self.pump(None)?;
+            got = true;
+        }
+    }
+
     /// Moves heads from the ring and frames from the socket into the
     /// queue; true if anything came.
     fn gather(&mut self) -> PvmResult<bool> {
@@ -494,19 +513,7 @@ impl Task {
         let sb = home.pool.sock_bell(home.slot);
         if sb != self.seen_sock_bell || !self.rd.buffer().is_empty() {
             self.seen_sock_bell = sb;
-            loop {
-                let mut p = libc::pollfd {
-                    fd: self.rd.get_ref().as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                // SAFETY: one valid pollfd.
-                if self.rd.buffer().is_empty() && unsafe { libc::poll(&mut p, 1, 0) } <= 0 {
-                    break;
-                }
-                self.pump(None)?;
-                got = true;
-            }
+            got |= self.drain_socket()?;
         }
         got |= self.direct_progress()?;
         Ok(got)
@@ -573,18 +580,7 @@ impl Task {
     /// Like recv but leaves the message queued; returns a buffer id for
     /// bufinfo without making it the receive buffer.
     pub fn probe(&mut self, src: i32, tag: i32) -> PvmResult<i32> {
-        loop {
-            let mut p = libc::pollfd {
-                fd: self.rd.get_ref().as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd.
-            if self.rd.buffer().is_empty() && unsafe { libc::poll(&mut p, 1, 0) } <= 0 {
-                break;
-            }
-            self.pump(None)?;
-        }
+        self.drain_socket()?;
         self.gather()?;
         let ctx = self.ctx;
         match self
