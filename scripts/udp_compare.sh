@@ -17,7 +17,11 @@
 #        8958 bytes) at MTU 1500, 4138 and 9000 (and the page policy at
 #        4188, where a whole page fits), kernel TCP at each MTU.
 # Needs root and target/release/viabench (or VIABENCH=path). ITERS, BWN
-# set the latency iterations and the streamed 1 MiB messages.
+# set the latency iterations and the streamed 1 MiB messages. ROUNDS
+# (default 1) repeats `lat` and `modes`, the peers alternating within each
+# round, every line tagged with its round: the machine's speed drifts
+# between runs, so compare within a round (python/udp_summary.py gives
+# each round's ratios and their median).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 B=${VIABENCH:-$here/../target/release/viabench}
@@ -27,6 +31,8 @@ BNS=${OV_NS_B:-ovB}
 PEER=10.77.0.2
 ITERS=${ITERS:-20000}
 BWN=${BWN:-2000}
+ROUNDS=${ROUNDS:-1}
+ROUND=1
 # Leave no namespace behind, whatever happens.
 trap '"$NS" down >/dev/null 2>&1 || true' EXIT
 trap 'exit 130' INT TERM
@@ -52,7 +58,7 @@ run() {
     # shellcheck disable=SC2086
     ip netns exec "$A" env $envs OPENVIA_BENCH_DEVICE=/dev/via_veth0 \
         timeout 300 "$B" "$@" -t "$transport" --peer "$PEER:$port" --cpu 0,1 --json |
-        sed "s/^{/{\"label\":\"$label\",/"
+        sed "s/^{/{\"label\":\"$label\",\"round\":$ROUND,/"
     # A server whose client failed may wait for it forever: give it a
     # bounded time to finish, then end it.
     i=0
@@ -115,7 +121,16 @@ sweep() {
 }
 
 case "${1:-}" in
-lat | bw | modes | drop)
+lat | modes)
+    "$NS" up "$2" >&2
+    while [ "$ROUND" -le "$ROUNDS" ]; do
+        "$1" "$2"
+        ROUND=$((ROUND + 1))
+    done
+    "$NS" down
+    exit 0
+    ;;
+bw | drop)
     "$NS" up "$2" >&2
     "$1" "$2"
     "$NS" down

@@ -64,6 +64,8 @@ pub enum SendError {
     TooLarge { len: usize, max: u32 },
     #[error("RDMA read is not allowed on this connection")]
     RdmaReadNotAllowed,
+    #[error("an external payload needs retransmission (a reliable level, not flow-control-only)")]
+    ExternalNotAllowed,
 }
 
 /// One end of a RUM connection.
@@ -195,6 +197,9 @@ impl Connection {
                 max: self.max_transfer_size,
             });
         }
+        if matches!(msg.data, crate::events::Payload::External { .. }) && !self.send.keeps_data() {
+            return Err(SendError::ExternalNotAllowed);
+        }
         if msg.op == openvia_wire::rum::ViaOp::RdmaReadRequest
             && !self.config.reliability.is_reliable()
         {
@@ -219,6 +224,12 @@ impl Connection {
     }
 
     /// Orderly close: a DISCONNECT goes out at the next `poll_transmit`.
+    /// Whether data sent or queued still waits for the peer's
+    /// acknowledgement: closing now would leave it to chance.
+    pub fn awaiting_ack(&self) -> bool {
+        self.state == State::Connected && (self.send.unacked() > 0 || self.send.has_uncut())
+    }
+
     pub fn close(&mut self) {
         if self.state != State::Closed {
             self.disconnect_due = Some(DISCONNECT_NORMAL);

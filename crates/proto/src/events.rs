@@ -81,6 +81,63 @@ pub trait MessageSink {
     fn place(&mut self, info: &MessageInfo, segments: &[&[u8]]) -> Placement;
 }
 
+/// The bytes of an outgoing message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Payload {
+    /// Held by the connection: its retransmission buffer on the reliable
+    /// levels, freed once sent otherwise.
+    Owned(Vec<u8>),
+    /// `len` bytes in the caller's memory at `addr`, which the connection
+    /// never reads: their segments leave through
+    /// [`Connection::poll_transmit_split`](crate::Connection::poll_transmit_split)
+    /// as a header plus a [`PayloadRef`] the caller sends scatter-gather,
+    /// and the message completes only once every segment is acknowledged.
+    /// The caller keeps the bytes unchanged until then, as a NIC's DMA
+    /// source. Only where there is retransmission (reliable levels, not
+    /// flow-control-only).
+    External { addr: u64, len: usize },
+}
+
+impl Payload {
+    pub fn len(&self) -> usize {
+        match self {
+            Payload::Owned(v) => v.len(),
+            Payload::External { len, .. } => *len,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl From<Vec<u8>> for Payload {
+    fn from(v: Vec<u8>) -> Self {
+        Payload::Owned(v)
+    }
+}
+
+/// Where the payload of a datagram [`Connection::poll_transmit_split`]
+/// left out lives: `len` bytes at `offset` in message `msg_id`, owned by
+/// the connection (`external` None,
+/// [`Connection::payload_bytes`](crate::Connection::payload_bytes)) or at
+/// `external + offset` in the caller's memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PayloadRef {
+    pub msg_id: MessageId,
+    pub offset: usize,
+    pub len: usize,
+    pub external: Option<u64>,
+}
+
+/// One datagram from [`Connection::poll_transmit_split`]: `len` bytes
+/// written to the buffer, then `payload`'s bytes if there is one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    pub len: usize,
+    pub payload: Option<PayloadRef>,
+}
+
 /// A message the application asks to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutgoingMessage {
@@ -88,7 +145,7 @@ pub struct OutgoingMessage {
     pub immediate: Option<u32>,
     pub mem_handle: u32,
     pub remote_addr: u64,
-    pub data: Vec<u8>,
+    pub data: Payload,
 }
 
 impl OutgoingMessage {
@@ -99,7 +156,7 @@ impl OutgoingMessage {
             immediate: None,
             mem_handle: 0,
             remote_addr: 0,
-            data,
+            data: data.into(),
         }
     }
 }

@@ -38,8 +38,8 @@ pub use config::{Config, ConfigError, FlowMode, Reliability};
 pub use connection::{Connection, SendError, State, DISCONNECT_ERROR, DISCONNECT_NORMAL};
 pub use counters::Counters;
 pub use events::{
-    Event, LostReason, MessageId, MessageInfo, MessageSink, OutgoingMessage, PeerAttributes,
-    Placement,
+    Event, LostReason, MessageId, MessageInfo, MessageSink, OutgoingMessage, Payload, PayloadRef,
+    PeerAttributes, Placement, Transmit,
 };
 pub use handshake::{emit_reject, AcceptError, REJECT_MISMATCH};
 pub use openvia_wire::rum::ViaOp;

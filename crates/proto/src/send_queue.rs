@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use openvia_wire::rum::ViaOp;
 
-use crate::events::{MessageId, OutgoingMessage};
+use crate::events::{MessageId, OutgoingMessage, Payload};
 use crate::time::Time;
 
 /// Segments reported above a hole before the hole counts as lost.
@@ -25,7 +25,7 @@ pub struct OutMessage {
     pub immediate: Option<u32>,
     pub mem_handle: u32,
     pub remote_addr: u64,
-    pub data: Vec<u8>,
+    pub data: Payload,
     /// Bytes already cut into segments.
     pub cut: usize,
     /// Sequence number of the final segment, once cut.
@@ -123,6 +123,11 @@ impl SendQueue {
             completed: false,
         });
         id
+    }
+
+    /// Whether sent bytes are kept for retransmission.
+    pub fn keeps_data(&self) -> bool {
+        self.keep_data
     }
 
     pub fn message(&self, id: MessageId) -> Option<&OutMessage> {
@@ -390,6 +395,11 @@ impl SendQueue {
             if on_placement && placed <= last {
                 break;
             }
+            // The caller's memory may change once it completes: not while
+            // a segment of it may still be sent again.
+            if matches!(m.data, Payload::External { .. }) && self.snd_una <= last {
+                break;
+            }
             m.completed = true;
             completed(m.id);
         }
@@ -402,8 +412,11 @@ impl SendQueue {
                 break;
             }
             if let Some(m) = self.messages.pop_front() {
-                if self.spare.len() < SPARE_BUFFERS && m.data.capacity() > 0 {
-                    self.spare.push(m.data);
+                match m.data {
+                    Payload::Owned(v) if self.spare.len() < SPARE_BUFFERS && v.capacity() > 0 => {
+                        self.spare.push(v)
+                    }
+                    _ => {}
                 }
             }
         }

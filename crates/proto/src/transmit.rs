@@ -8,6 +8,7 @@ use openvia_wire::rum::{Body, DataRepr, FlowMode, HeaderRepr, Repr};
 
 use crate::config::Reliability;
 use crate::connection::{Connection, State};
+use crate::events::{Payload, PayloadRef, Transmit};
 use crate::send_queue::SegmentRef;
 use crate::time::Time;
 
@@ -29,28 +30,62 @@ impl Connection {
     /// Writes the next datagram into `buf` and returns its length, or
     /// `None` when nothing is due. `buf` must hold
     /// [`Connection::max_datagram_len`] bytes.
+    /// A connection with [`Payload::External`] messages is driven with
+    /// [`Self::poll_transmit_split`] instead.
     pub fn poll_transmit(&mut self, now: Time, buf: &mut [u8]) -> Option<usize> {
+        let t = self.poll_transmit_split(now, buf, usize::MAX)?;
+        debug_assert!(
+            t.payload.is_none(),
+            "external payload through poll_transmit"
+        );
+        Some(t.len)
+    }
+
+    /// Like [`Self::poll_transmit`], but a data segment whose payload is
+    /// `split_min` bytes or more (and every segment of an external
+    /// payload) is written as its headers alone, with a reference to the
+    /// payload: the caller sends both with one scatter-gather call, the
+    /// kernel copying the payload once instead of the payload being
+    /// copied into `buf` first. The bytes referred to stay in place until
+    /// the next call that takes an acknowledgement (`handle_datagram`).
+    /// Only where sent bytes are kept for retransmission: elsewhere they
+    /// are freed as a message's last segment goes, so they are copied.
+    pub fn poll_transmit_split(
+        &mut self,
+        now: Time,
+        buf: &mut [u8],
+        split_min: usize,
+    ) -> Option<Transmit> {
         if buf.len() < self.max_datagram_len() {
             return None;
         }
-        let len = self.next_datagram(now, buf)?;
+        let t = self.next_datagram(now, buf, split_min)?;
         self.counters.datagrams_sent += 1;
         self.last_sent = now;
         self.keepalive_due = false;
-        Some(len)
+        Some(t)
     }
 
-    fn next_datagram(&mut self, now: Time, buf: &mut [u8]) -> Option<usize> {
+    /// The bytes a [`PayloadRef`] without `external` names.
+    pub fn payload_bytes(&self, r: &PayloadRef) -> Option<&[u8]> {
+        match &self.send.message(r.msg_id)?.data {
+            Payload::Owned(v) => v.get(r.offset..r.offset.checked_add(r.len)?),
+            Payload::External { .. } => None,
+        }
+    }
+
+    fn next_datagram(&mut self, now: Time, buf: &mut [u8], split_min: usize) -> Option<Transmit> {
+        let whole = |len: Option<usize>| len.map(|len| Transmit { len, payload: None });
         if self.handshake_due {
             self.handshake_due = false;
-            return self.emit_handshake(buf).ok();
+            return whole(self.emit_handshake(buf).ok());
         }
         if let Some(reason) = self.disconnect_due.take() {
             let repr = Repr {
                 header: self.header(self.send.next_seq),
                 body: Body::Disconnect { reason },
             };
-            return repr.emit(buf).ok();
+            return whole(repr.emit(buf).ok());
         }
         if self.state != State::Connected {
             return None;
@@ -59,14 +94,14 @@ impl Connection {
             self.counters.retransmissions += 1;
             self.arm_rto(now);
             self.rearm_tail_probe(now);
-            return self.emit_segment(seg, buf);
+            return self.emit_segment(seg, buf, split_min);
         }
         if self.send.has_uncut() {
             if self.credit.available(self.send.next_seq) > 0 {
                 self.stalled = false;
                 let seg = self.send.cut_next(self.segment_size, now)?;
                 self.counters.segments_sent += 1;
-                let len = self.emit_segment(seg, buf);
+                let len = self.emit_segment(seg, buf, split_min);
                 if self.send.inflight_is_empty() {
                     // No retransmission buffer: a probe guards the tail.
                     if self.probe_deadline.is_none() {
@@ -96,7 +131,7 @@ impl Connection {
                 header: self.header(self.send.next_seq),
                 body: Body::Ack(self.recv.sack()),
             };
-            return repr.emit(buf).ok();
+            return whole(repr.emit(buf).ok());
         }
         if self.probe_due || self.keepalive_due {
             let probe = self.probe_due;
@@ -112,7 +147,7 @@ impl Connection {
                 header,
                 body: Body::Keepalive,
             };
-            return repr.emit(buf).ok();
+            return whole(repr.emit(buf).ok());
         }
         None
     }
@@ -123,28 +158,60 @@ impl Connection {
         }
     }
 
-    fn emit_segment(&mut self, seg: SegmentRef, buf: &mut [u8]) -> Option<usize> {
+    fn emit_segment(
+        &mut self,
+        seg: SegmentRef,
+        buf: &mut [u8],
+        split_min: usize,
+    ) -> Option<Transmit> {
         let header = self.header(seg.seq);
         let m = self.send.message(seg.msg_id)?;
         let start = seg.offset as usize;
-        let repr = Repr {
-            header,
-            body: Body::Data(DataRepr {
-                msg_id: m.id as u32,
-                offset: seg.offset,
-                total_len: m.data.len() as u32,
-                op: m.op,
-                immediate: m.immediate,
-                mem_handle: m.mem_handle,
-                remote_addr: m.remote_addr,
-                payload: &m.data[start..start + seg.len as usize],
-            }),
+        let len = seg.len as usize;
+        let mut d = DataRepr {
+            msg_id: m.id as u32,
+            offset: seg.offset,
+            total_len: m.data.len() as u32,
+            op: m.op,
+            immediate: m.immediate,
+            mem_handle: m.mem_handle,
+            remote_addr: m.remote_addr,
+            payload: &[],
         };
-        let len = repr.emit(buf).ok()?;
+        let external = match &m.data {
+            // Without retransmission a message's bytes are freed as its
+            // last segment goes: copy them while they are here.
+            Payload::Owned(v) if len < split_min || !self.send.keeps_data() => {
+                d.payload = v.get(start..start + len)?;
+                None
+            }
+            Payload::Owned(_) => Some(None),
+            Payload::External { addr, .. } => Some(Some(*addr)),
+        };
+        let t = match external {
+            None => Transmit {
+                len: Repr {
+                    header,
+                    body: Body::Data(d),
+                }
+                .emit(buf)
+                .ok()?,
+                payload: None,
+            },
+            Some(external) => Transmit {
+                len: Repr::emit_data_header(header, d, len, buf).ok()?,
+                payload: Some(PayloadRef {
+                    msg_id: seg.msg_id,
+                    offset: start,
+                    len,
+                    external,
+                }),
+            },
+        };
         // Piggybacked feedback settles a due ACK unless holes need SACK.
         if !self.recv.has_hole() {
             self.ack_due = false;
         }
-        Some(len)
+        Some(t)
     }
 }

@@ -76,6 +76,15 @@ pub trait Channel: Send {
     /// Cheap check: is there inbound data or outbound work waiting?
     fn has_work(&self) -> bool;
 
+    /// Whether a receive descriptor just posted should be offered to
+    /// `progress` at once: inbound data may be waiting for one. A channel
+    /// that knows nothing waits says no and spares the post a trip to the
+    /// medium (a system call on the network device, on the critical path
+    /// of every ping-pong).
+    fn awaits_recv(&self) -> bool {
+        true
+    }
+
     /// Highest message number entirely handed to the medium.
     fn sent(&self) -> u64;
 

@@ -358,7 +358,7 @@ impl Vi {
                     capacity,
                     error: 0,
                 });
-                if inner.channel.is_some() {
+                if inner.channel.as_ref().is_some_and(|c| c.awaits_recv()) {
                     self.progress_locked(inner, &mut deferred);
                 }
             }

@@ -9,7 +9,8 @@ use std::collections::BinaryHeap;
 use std::time::Duration;
 
 use openvia_proto::{
-    Config, Connection, Event, MessageInfo, MessageSink, OutgoingMessage, Placement, Time,
+    Config, Connection, Event, MessageInfo, MessageSink, OutgoingMessage, Payload, Placement, Time,
+    Transmit,
 };
 use openvia_wire::rum::{Body, Repr};
 
@@ -149,6 +150,14 @@ pub struct Sim {
     order: u64,
     buf: Vec<u8>,
     pub datagrams: u64,
+    /// Payloads from this size on leave through `poll_transmit_split`
+    /// (usize::MAX: `poll_transmit`, payloads copied by the protocol).
+    pub split_min: usize,
+    /// The client's external payloads: (message id, bytes). The bytes are
+    /// overwritten the moment the message completes, as an application
+    /// reusing its buffer would: a segment read after that arrives
+    /// corrupt.
+    pub external: Vec<(u64, Box<[u8]>)>,
 }
 
 impl Sim {
@@ -183,6 +192,8 @@ impl Sim {
             order: 0,
             buf: vec![0u8; 70_000],
             datagrams: 0,
+            split_min: usize::MAX,
+            external: Vec::new(),
         }
     }
 
@@ -203,6 +214,56 @@ impl Sim {
             .send_message(OutgoingMessage::send(data))
             .expect("send")
     }
+    /// Sends `data` from a's own memory (an external payload).
+    pub fn send_a_external(&mut self, data: Vec<u8>) -> u64 {
+        let bytes = data.into_boxed_slice();
+        let msg = OutgoingMessage {
+            data: Payload::External {
+                addr: bytes.as_ptr() as u64,
+                len: bytes.len(),
+            },
+            ..OutgoingMessage::send(Vec::new())
+        };
+        let id = self.a().send_message(msg).expect("send");
+        self.external.push((id, bytes));
+        id
+    }
+
+    /// The `len` bytes at `addr` in one of the external payloads.
+    fn external_bytes(&self, addr: u64, len: usize) -> Vec<u8> {
+        for (_, b) in &self.external {
+            let base = b.as_ptr() as u64;
+            if addr >= base && addr + len as u64 <= base + b.len() as u64 {
+                let at = (addr - base) as usize;
+                return b[at..at + len].to_vec();
+            }
+        }
+        panic!("payload at {addr:#x} is not an external buffer");
+    }
+
+    /// Sends what `to_b`'s sender has to send.
+    fn transmit_all(&mut self, to_b: bool) {
+        loop {
+            let now = self.now;
+            let split_min = self.split_min;
+            let ep = if to_b { &mut self.a } else { &mut self.b };
+            let Some(c) = ep.conn.as_mut() else { break };
+            let Some(Transmit { len, payload }) =
+                c.poll_transmit_split(now, &mut self.buf, split_min)
+            else {
+                break;
+            };
+            let mut bytes = self.buf[..len].to_vec();
+            if let Some(r) = payload {
+                match r.external {
+                    Some(base) => bytes.extend(self.external_bytes(base + r.offset as u64, r.len)),
+                    None => bytes.extend_from_slice(c.payload_bytes(&r).expect("owned payload")),
+                }
+            }
+            self.enqueue(to_b, bytes);
+        }
+    }
+
     pub fn send_b(&mut self, data: Vec<u8>) -> u64 {
         self.b()
             .send_message(OutgoingMessage::send(data))
@@ -262,16 +323,7 @@ impl Sim {
     /// Drains transmissions, events and messages of both ends.
     fn drain(&mut self) {
         for to_b in [true, false] {
-            loop {
-                let now = self.now;
-                let ep = if to_b { &mut self.a } else { &mut self.b };
-                let Some(c) = ep.conn.as_mut() else { break };
-                let Some(n) = c.poll_transmit(now, &mut self.buf) else {
-                    break;
-                };
-                let bytes = self.buf[..n].to_vec();
-                self.enqueue(to_b, bytes);
-            }
+            self.transmit_all(to_b);
         }
         let now = self.now;
         for ep in [&mut self.a, &mut self.b] {
@@ -282,16 +334,18 @@ impl Sim {
             while c.poll_message(&mut ep.sink).is_some() {}
             // A delivery may have made an ACK due: send it now.
         }
-        for to_b in [true, false] {
-            loop {
-                let ep = if to_b { &mut self.a } else { &mut self.b };
-                let Some(c) = ep.conn.as_mut() else { break };
-                let Some(n) = c.poll_transmit(now, &mut self.buf) else {
-                    break;
-                };
-                let bytes = self.buf[..n].to_vec();
-                self.enqueue(to_b, bytes);
+        // The application reuses a completed external buffer at once.
+        for (_, e) in &self.a.events {
+            if let Event::SendCompleted(id) = e {
+                for (eid, b) in self.external.iter_mut() {
+                    if eid == id {
+                        b.fill(0xEE);
+                    }
+                }
             }
+        }
+        for to_b in [true, false] {
+            self.transmit_all(to_b);
         }
     }
 

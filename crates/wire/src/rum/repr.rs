@@ -183,8 +183,34 @@ impl<'a> Repr<'a> {
 
     /// Writes the packet at the start of `buf`; returns its length.
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize, EmitError> {
+        self.emit_with_tail(buf, 0)
+    }
+
+    /// Writes a data packet's headers, announcing `payload_len` bytes of
+    /// payload that the caller sends from its own memory right behind them
+    /// (scatter-gather), without copying them; `d.payload` must be empty.
+    /// Returns the header bytes written: the datagram on the wire is those
+    /// followed by the payload.
+    pub fn emit_data_header(
+        header: HeaderRepr,
+        d: DataRepr<'_>,
+        payload_len: usize,
+        buf: &mut [u8],
+    ) -> Result<usize, EmitError> {
+        if !d.payload.is_empty() {
+            return Err(EmitError::FieldRange("payload given with its length"));
+        }
+        Repr {
+            header,
+            body: Body::Data(d),
+        }
+        .emit_with_tail(buf, payload_len)
+    }
+
+    /// `emit`, with `tail` bytes of data payload the caller appends.
+    fn emit_with_tail(&self, buf: &mut [u8], tail: usize) -> Result<usize, EmitError> {
         let len = self.buffer_len();
-        if len > MAX_DATAGRAM {
+        if len + tail > MAX_DATAGRAM {
             return Err(EmitError::FieldRange("datagram length"));
         }
         if buf.len() < len {
@@ -194,6 +220,9 @@ impl<'a> Repr<'a> {
             });
         }
         let ty = self.packet_type();
+        if tail > 0 && ty != PacketType::Data {
+            return Err(EmitError::FieldRange("payload on a packet without data"));
+        }
         if self.header.conn_id == 0 && ty != PacketType::ConnectRequest {
             return Err(EmitError::FieldRange("connection id"));
         }
@@ -204,7 +233,7 @@ impl<'a> Repr<'a> {
         b[3] = ty as u8;
         b[4] = if h.ack_request { FLAG_ACK_REQUEST } else { 0 };
         b[5] = 0;
-        b[6..8].copy_from_slice(&(self.body_len() as u16).to_be_bytes());
+        b[6..8].copy_from_slice(&((self.body_len() + tail) as u16).to_be_bytes());
         b[8..16].copy_from_slice(&h.conn_id.to_be_bytes());
         b[16..20].copy_from_slice(&h.seq.to_be_bytes());
         b[20..24].copy_from_slice(&h.ack.to_be_bytes());
@@ -212,7 +241,7 @@ impl<'a> Repr<'a> {
         b[28..32].copy_from_slice(&h.window.to_be_bytes());
         let body = &mut b[HEADER_LEN..];
         match &self.body {
-            Body::Data(d) => emit_data(d, body)?,
+            Body::Data(d) => emit_data(d, tail, body)?,
             Body::Ack(a) => {
                 body[0] = a.blocks().len() as u8;
                 body[1..4].fill(0);
@@ -235,8 +264,9 @@ impl<'a> Repr<'a> {
     }
 }
 
-fn emit_data(d: &DataRepr<'_>, body: &mut [u8]) -> Result<(), EmitError> {
-    let n = d.payload.len() as u64;
+/// `tail`: payload bytes that follow outside `body` (see `emit_data_header`).
+fn emit_data(d: &DataRepr<'_>, tail: usize, body: &mut [u8]) -> Result<(), EmitError> {
+    let n = (d.payload.len() + tail) as u64;
     if d.offset as u64 + n > d.total_len as u64 {
         return Err(EmitError::FieldRange("segment past message end"));
     }

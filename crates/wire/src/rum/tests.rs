@@ -274,3 +274,52 @@ fn random_bytes_never_panic() {
     // Keepalives and small ACKs do get through; the point is no panics.
     assert!(accepted < 100_000);
 }
+
+#[test]
+fn data_header_then_payload_is_the_same_datagram() {
+    let payload: Vec<u8> = (0..1400u32).map(|i| (i * 7) as u8).collect();
+    let d = DataRepr {
+        msg_id: 9,
+        offset: 2800,
+        total_len: 1 << 20,
+        op: ViaOp::RdmaWrite,
+        immediate: Some(5),
+        mem_handle: 3,
+        remote_addr: 0x1000,
+        payload: &payload,
+    };
+    let mut whole = vec![0u8; 2048];
+    let n = Repr {
+        header: header(),
+        body: Body::Data(d),
+    }
+    .emit(&mut whole)
+    .unwrap();
+    let mut split = vec![0u8; 2048];
+    let h = Repr::emit_data_header(
+        header(),
+        DataRepr { payload: &[], ..d },
+        payload.len(),
+        &mut split,
+    )
+    .unwrap();
+    assert_eq!(h, HEADER_LEN + DATA_HEADER_LEN);
+    split.truncate(h);
+    split.extend_from_slice(&payload);
+    assert_eq!(&whole[..n], &split[..]);
+    // The announced payload must still fit the message and the datagram.
+    let past_end = DataRepr {
+        payload: &[],
+        offset: (1 << 20) - 10,
+        ..d
+    };
+    assert!(Repr::emit_data_header(header(), past_end, 11, &mut split).is_err());
+    assert!(Repr::emit_data_header(
+        header(),
+        DataRepr { payload: &[], ..d },
+        MAX_DATAGRAM,
+        &mut split
+    )
+    .is_err());
+    assert!(Repr::emit_data_header(header(), d, 1, &mut split).is_err());
+}

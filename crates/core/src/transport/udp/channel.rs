@@ -23,12 +23,14 @@ use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
 
 use openvia_proto::{
-    Connection, Event, MessageInfo, MessageSink, OutgoingMessage, Placement as Offer, Time, ViaOp,
+    Connection, Event, MessageInfo, MessageSink, OutgoingMessage, Payload, Placement as Offer,
+    Time, Transmit, ViaOp,
 };
 use openvia_wire::handshake::ViAttrs;
 
-use super::socket::{RxBatch, TxBatch, UdpSock, RX_BUF};
+use super::socket::{RxBatch, UdpSock, RX_BATCH, RX_BUF};
 use super::stats::STATS;
+use super::tx::{send_batch, Outside, TxBatch};
 use crate::descriptor::{status, OpKind, WorkRequest};
 use crate::ranges::{self, Range};
 use crate::transport::{Channel, ChannelFailed, Completion, PeerEvent};
@@ -38,6 +40,16 @@ use crate::vi::placement::{Fault, Placement};
 pub const NACK_HANDLE: u32 = u32::MAX;
 /// Datagrams gathered before one sendmmsg.
 const TX_BATCH: usize = 64;
+/// Segment payloads from this size on are sent from where they lie
+/// (scatter-gather) instead of being copied next to their headers first.
+const SPLIT_MIN: usize = 1024;
+/// Sends from this size on, from one contiguous range, on a level with
+/// retransmission, are read straight from the application's registered
+/// memory (as a NIC's DMA would) rather than copied into a retransmission
+/// buffer at post. They then complete when every segment is acknowledged,
+/// which a smaller message would feel: its acknowledgement may wait for a
+/// reply to carry it.
+const EXTERNAL_MIN: u64 = 64 << 10;
 /// How long an acknowledgement for a delivered message waits for a reply
 /// to carry it. Sent by the next progress call instead, it went out just
 /// before the reply (a VIA program posts its next receive, which runs
@@ -45,6 +57,12 @@ const TX_BATCH: usize = 64;
 /// through both kernels, where one does. Streams lose nothing: their
 /// acknowledgements still leave every few tens of microseconds.
 const ACK_DELAY_NS: u64 = 25_000;
+/// Only an acknowledgement for messages up to this size is held: the
+/// reply to a large message is not that close, and the sender of one read
+/// in place ([`EXTERNAL_MIN`]) completes it only when acknowledged.
+const HOLD_ACK_MAX: usize = 16 << 10;
+/// Longest a close waits for the peer to acknowledge what was sent.
+const LINGER_NS: u64 = 200_000_000;
 
 /// Now, as the protocol's time (CLOCK_MONOTONIC).
 pub fn now() -> Time {
@@ -65,6 +83,8 @@ pub struct UdpChannel {
     conn: Connection,
     remote: ViAttrs,
     reliable: bool,
+    /// Large sends may be read in place (retransmission keeps them).
+    external_ok: bool,
     tx: TxBatch,
     rx: RxBatch,
     /// Room given to the protocol for one outgoing datagram.
@@ -82,14 +102,27 @@ pub struct UdpChannel {
     ack_held_since: Option<u64>,
     /// The progress thread saw the socket readable.
     readable: bool,
+    /// Buffers the next receive asks for (1 or [`RX_BATCH`]).
+    rx_want: usize,
+    /// A reliable message waits in the protocol for a receive descriptor.
+    held_for_recv: bool,
     echo: Option<AcceptEcho>,
     heard: bool,
     replies: Vec<OutgoingMessage>,
 }
 
 impl UdpChannel {
-    pub fn new(sock: UdpSock, conn: Connection, remote: ViAttrs, echo: Option<AcceptEcho>) -> Self {
+    /// `in_place_sends`: large sends may be read in place (see
+    /// [`EXTERNAL_MIN`]) where the level keeps segments for retransmission.
+    pub fn new(
+        sock: UdpSock,
+        conn: Connection,
+        remote: ViAttrs,
+        echo: Option<AcceptEcho>,
+        in_place_sends: bool,
+    ) -> Self {
         let reliable = conn.config().reliability.is_reliable();
+        let external_ok = in_place_sends && reliable && !conn.config().flow_control_only;
         let max_datagram = conn.max_datagram_len().max(2048);
         let rx_buf = if sock.gso {
             RX_BUF
@@ -101,6 +134,7 @@ impl UdpChannel {
             conn,
             remote,
             reliable,
+            external_ok,
             tx: TxBatch::default(),
             rx: RxBatch::new(rx_buf),
             max_datagram,
@@ -111,6 +145,8 @@ impl UdpChannel {
             flush_owed: false,
             ack_held_since: None,
             readable: false,
+            rx_want: 1,
+            held_for_recv: false,
             heard: echo.is_none(),
             echo,
             replies: Vec::new(),
@@ -146,28 +182,43 @@ impl UdpChannel {
         self.ack_held_since = None;
         loop {
             let mut pulled = false;
-            while self.tx.lens.len() < TX_BATCH {
+            while self.tx.len() < TX_BATCH {
                 let tail = self.tx.tail(self.max_datagram);
-                match self.conn.poll_transmit(now, tail) {
-                    Some(n) => {
-                        self.tx.commit(n);
-                        pulled = true;
+                let Some(Transmit { len, payload }) =
+                    self.conn.poll_transmit_split(now, tail, SPLIT_MIN)
+                else {
+                    break;
+                };
+                pulled = true;
+                let outside = match payload {
+                    None => None,
+                    Some(r) => {
+                        let addr = match r.external {
+                            Some(base) => base + r.offset as u64,
+                            None => match self.conn.payload_bytes(&r) {
+                                Some(b) => b.as_ptr() as u64,
+                                // Not there: nothing to send; recovery
+                                // treats it as lost.
+                                None => continue,
+                            },
+                        };
+                        Some(Outside { addr, len: r.len })
                     }
-                    None => break,
-                }
+                };
+                self.tx.commit_split(len, outside);
             }
-            if self.tx.lens.is_empty() {
+            if self.tx.is_empty() {
                 break;
             }
-            let sent = match self.sock.send_batch(&self.tx) {
+            let sent = match send_batch(&self.sock, &self.tx) {
                 Ok(n) => n,
                 Err(_) => {
                     // An unreachable network: like a loss; timers decide.
-                    self.tx.lens.len()
+                    self.tx.len()
                 }
             };
             self.tx.consume(sent);
-            if !self.tx.lens.is_empty() {
+            if !self.tx.is_empty() {
                 // Socket buffer full: keep the rest for the next call.
                 self.flush_owed = true;
                 break;
@@ -182,7 +233,8 @@ impl UdpChannel {
     fn receive(&mut self, now: Time) -> bool {
         let mut any = false;
         loop {
-            let n = self.sock.recv_batch(&mut self.rx).unwrap_or_default();
+            let want = self.rx_want;
+            let n = self.sock.recv_batch(&mut self.rx, want).unwrap_or_default();
             for k in 0..n {
                 if self.rx.truncated[k] {
                     STATS.truncated.fetch_add(1, Ordering::Relaxed);
@@ -194,7 +246,14 @@ impl UdpChannel {
                 }
             }
             any |= n > 0;
-            if n < super::socket::RX_BATCH {
+            // Ask for one datagram while they come alone (a ping-pong's
+            // reply); for a batch once they come in numbers.
+            self.rx_want = if n == 0 || (n == 1 && want > 1) {
+                1
+            } else {
+                RX_BATCH
+            };
+            if n < want || want == 1 {
                 break;
             }
         }
@@ -248,6 +307,8 @@ struct Sink<'p, 'a> {
     place: &'p mut Placement<'a>,
     reliable: bool,
     replies: &'p mut Vec<OutgoingMessage>,
+    /// Set when a message is held for want of a receive descriptor.
+    held: bool,
 }
 
 fn nack(seq: u64, bits: u32) -> OutgoingMessage {
@@ -256,7 +317,7 @@ fn nack(seq: u64, bits: u32) -> OutgoingMessage {
         immediate: Some(bits),
         mem_handle: NACK_HANDLE,
         remote_addr: seq,
-        data: Vec::new(),
+        data: Vec::new().into(),
     }
 }
 
@@ -274,6 +335,7 @@ impl Sink<'_, '_> {
     /// No receive descriptor: hold the sender (reliable) or drop and count.
     fn no_descriptor(&mut self) -> Offer {
         if self.reliable {
+            self.held = true;
             Offer::NotNow
         } else {
             STATS.no_descriptor_drops.fetch_add(1, Ordering::Relaxed);
@@ -354,7 +416,7 @@ impl MessageSink for Sink<'_, '_> {
                     immediate: None,
                     mem_handle: 0,
                     remote_addr: tag,
-                    data,
+                    data: data.into(),
                 });
                 Offer::Placed
             }
@@ -402,14 +464,14 @@ impl Channel for UdpChannel {
                 immediate: wr.immediate,
                 mem_handle: 0,
                 remote_addr: 0,
-                data: self.message_data(local, wr.total_len),
+                data: self.payload(local, wr.total_len),
             },
             OpKind::RdmaWrite => OutgoingMessage {
                 op: ViaOp::RdmaWrite,
                 immediate: wr.immediate,
                 mem_handle: handle,
                 remote_addr: addr,
-                data: self.message_data(local, wr.total_len),
+                data: self.payload(local, wr.total_len),
             },
             OpKind::RdmaRead => {
                 let mut data = Vec::with_capacity(16);
@@ -420,7 +482,7 @@ impl Channel for UdpChannel {
                     immediate: None,
                     mem_handle: handle,
                     remote_addr: addr,
-                    data,
+                    data: data.into(),
                 }
             }
         };
@@ -457,11 +519,15 @@ impl Channel for UdpChannel {
             place,
             reliable: self.reliable,
             replies: &mut self.replies,
+            held: false,
         };
         let mut delivered = false;
-        while self.conn.poll_message(&mut sink).is_some() {
+        let mut delivered_large = false;
+        while let Some(info) = self.conn.poll_message(&mut sink) {
             delivered = true;
+            delivered_large |= info.len > HOLD_ACK_MAX;
         }
+        self.held_for_recv = sink.held;
         did |= delivered;
         let replies = std::mem::take(&mut self.replies);
         let replied = !replies.is_empty();
@@ -471,7 +537,7 @@ impl Channel for UdpChannel {
         self.drain_events();
         // Hold a bare acknowledgement for a reply the application may post
         // next; anything else goes out now.
-        if delivered && !replied {
+        if delivered && !replied && !delivered_large {
             self.ack_held_since.get_or_insert(now_t.as_nanos());
         } else if did || self.flush_owed {
             self.flush(now_t);
@@ -495,6 +561,10 @@ impl Channel for UdpChannel {
         // Whether the socket holds data is known only by asking it, which
         // progress does without blocking.
         !self.closed
+    }
+
+    fn awaits_recv(&self) -> bool {
+        self.held_for_recv
     }
 
     fn sent(&self) -> u64 {
@@ -529,6 +599,9 @@ impl Channel for UdpChannel {
         // disconnect: closing discards it, and the peer's reliable send of
         // the message we just took would then fail.
         self.flush(now());
+        if !broken && self.reliable {
+            self.linger();
+        }
         self.conn.close();
         self.flush(now());
         self.closed = true;
@@ -548,9 +621,46 @@ impl Channel for UdpChannel {
 }
 
 impl UdpChannel {
-    fn message_data(&mut self, local: &[Range], len: u64) -> Vec<u8> {
+    /// Before a disconnect: a send on the reliable delivery level completed
+    /// when it left, and a lost datagram of it would be gone with us. Keep
+    /// answering (acknowledgements in, retransmissions out) until the peer
+    /// has everything, it fails, or [`LINGER_NS`] passes.
+    fn linger(&mut self) {
+        let deadline = crate::sys::now_ns() + LINGER_NS;
+        while self.conn.awaiting_ack() && self.failed.is_none() {
+            let t = crate::sys::now_ns();
+            if t >= deadline {
+                break;
+            }
+            let wake = self
+                .conn
+                .poll_timeout()
+                .map_or(deadline, |w| w.as_nanos().min(deadline));
+            let wait = std::time::Duration::from_nanos(wake.saturating_sub(t).min(1_000_000));
+            self.sock.wait_readable(wait);
+            let now_t = now();
+            self.receive(now_t);
+            if self.conn.poll_timeout().is_some_and(|w| w <= now_t) {
+                self.conn.handle_timeout(now_t);
+            }
+            self.flush(now_t);
+        }
+    }
+
+    /// The bytes of a send or RDMA write: read in place when they are
+    /// large, one range and retransmission keeps segments until
+    /// acknowledged (see [`EXTERNAL_MIN`]); copied otherwise.
+    fn payload(&mut self, local: &[Range], len: u64) -> Payload {
+        if let [r] = local {
+            if len >= EXTERNAL_MIN && r.len >= len && self.external_ok {
+                return Payload::External {
+                    addr: r.addr,
+                    len: len as usize,
+                };
+            }
+        }
         let buf = self.conn.take_buffer(len as usize);
-        Self::gather_into(buf, local, len)
+        Payload::Owned(Self::gather_into(buf, local, len))
     }
 
     fn send_message(&mut self, msg: OutgoingMessage) -> Result<(), ChannelFailed> {

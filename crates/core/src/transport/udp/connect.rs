@@ -164,7 +164,7 @@ impl UdpConnRequest {
             interval_ns: 20_000_000,
             give_up: now_ns + 30_000_000_000,
         };
-        let ch = UdpChannel::new(sock, conn, peer, Some(echo));
+        let ch = UdpChannel::new(sock, conn, peer, Some(echo), u.settings.in_place_sends);
         vi.attach_channel(Box::new(ch), peer)
     }
 
@@ -358,7 +358,8 @@ fn client_connect(
                     sock.connect(to)
                         .map_err(|_| ViaError::Resource("UDP connect"))?;
                     let remote_attrs = attrs_of(&peer);
-                    let ch = UdpChannel::new(sock, conn, remote_attrs, None);
+                    let ch =
+                        UdpChannel::new(sock, conn, remote_attrs, None, u.settings.in_place_sends);
                     vi.attach_channel(Box::new(ch), remote_attrs)?;
                     return Ok(remote_attrs);
                 }

@@ -2,7 +2,8 @@
 //! hosts over UDP, with the RUM protocol core (`openvia_proto`) doing
 //! sequencing, flow control and loss recovery. See docs/udp.md.
 //!
-//! - `socket`: batched UDP I/O with GSO/GRO, interface address and MTU.
+//! - `socket`: UDP sockets, batched receive with GRO, interface address and MTU.
+//! - `tx`: the datagrams of one flush, sent scatter-gather with GSO.
 //! - `channel`: the [`Channel`](crate::transport::Channel) of a connected VI.
 //! - `agent`: the per-host rendezvous on the well-known port.
 //! - `connect`: client, server and peer-to-peer connection setup.
@@ -15,6 +16,7 @@ pub mod connect;
 pub mod mac;
 pub mod socket;
 pub mod stats;
+pub mod tx;
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -47,6 +49,7 @@ pub const DEFAULT_WINDOW_BYTES: usize = 8 << 20;
 /// | `OPENVIA_UDP_LOSSLESS` | 1: flow-control-only mode (no retransmission) | 0 |
 /// | `OPENVIA_UDP_WINDOW` | receive window in segments (raised to one message) | 8 MiB of segments, ≥ 1024 |
 /// | `OPENVIA_UDP_GSO`, `OPENVIA_UDP_GRO` | 0 turns the offload off | 1 |
+/// | `OPENVIA_UDP_COPY_SENDS` | 1: copy large sends at post instead of reading them in place | 0 |
 /// | `OPENVIA_UDP_KEEPALIVE_MS` | keepalive interval | 500 |
 /// | `OPENVIA_UDP_DEAD_MS` | silence after which the peer is dead | 3000 |
 /// | `OPENVIA_UDP_MIN_RTO_US` | lower bound of the retransmission timeout | 10000 |
@@ -62,6 +65,10 @@ pub struct UdpSettings {
     pub window: u32,
     pub gso: bool,
     pub gro: bool,
+    /// Large sends on levels with retransmission are read from the
+    /// application's memory until acknowledged, not copied at post
+    /// (`channel::EXTERNAL_MIN`).
+    pub in_place_sends: bool,
     pub keepalive: Duration,
     pub dead_peer: Duration,
     /// A receiver descheduled for a time slice (milliseconds on a busy
@@ -127,6 +134,7 @@ impl UdpSettings {
             window: env_num("OPENVIA_UDP_WINDOW").map_or(0, |w| w.clamp(16, 1 << 24) as u32),
             gso: env_num("OPENVIA_UDP_GSO") != Some(0),
             gro: env_num("OPENVIA_UDP_GRO") != Some(0),
+            in_place_sends: env_num("OPENVIA_UDP_COPY_SENDS") != Some(1),
             keepalive: Duration::from_millis(env_num("OPENVIA_UDP_KEEPALIVE_MS").unwrap_or(500)),
             dead_peer: Duration::from_millis(env_num("OPENVIA_UDP_DEAD_MS").unwrap_or(3000)),
             min_rto: Duration::from_micros(

@@ -13,13 +13,9 @@ use std::time::Duration;
 
 use crate::sys::cvt;
 
-const SOL_UDP: libc::c_int = 17;
-const UDP_SEGMENT: libc::c_int = 103;
+pub(super) const SOL_UDP: libc::c_int = 17;
+pub(super) const UDP_SEGMENT: libc::c_int = 103;
 const UDP_GRO: libc::c_int = 104;
-/// Most datagrams the kernel accepts in one GSO send.
-const GSO_MAX_SEGMENTS: usize = 64;
-/// Largest GSO super-datagram (the UDP length field).
-const GSO_MAX_BYTES: usize = 65000;
 /// Receive buffers per recvmmsg call.
 pub const RX_BATCH: usize = 16;
 /// One receive buffer holds a whole GRO super-datagram.
@@ -257,114 +253,10 @@ impl UdpSock {
         unsafe { libc::poll(&mut p, 1, ms.max(if timeout.is_zero() { 0 } else { 1 })) > 0 }
     }
 
-    /// Sends the datagrams of `tx` (connected socket) in as few calls as it
-    /// can: runs of equal length become one GSO send, all go through one
-    /// sendmmsg. Returns how many datagrams went out (the rest stay queued
-    /// when the socket buffer is full).
-    pub fn send_batch(&self, tx: &TxBatch) -> io::Result<usize> {
-        let n = tx.lens.len();
-        if n == 0 {
-            return Ok(0);
-        }
-        if n == 1 {
-            return self.send_one(&tx.arena[..tx.lens[0]]);
-        }
-        let mut iovs: Vec<libc::iovec> = Vec::with_capacity(n);
-        let mut groups: Vec<(usize, usize, u16)> = Vec::with_capacity(n); // (first, count, gso)
-        let mut off = 0;
-        let mut i = 0;
-        while i < n {
-            let first = i;
-            let seg = tx.lens[i];
-            let mut bytes = seg;
-            let start = off;
-            off += seg;
-            i += 1;
-            if self.gso {
-                while i < n
-                    && i - first < GSO_MAX_SEGMENTS
-                    && tx.lens[i] <= seg
-                    && bytes + tx.lens[i] <= GSO_MAX_BYTES
-                {
-                    let l = tx.lens[i];
-                    bytes += l;
-                    off += l;
-                    i += 1;
-                    if l < seg {
-                        break; // only the last of a run may be shorter
-                    }
-                }
-            }
-            iovs.push(libc::iovec {
-                iov_base: tx.arena[start..].as_ptr() as *mut libc::c_void,
-                iov_len: bytes,
-            });
-            let gso = if i - first > 1 { seg as u16 } else { 0 };
-            groups.push((first, i - first, gso));
-        }
-        let cmsg_space = {
-            // SAFETY: CMSG_SPACE is a pure computation.
-            unsafe { libc::CMSG_SPACE(size_of::<u16>() as u32) as usize }
-        };
-        let mut cbufs = vec![0u64; groups.len() * cmsg_space.div_ceil(8)];
-        let stride = cmsg_space.div_ceil(8);
-        // SAFETY: all-zero is a valid mmsghdr.
-        let mut msgs: Vec<libc::mmsghdr> = (0..groups.len()).map(|_| unsafe { zeroed() }).collect();
-        for (k, (_, _, gso)) in groups.iter().enumerate() {
-            let m = &mut msgs[k].msg_hdr;
-            m.msg_iov = &mut iovs[k];
-            m.msg_iovlen = 1;
-            if *gso != 0 {
-                let cb = cbufs[k * stride..].as_mut_ptr() as *mut u8;
-                m.msg_control = cb.cast();
-                m.msg_controllen = cmsg_space;
-                // SAFETY: the control buffer is cmsg_space bytes, room for
-                // one header and a u16, as CMSG_SPACE computed.
-                unsafe {
-                    let c = libc::CMSG_FIRSTHDR(m);
-                    (*c).cmsg_level = SOL_UDP;
-                    (*c).cmsg_type = UDP_SEGMENT;
-                    (*c).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as usize;
-                    std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut u16, *gso);
-                }
-            }
-        }
-        let mut done_groups = 0;
-        while done_groups < msgs.len() {
-            // SAFETY: every mmsghdr points at live iovecs and control
-            // buffers that outlive the call.
-            let r = unsafe {
-                libc::sendmmsg(
-                    self.raw_fd(),
-                    msgs[done_groups..].as_mut_ptr(),
-                    (msgs.len() - done_groups) as u32,
-                    0,
-                )
-            };
-            if r < 0 {
-                let e = io::Error::last_os_error();
-                match e.raw_os_error() {
-                    Some(libc::EINTR) => continue,
-                    Some(libc::EAGAIN) | Some(libc::ENOBUFS) => break,
-                    // The peer's port is closed (ICMP): the datagrams are
-                    // gone like any lost ones; recovery or the dead-peer
-                    // timer decides.
-                    Some(libc::ECONNREFUSED) => {
-                        done_groups += 1;
-                        continue;
-                    }
-                    _ => return Err(e),
-                }
-            }
-            done_groups += r as usize;
-        }
-        Ok(groups[..done_groups].iter().map(|g| g.1).sum())
-    }
-
     /// One datagram, the common case of a small message and of an ack: a
-    /// plain send, without building a message vector (`send_batch`'s
+    /// plain send, without building a message vector (`tx::send_batch`'s
     /// result and error rules).
-    fn send_one(&self, datagram: &[u8]) -> io::Result<usize> {
+    pub(super) fn send_one(&self, datagram: &[u8]) -> io::Result<usize> {
         loop {
             return match self.send(datagram) {
                 Ok(_) => Ok(1),
@@ -378,9 +270,13 @@ impl UdpSock {
         }
     }
 
-    /// Receives what is queued, without waiting, into `rx`; returns the
-    /// number of buffers filled.
-    pub fn recv_batch(&self, rx: &mut RxBatch) -> io::Result<usize> {
+    /// Receives what is queued, without waiting, into at most `max` (1 to
+    /// [`RX_BATCH`]) buffers of `rx`; returns the number filled. With
+    /// `max` 1 this is one recvmsg: recvmmsg, having filled a buffer, goes
+    /// back to the queue for the next and finds it empty, a second trip
+    /// through the socket's receive path on every reply of a ping-pong.
+    pub fn recv_batch(&self, rx: &mut RxBatch, max: usize) -> io::Result<usize> {
+        let max = max.clamp(1, RX_BATCH);
         let cmsg_space = {
             // SAFETY: pure computation.
             unsafe { libc::CMSG_SPACE(size_of::<libc::c_int>() as u32) as usize }
@@ -409,13 +305,23 @@ impl UdpSock {
         }
         // SAFETY: every header points at a live buffer and control area.
         let r = unsafe {
-            libc::recvmmsg(
-                self.raw_fd(),
-                msgs.as_mut_ptr(),
-                RX_BATCH as u32,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-            )
+            if max == 1 {
+                let n = libc::recvmsg(self.raw_fd(), &mut msgs[0].msg_hdr, libc::MSG_DONTWAIT);
+                if n < 0 {
+                    -1
+                } else {
+                    msgs[0].msg_len = n as u32;
+                    1
+                }
+            } else {
+                libc::recvmmsg(
+                    self.raw_fd(),
+                    msgs.as_mut_ptr(),
+                    max as u32,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                )
+            }
         };
         if r < 0 {
             let e = io::Error::last_os_error();
@@ -444,46 +350,6 @@ impl UdpSock {
             rx.truncated[k] = m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
         }
         Ok(r)
-    }
-}
-
-/// Datagrams queued for one `send_batch`, back to back in one arena. The
-/// protocol writes each datagram straight into the arena's tail (no
-/// staging copy); the arena keeps its length so the tail is never zeroed
-/// again, `used` says how much of it holds datagrams.
-#[derive(Default)]
-pub struct TxBatch {
-    pub arena: Vec<u8>,
-    pub lens: Vec<usize>,
-    used: usize,
-}
-
-impl TxBatch {
-    pub fn clear(&mut self) {
-        self.used = 0;
-        self.lens.clear();
-    }
-
-    /// Room for one more datagram of up to `max` bytes.
-    pub fn tail(&mut self, max: usize) -> &mut [u8] {
-        if self.arena.len() < self.used + max {
-            self.arena.resize(self.used + max, 0);
-        }
-        &mut self.arena[self.used..self.used + max]
-    }
-
-    /// The datagram written into `tail` is `n` bytes long.
-    pub fn commit(&mut self, n: usize) {
-        self.used += n;
-        self.lens.push(n);
-    }
-
-    /// Drops the first `n` datagrams (sent).
-    pub fn consume(&mut self, n: usize) {
-        let bytes: usize = self.lens[..n].iter().sum();
-        self.arena.copy_within(bytes..self.used, 0);
-        self.used -= bytes;
-        self.lens.drain(..n);
     }
 }
 

@@ -1,0 +1,343 @@
+//! Outgoing datagrams of one flush, and the system calls that send them.
+//!
+//! The protocol writes each datagram's headers (and a small payload) into
+//! one arena; a large payload stays where it is — the protocol's
+//! retransmission buffer, or the application's registered memory — and is
+//! named by address. Sending gathers both with iovecs, so the kernel's copy
+//! is the only one between the message and the wire. Runs of equal-sized
+//! datagrams become one GSO send (`UDP_SEGMENT`), all of them one sendmmsg.
+//!
+//! A payload named by address is valid only until the protocol next takes
+//! an acknowledgement. What a flush could not send (socket buffer full)
+//! therefore gets its payload copied into the arena before the flush
+//! returns.
+
+use std::io;
+use std::mem::{size_of, zeroed};
+
+use super::socket::{UdpSock, SOL_UDP, UDP_SEGMENT};
+
+/// Most datagrams the kernel accepts in one GSO send.
+const GSO_MAX_SEGMENTS: usize = 64;
+/// Largest GSO super-datagram (the UDP length field).
+const GSO_MAX_BYTES: usize = 65000;
+
+/// A payload sent from outside the arena: (address, length).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outside {
+    pub addr: u64,
+    pub len: usize,
+}
+
+/// One queued datagram: `head` bytes in the arena, then `outside`.
+#[derive(Clone, Copy, Debug)]
+struct Item {
+    head: usize,
+    outside: Option<Outside>,
+}
+
+impl Item {
+    fn len(&self) -> usize {
+        self.head + self.outside.map_or(0, |o| o.len)
+    }
+}
+
+/// Datagrams queued for one [`send_batch`]. The arena keeps its length so
+/// its tail is never zeroed again; `used` says how much holds datagrams.
+#[derive(Default)]
+pub struct TxBatch {
+    arena: Vec<u8>,
+    items: Vec<Item>,
+    used: usize,
+}
+
+impl TxBatch {
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Room for one more datagram's arena part of up to `max` bytes.
+    pub fn tail(&mut self, max: usize) -> &mut [u8] {
+        if self.arena.len() < self.used + max {
+            self.arena.resize(self.used + max, 0);
+        }
+        &mut self.arena[self.used..self.used + max]
+    }
+
+    /// The datagram written into `tail` is `n` bytes long.
+    pub fn commit(&mut self, n: usize) {
+        self.commit_split(n, None);
+    }
+
+    /// The datagram is the `n` bytes written into `tail`, then `outside`.
+    pub fn commit_split(&mut self, n: usize, outside: Option<Outside>) {
+        self.used += n;
+        self.items.push(Item { head: n, outside });
+    }
+
+    /// Drops the first `n` datagrams (sent). The rest, kept for a later
+    /// flush, take their payloads into the arena: by then the memory named
+    /// may have been freed or reused.
+    pub fn consume(&mut self, n: usize) {
+        let sent: usize = self.items[..n].iter().map(|i| i.head).sum();
+        self.items.drain(..n);
+        if !self.items.iter().any(|i| i.outside.is_some()) {
+            self.arena.copy_within(sent..self.used, 0);
+            self.used -= sent;
+            return;
+        }
+        let total: usize = self.items.iter().map(Item::len).sum();
+        let mut arena = Vec::with_capacity(total.max(self.arena.len()));
+        let mut off = sent;
+        for item in &mut self.items {
+            arena.extend_from_slice(&self.arena[off..off + item.head]);
+            off += item.head;
+            if let Some(o) = item.outside.take() {
+                let at = arena.len();
+                arena.resize(at + o.len, 0);
+                // SAFETY: `o` was named by the protocol during the flush
+                // that is still running; it takes no acknowledgement before
+                // the flush ends, so the bytes are still in place.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        o.addr as *const u8,
+                        arena[at..].as_mut_ptr(),
+                        o.len,
+                    )
+                };
+                item.head += o.len;
+            }
+        }
+        self.used = arena.len();
+        let keep = self.arena.len().max(self.used);
+        arena.resize(keep, 0);
+        self.arena = arena;
+    }
+}
+
+/// Sends the datagrams of `tx` on `sock` (connected) in as few calls as it
+/// can. Returns how many went out; the rest stay queued when the socket
+/// buffer is full.
+pub fn send_batch(sock: &UdpSock, tx: &TxBatch) -> io::Result<usize> {
+    let n = tx.items.len();
+    if n == 0 {
+        return Ok(0);
+    }
+    if n == 1 && tx.items[0].outside.is_none() {
+        return sock.send_one(&tx.arena[..tx.items[0].head]);
+    }
+    // iovecs of every group, then per group (first iovec, iovec count,
+    // datagram count, GSO size or 0).
+    let mut iovs: Vec<libc::iovec> = Vec::with_capacity(2 * n);
+    let mut groups: Vec<(usize, usize, usize, u16)> = Vec::with_capacity(n);
+    let mut off = 0;
+    let mut i = 0;
+    while i < n {
+        let first = i;
+        let seg = tx.items[i].len();
+        let mut bytes = 0;
+        let iov_first = iovs.len();
+        loop {
+            let item = tx.items[i];
+            push_iov(
+                &mut iovs,
+                iov_first,
+                tx.arena[off..].as_ptr() as u64,
+                item.head,
+            );
+            off += item.head;
+            if let Some(o) = item.outside {
+                push_iov(&mut iovs, iov_first, o.addr, o.len);
+            }
+            bytes += item.len();
+            i += 1;
+            let more = sock.gso
+                && i < n
+                && i - first < GSO_MAX_SEGMENTS
+                && tx.items[i].len() <= seg
+                && bytes + tx.items[i].len() <= GSO_MAX_BYTES
+                // Only the last datagram of a run may be shorter.
+                && tx.items[i - 1].len() == seg;
+            if !more {
+                break;
+            }
+        }
+        let count = i - first;
+        let gso = if count > 1 { seg as u16 } else { 0 };
+        groups.push((iov_first, iovs.len() - iov_first, count, gso));
+    }
+    let cmsg_space = {
+        // SAFETY: CMSG_SPACE is a pure computation.
+        unsafe { libc::CMSG_SPACE(size_of::<u16>() as u32) as usize }
+    };
+    let stride = cmsg_space.div_ceil(8);
+    let mut cbufs = vec![0u64; groups.len() * stride];
+    // SAFETY: all-zero is a valid mmsghdr.
+    let mut msgs: Vec<libc::mmsghdr> = (0..groups.len()).map(|_| unsafe { zeroed() }).collect();
+    for (k, &(iov_first, iov_count, _, gso)) in groups.iter().enumerate() {
+        let m = &mut msgs[k].msg_hdr;
+        m.msg_iov = iovs[iov_first..].as_mut_ptr();
+        m.msg_iovlen = iov_count;
+        if gso != 0 {
+            let cb = cbufs[k * stride..].as_mut_ptr() as *mut u8;
+            m.msg_control = cb.cast();
+            m.msg_controllen = cmsg_space;
+            // SAFETY: the control buffer is cmsg_space bytes, room for one
+            // header and a u16, as CMSG_SPACE computed.
+            unsafe {
+                let c = libc::CMSG_FIRSTHDR(m);
+                (*c).cmsg_level = SOL_UDP;
+                (*c).cmsg_type = UDP_SEGMENT;
+                (*c).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as usize;
+                std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut u16, gso);
+            }
+        }
+    }
+    let mut done_groups = 0;
+    while done_groups < msgs.len() {
+        // SAFETY: every mmsghdr points at live iovecs and control buffers
+        // that outlive the call; the iovecs name the arena and payloads
+        // the protocol keeps in place for the length of this flush.
+        let r = unsafe {
+            libc::sendmmsg(
+                sock.raw_fd(),
+                msgs[done_groups..].as_mut_ptr(),
+                (msgs.len() - done_groups) as u32,
+                0,
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::EAGAIN) | Some(libc::ENOBUFS) => break,
+                // The peer's port is closed (ICMP): the datagrams are gone
+                // like any lost ones; recovery or the dead-peer timer
+                // decides.
+                Some(libc::ECONNREFUSED) => {
+                    done_groups += 1;
+                    continue;
+                }
+                _ => return Err(e),
+            }
+        }
+        done_groups += r as usize;
+    }
+    Ok(groups[..done_groups].iter().map(|g| g.2).sum())
+}
+
+/// Appends an iovec, extending the previous one when the bytes follow on
+/// (consecutive datagrams with no payload outside the arena) and it
+/// belongs to the same message (index `floor` on).
+fn push_iov(iovs: &mut Vec<libc::iovec>, floor: usize, addr: u64, len: usize) {
+    if len == 0 {
+        return;
+    }
+    if let Some(last) = iovs[floor..].last_mut() {
+        if last.iov_base as u64 + last.iov_len as u64 == addr {
+            last.iov_len += len;
+            return;
+        }
+    }
+    iovs.push(libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: len,
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kept_datagrams_take_their_payloads_in() {
+        let payload: Vec<u8> = (0..100u8).collect();
+        let mut tx = TxBatch::default();
+        for k in 0..3u8 {
+            let t = tx.tail(64);
+            t[..4].fill(k);
+            let outside = (k != 1).then(|| Outside {
+                addr: payload[k as usize * 10..].as_ptr() as u64,
+                len: 10,
+            });
+            tx.commit_split(4, outside);
+        }
+        tx.consume(1);
+        assert_eq!(tx.len(), 2);
+        // Datagram 1 (inline) then datagram 2 with its payload copied in.
+        let mut want = vec![1u8; 4];
+        want.extend_from_slice(&[2u8; 4]);
+        want.extend_from_slice(&payload[20..30]);
+        assert_eq!(&tx.arena[..tx.used], &want[..]);
+        assert!(tx.items.iter().all(|i| i.outside.is_none()));
+        assert_eq!(tx.items[1].len(), 14);
+    }
+
+    /// Datagrams of several sizes, some with their payload outside the
+    /// arena, in runs that make several GSO groups: each arrives whole and
+    /// alone, in order, on a real socket.
+    #[test]
+    fn mixed_batches_arrive_datagram_by_datagram() {
+        let lo = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+        let mut rx = UdpSock::bind(lo, false).unwrap();
+        rx.enable_offloads(false, false);
+        let mut txs = UdpSock::bind(lo, false).unwrap();
+        txs.enable_offloads(true, false);
+        txs.connect(rx.local_addr().unwrap()).unwrap();
+        let payload: Vec<u8> = (0..200_000u32).map(|i| (i * 31 % 251) as u8).collect();
+        // (head bytes, outside payload bytes): a run of 1000-byte
+        // datagrams, a short one ending it, small inline ones, another run.
+        let mut shape = vec![(40usize, 960usize); 70];
+        shape.push((40, 100));
+        shape.extend([(200, 0), (200, 0), (64, 0)]);
+        shape.extend(vec![(1000, 0); 5]);
+        shape.extend(vec![(30, 1470); 3]);
+        let mut batch = TxBatch::default();
+        let mut want = Vec::new();
+        let mut at = 0;
+        for (k, &(head, out)) in shape.iter().enumerate() {
+            let t = batch.tail(2048);
+            for (j, b) in t[..head].iter_mut().enumerate() {
+                *b = (k + j) as u8;
+            }
+            let mut d = t[..head].to_vec();
+            let outside = (out > 0).then(|| Outside {
+                addr: payload[at..].as_ptr() as u64,
+                len: out,
+            });
+            d.extend_from_slice(&payload[at..at + out]);
+            at += out;
+            batch.commit_split(head, outside);
+            want.push(d);
+        }
+        let sent = send_batch(&txs, &batch).unwrap();
+        assert_eq!(sent, shape.len());
+        let mut buf = vec![0u8; 4096];
+        for (k, w) in want.iter().enumerate() {
+            assert!(
+                rx.wait_readable(std::time::Duration::from_secs(5)),
+                "datagram {k} missing"
+            );
+            let (n, _) = rx.recv_from(&mut buf).unwrap().unwrap();
+            assert_eq!(&buf[..n], &w[..], "datagram {k}");
+        }
+    }
+
+    #[test]
+    fn adjacent_arena_parts_share_an_iovec() {
+        let a = [0u8; 32];
+        let mut iovs = Vec::new();
+        push_iov(&mut iovs, 0, a.as_ptr() as u64, 8);
+        push_iov(&mut iovs, 0, a.as_ptr() as u64 + 8, 8);
+        push_iov(&mut iovs, 0, a.as_ptr() as u64 + 20, 4);
+        assert_eq!(iovs.len(), 2);
+        assert_eq!(iovs[0].iov_len, 16);
+        // A new message starts its own iovec even where the bytes follow on.
+        push_iov(&mut iovs, 2, a.as_ptr() as u64 + 24, 4);
+        assert_eq!(iovs.len(), 3);
+    }
+}
