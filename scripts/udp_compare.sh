@@ -17,7 +17,9 @@
 #        8958 bytes) at MTU 1500, 4138 and 9000 (and the page policy at
 #        4188, where a whole page fits), kernel TCP at each MTU.
 # Needs root and target/release/viabench (or VIABENCH=path). ITERS, BWN
-# set the latency iterations and the streamed 1 MiB messages. ROUNDS
+# set the latency iterations and the streamed 1 MiB messages; LAT_PEERS
+# the kernel peers of `lat` (default: UDP and TCP, blocking and
+# busy-polling; the blocking ones take seconds per run). ROUNDS
 # (default 1) repeats `lat` and `modes`, the peers alternating within each
 # round, every line tagged with its round: the machine's speed drifts
 # between runs, so compare within a round (python/udp_summary.py gives
@@ -71,7 +73,7 @@ run() {
 }
 
 lat() {
-    for t in kernel-udp-spin kernel-udp kernel-tcp kernel-tcp-spin; do
+    for t in ${LAT_PEERS:-kernel-udp-spin kernel-udp kernel-tcp kernel-tcp-spin}; do
         run "lat-mtu$1" $t -- latency -s 8 -n "$ITERS"
     done
     for rel in ${RELS:-ur rd rr}; do
