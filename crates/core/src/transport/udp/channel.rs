@@ -5,9 +5,10 @@
 //! Each VI owns a UDP socket connected to the peer's, so the kernel does
 //! the demultiplexing and drops datagrams from anyone else; the socket is
 //! also the descriptor the NIC's progress thread sleeps on. Every call of
-//! `progress` reads the socket without blocking (recvmmsg, GRO), runs due
+//! `progress` reads the socket without blocking (one datagram while they
+//! come alone, a recvmmsg batch once they come in numbers; GRO), runs due
 //! timers, places complete messages and sends what the protocol wants to
-//! send (sendmmsg with GSO runs). An acknowledgement owed for a message
+//! send (`tx`: scatter-gather, sendmmsg with GSO runs). An acknowledgement owed for a message
 //! just delivered waits up to [`ACK_DELAY_NS`], so a reply the application
 //! posts meanwhile carries it.
 //!
@@ -264,6 +265,18 @@ impl UdpChannel {
         any
     }
 
+    /// Reads what the socket holds and runs a due protocol timer (what it
+    /// wants sent goes with the next flush). Returns whether any datagram
+    /// came.
+    fn take_input(&mut self, now: Time) -> bool {
+        let any = self.receive(now);
+        if self.conn.poll_timeout().is_some_and(|t| t <= now) {
+            self.conn.handle_timeout(now);
+            self.flush_owed = true;
+        }
+        any
+    }
+
     fn run_echo(&mut self, now: u64) {
         let Some(e) = self.echo.as_mut() else { return };
         if now >= e.give_up {
@@ -509,11 +522,7 @@ impl Channel for UdpChannel {
             self.flush(now_t);
         }
         let completed_before = self.completed;
-        let mut did = self.receive(now_t);
-        if self.conn.poll_timeout().is_some_and(|t| t <= now_t) {
-            self.conn.handle_timeout(now_t);
-            self.flush_owed = true;
-        }
+        let mut did = self.take_input(now_t);
         self.run_echo(now_t.as_nanos());
         let mut sink = Sink {
             place,
@@ -639,10 +648,7 @@ impl UdpChannel {
             let wait = std::time::Duration::from_nanos(wake.saturating_sub(t).min(1_000_000));
             self.sock.wait_readable(wait);
             let now_t = now();
-            self.receive(now_t);
-            if self.conn.poll_timeout().is_some_and(|w| w <= now_t) {
-                self.conn.handle_timeout(now_t);
-            }
+            self.take_input(now_t);
             self.flush(now_t);
         }
     }

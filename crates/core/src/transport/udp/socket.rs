@@ -1,7 +1,7 @@
 //! UDP sockets as the device uses them: non-blocking, large buffers,
-//! batched system calls (sendmmsg/recvmmsg), UDP GSO on send (one call
-//! hands the kernel a run of equal-sized datagrams, `UDP_SEGMENT`) and GRO
-//! on receive (`UDP_GRO`: the kernel may hand back several datagrams glued
+//! recvmsg/recvmmsg, UDP GSO switched on for `tx` (one call hands the
+//! kernel a run of equal-sized datagrams, `UDP_SEGMENT`) and GRO on
+//! receive (`UDP_GRO`: the kernel may hand back several datagrams glued
 //! together, with their size in a control message). Interface queries
 //! (address, MTU) live here too since they are socket ioctls.
 
@@ -346,7 +346,6 @@ impl UdpSock {
                 }
             }
             rx.lens[k] = (m.msg_len as usize, seg);
-            let _ = m.msg_hdr.msg_flags & libc::MSG_TRUNC;
             rx.truncated[k] = m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
         }
         Ok(r)
