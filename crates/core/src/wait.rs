@@ -32,6 +32,9 @@ pub(crate) fn wait_for<T>(
     let deadline = timeout.map(|t| start.saturating_add(t.as_nanos().min(u64::MAX as u128) as u64));
     let spin_ns = nic.spin_ns();
     let spin_until = start.saturating_add(spin_ns);
+    // A poll of the network device is a system call, long enough a pause
+    // between polls only delays noticing what came.
+    let relax = nic.device != crate::nic::Device::Udp;
     let mut n: u32 = 0;
     loop {
         if let Some(v) = poll() {
@@ -43,7 +46,9 @@ pub(crate) fn wait_for<T>(
         // burn the budget the caller declined and keep other threads (a
         // sender posting on the same VI) waiting for that lock.
         if spin_ns > 0 && !n.is_multiple_of(64) {
-            cpu_relax();
+            if relax {
+                cpu_relax();
+            }
             continue;
         }
         let now = now_ns();

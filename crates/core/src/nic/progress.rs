@@ -105,6 +105,9 @@ pub(super) fn progress_loop(weak: Weak<NicShared>, epoll: Arc<Epoll>, nap: Epoll
             // watches everything (hang-ups too) at once.
             let active = act != last_activity && !nic.doorbell.has_waiters();
             last_activity = act;
+            // Before the last look of a round that may end in sleep: a
+            // socket added back with data queued reports it at once.
+            nic.watch_sockets(!active);
             let did = if active {
                 nic.progress_round_busy()
             } else {

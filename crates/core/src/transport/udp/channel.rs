@@ -62,6 +62,9 @@ const ACK_DELAY_NS: u64 = 25_000;
 /// reply to a large message is not that close, and the sender of one read
 /// in place ([`EXTERNAL_MIN`]) completes it only when acknowledged.
 const HOLD_ACK_MAX: usize = 16 << 10;
+/// An idle progress call reads the clock and runs due protocol timers
+/// once in this many.
+const IDLE_CLOCK_EVERY: u32 = 16;
 /// Longest a close waits for the peer to acknowledge what was sent.
 const LINGER_NS: u64 = 200_000_000;
 
@@ -105,6 +108,10 @@ pub struct UdpChannel {
     readable: bool,
     /// Buffers the next receive asks for (1 or [`RX_BATCH`]).
     rx_want: usize,
+    /// The last receive found a datagram.
+    rx_streak: bool,
+    /// Progress calls since a datagram last came.
+    idle_polls: u32,
     /// A reliable message waits in the protocol for a receive descriptor.
     held_for_recv: bool,
     echo: Option<AcceptEcho>,
@@ -147,6 +154,8 @@ impl UdpChannel {
             ack_held_since: None,
             readable: false,
             rx_want: 1,
+            rx_streak: false,
+            idle_polls: 0,
             held_for_recv: false,
             heard: echo.is_none(),
             echo,
@@ -231,11 +240,18 @@ impl UdpChannel {
         self.drain_events();
     }
 
-    fn receive(&mut self, now: Time) -> bool {
-        let mut any = false;
+    /// Reads what the socket holds; the clock is read only once a datagram
+    /// came (an idle poll needs no time). Returns the time the datagrams
+    /// were handled at, if any came.
+    fn receive(&mut self) -> Option<Time> {
+        let mut at = None;
         loop {
             let want = self.rx_want;
             let n = self.sock.recv_batch(&mut self.rx, want).unwrap_or_default();
+            if n > 0 && at.is_none() {
+                at = Some(now());
+            }
+            let now = at.unwrap_or(Time::ZERO);
             for k in 0..n {
                 if self.rx.truncated[k] {
                     STATS.truncated.fetch_add(1, Ordering::Relaxed);
@@ -246,35 +262,40 @@ impl UdpChannel {
                     conn.handle_datagram(now, dg);
                 }
             }
-            any |= n > 0;
             // Ask for one datagram while they come alone (a ping-pong's
-            // reply); for a batch once they come in numbers.
-            self.rx_want = if n == 0 || (n == 1 && want > 1) {
-                1
-            } else {
-                RX_BATCH
+            // reply: an empty poll comes between two of them); for a batch
+            // once they come in numbers (two single reads back to back).
+            self.rx_want = match (n, want) {
+                (0, _) => 1,
+                (1, 1) if self.rx_streak => RX_BATCH,
+                (1, _) => 1,
+                _ => RX_BATCH,
             };
+            self.rx_streak = n > 0;
             if n < want || want == 1 {
                 break;
             }
         }
-        if any {
+        if at.is_some() {
             self.heard = true;
             self.echo = None;
         }
-        any
+        at
     }
 
     /// Reads what the socket holds and runs a due protocol timer (what it
-    /// wants sent goes with the next flush). Returns whether any datagram
-    /// came.
-    fn take_input(&mut self, now: Time) -> bool {
-        let any = self.receive(now);
+    /// wants sent goes with the next flush). Returns the time it ran at.
+    fn take_input(&mut self) -> Time {
+        let now = self.receive().unwrap_or_else(now);
+        self.run_due_timers(now);
+        now
+    }
+
+    fn run_due_timers(&mut self, now: Time) {
         if self.conn.poll_timeout().is_some_and(|t| t <= now) {
             self.conn.handle_timeout(now);
             self.flush_owed = true;
         }
-        any
     }
 
     fn run_echo(&mut self, now: u64) {
@@ -514,7 +535,27 @@ impl Channel for UdpChannel {
             return Err(ChannelFailed("closed"));
         }
         self.readable = false;
-        let now_t = now();
+        let got = self.receive();
+        self.idle_polls = if got.is_some() {
+            0
+        } else {
+            self.idle_polls + 1
+        };
+        // An idle poll of a busy-polling program: nothing came and nothing
+        // waits on the clock but the protocol timers, which every
+        // [`IDLE_CLOCK_EVERY`]th idle poll runs (they are milliseconds
+        // long; a poll is a microsecond or two).
+        if got.is_none()
+            && !self.flush_owed
+            && self.ack_held_since.is_none()
+            && self.echo.is_none()
+            && !self.held_for_recv
+            && self.failed.is_none()
+            && !self.idle_polls.is_multiple_of(IDLE_CLOCK_EVERY)
+        {
+            return Ok(false);
+        }
+        let now_t = got.unwrap_or_else(now);
         let ack_ripe = self
             .ack_held_since
             .is_some_and(|t| now_t.as_nanos() >= t + ACK_DELAY_NS);
@@ -522,7 +563,8 @@ impl Channel for UdpChannel {
             self.flush(now_t);
         }
         let completed_before = self.completed;
-        let mut did = self.take_input(now_t);
+        self.run_due_timers(now_t);
+        let mut did = got.is_some();
         self.run_echo(now_t.as_nanos());
         let mut sink = Sink {
             place,
@@ -647,8 +689,7 @@ impl UdpChannel {
                 .map_or(deadline, |w| w.as_nanos().min(deadline));
             let wait = std::time::Duration::from_nanos(wake.saturating_sub(t).min(1_000_000));
             self.sock.wait_readable(wait);
-            let now_t = now();
-            self.take_input(now_t);
+            let now_t = self.take_input();
             self.flush(now_t);
         }
     }

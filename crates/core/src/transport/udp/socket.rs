@@ -285,6 +285,9 @@ impl UdpSock {
         if rx.cbufs.len() < RX_BATCH * stride {
             rx.cbufs = vec![0u64; RX_BATCH * stride];
         }
+        if max == 1 {
+            return self.recv_one(rx, cmsg_space);
+        }
         // On the stack: the device polls this on every progress call, and
         // a busy-polling program calls progress back to back.
         let mut iovs = [libc::iovec {
@@ -305,50 +308,54 @@ impl UdpSock {
         }
         // SAFETY: every header points at a live buffer and control area.
         let r = unsafe {
-            if max == 1 {
-                let n = libc::recvmsg(self.raw_fd(), &mut msgs[0].msg_hdr, libc::MSG_DONTWAIT);
-                if n < 0 {
-                    -1
-                } else {
-                    msgs[0].msg_len = n as u32;
-                    1
-                }
-            } else {
-                libc::recvmmsg(
-                    self.raw_fd(),
-                    msgs.as_mut_ptr(),
-                    max as u32,
-                    libc::MSG_DONTWAIT,
-                    std::ptr::null_mut(),
-                )
-            }
+            libc::recvmmsg(
+                self.raw_fd(),
+                msgs.as_mut_ptr(),
+                max as u32,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
         };
         if r < 0 {
-            let e = io::Error::last_os_error();
-            return match e.raw_os_error() {
-                Some(libc::EAGAIN) | Some(libc::EINTR) | Some(libc::ECONNREFUSED) => Ok(0),
-                _ => Err(e),
-            };
+            return nothing_or_error();
         }
         let r = r as usize;
         for (k, m) in msgs.iter().take(r).enumerate() {
-            let mut seg = 0usize;
-            // SAFETY: walking the control messages the kernel wrote, within
-            // msg_controllen.
-            unsafe {
-                let mut c = libc::CMSG_FIRSTHDR(&m.msg_hdr);
-                while !c.is_null() {
-                    if (*c).cmsg_level == SOL_UDP && (*c).cmsg_type == UDP_GRO {
-                        seg = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::c_int)
-                            as usize;
-                    }
-                    c = libc::CMSG_NXTHDR(&m.msg_hdr, c);
-                }
-            }
-            rx.lens[k] = (m.msg_len as usize, seg);
-            rx.truncated[k] = m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+            rx.record(k, m.msg_len as usize, &m.msg_hdr);
         }
         Ok(r)
+    }
+
+    /// `recv_batch` for one buffer: one message header, not a vector of
+    /// them to clear, for the busy poll of a ping-pong.
+    fn recv_one(&self, rx: &mut RxBatch, cmsg_space: usize) -> io::Result<usize> {
+        let mut iov = libc::iovec {
+            iov_base: rx.bufs[0].as_mut_ptr().cast(),
+            iov_len: rx.bufs[0].len(),
+        };
+        // SAFETY: all-zero is a valid msghdr.
+        let mut hdr: libc::msghdr = unsafe { zeroed() };
+        hdr.msg_iov = &mut iov;
+        hdr.msg_iovlen = 1;
+        hdr.msg_control = rx.cbufs.as_mut_ptr().cast();
+        hdr.msg_controllen = cmsg_space;
+        // SAFETY: the header points at a live buffer and control area.
+        let n = unsafe { libc::recvmsg(self.raw_fd(), &mut hdr, libc::MSG_DONTWAIT) };
+        if n < 0 {
+            return nothing_or_error();
+        }
+        rx.record(0, n as usize, &hdr);
+        Ok(1)
+    }
+}
+
+/// A failed receive: nothing there (or the peer's port closed) is no
+/// error.
+fn nothing_or_error() -> io::Result<usize> {
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EAGAIN) | Some(libc::EINTR) | Some(libc::ECONNREFUSED) => Ok(0),
+        _ => Err(e),
     }
 }
 
@@ -369,6 +376,26 @@ impl RxBatch {
             truncated: vec![false; RX_BATCH],
             cbufs: Vec::new(),
         }
+    }
+
+    /// Notes what the kernel wrote into buffer `k`: its length, whether
+    /// it was cut short, and the GRO segment size from its control data.
+    fn record(&mut self, k: usize, len: usize, hdr: &libc::msghdr) {
+        let mut seg = 0usize;
+        // SAFETY: walking the control messages the kernel wrote, within
+        // msg_controllen.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(hdr);
+            while !c.is_null() {
+                if (*c).cmsg_level == SOL_UDP && (*c).cmsg_type == UDP_GRO {
+                    seg =
+                        std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::c_int) as usize;
+                }
+                c = libc::CMSG_NXTHDR(hdr, c);
+            }
+        }
+        self.lens[k] = (len, seg);
+        self.truncated[k] = hdr.msg_flags & libc::MSG_TRUNC != 0;
     }
 
     /// The datagrams in buffer `k` (a GRO buffer holds several).
