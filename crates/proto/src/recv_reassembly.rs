@@ -236,17 +236,28 @@ impl Reassembly {
         let Some(count) = self.complete_head()? else {
             return Ok(None);
         };
-        let mut pieces: Vec<&[u8]> = Vec::with_capacity(count);
+        // A one-segment message (the common small one) needs no list.
+        let mut one: [&[u8]; 1] = [&[]];
+        let mut many: Vec<&[u8]> = Vec::new();
         let mut first: Option<&RecvSegment> = None;
         for s in self.slots.range(..count) {
             if let Slot::Filled(seg) = s {
+                if first.is_none() {
+                    one[0] = &seg.data;
+                } else {
+                    if many.is_empty() {
+                        many.reserve(count);
+                        many.push(one[0]);
+                    }
+                    many.push(&seg.data);
+                }
                 first.get_or_insert(seg);
-                pieces.push(&seg.data);
             }
         }
         let Some(head) = first else {
             return Err(Malformed);
         };
+        let pieces: &[&[u8]] = if many.is_empty() { &one } else { &many };
         let info = MessageInfo {
             msg_id: expand_msg(self.next_msg_id, head.msg_id),
             op: head.op,
@@ -258,7 +269,7 @@ impl Reassembly {
         if info.msg_id < self.next_msg_id {
             return Err(Malformed);
         }
-        if place(&info, &pieces) == Placement::NotNow {
+        if place(&info, pieces) == Placement::NotNow {
             return Ok(None);
         }
         for _ in 0..count {

@@ -14,18 +14,24 @@ pub struct RttEstimator {
     max_rto: Duration,
     initial_rto: Duration,
     backoff: u32,
+    /// The timeout for the state above: asked for on every segment sent,
+    /// changed only by a sample or an expiry.
+    rto: Duration,
 }
 
 impl RttEstimator {
     pub fn new(initial_rto: Duration, min_rto: Duration, max_rto: Duration) -> Self {
-        Self {
+        let mut r = Self {
             srtt: None,
             rttvar: Duration::ZERO,
             min_rto,
             max_rto,
             initial_rto,
             backoff: 0,
-        }
+            rto: initial_rto,
+        };
+        r.update_rto();
+        r
     }
 
     pub fn on_sample(&mut self, rtt: Duration) {
@@ -41,6 +47,7 @@ impl RttEstimator {
             }
         }
         self.backoff = 0;
+        self.update_rto();
     }
 
     /// Smoothed RTT, or the initial RTO before any sample.
@@ -49,22 +56,31 @@ impl RttEstimator {
     }
 
     pub fn rto(&self) -> Duration {
+        self.rto
+    }
+
+    fn update_rto(&mut self) {
         let base = match self.srtt {
             None => self.initial_rto,
             Some(srtt) => srtt + (self.rttvar * 4).max(Duration::from_micros(100)),
         };
         let base = base.clamp(self.min_rto, self.max_rto);
-        base.saturating_mul(1 << self.backoff.min(16))
-            .min(self.max_rto)
+        self.rto = base
+            .saturating_mul(1 << self.backoff.min(16))
+            .min(self.max_rto);
     }
 
     pub fn on_timeout(&mut self) {
         self.backoff = self.backoff.saturating_add(1);
+        self.update_rto();
     }
 
     /// Progress without a usable sample still ends the backoff.
     pub fn reset_backoff(&mut self) {
-        self.backoff = 0;
+        if self.backoff != 0 {
+            self.backoff = 0;
+            self.update_rto();
+        }
     }
 }
 
@@ -87,5 +103,11 @@ mod tests {
         assert_eq!(r.rto(), ms(100));
         r.on_sample(ms(4));
         assert!(r.rto() < ms(20));
+        // Progress without a sample ends the backoff too.
+        let base = r.rto();
+        r.on_timeout();
+        assert_eq!(r.rto(), base * 2);
+        r.reset_backoff();
+        assert_eq!(r.rto(), base);
     }
 }
