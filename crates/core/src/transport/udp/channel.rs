@@ -62,6 +62,8 @@ const ACK_DELAY_NS: u64 = 25_000;
 /// reply to a large message is not that close, and the sender of one read
 /// in place ([`EXTERNAL_MIN`]) completes it only when acknowledged.
 const HOLD_ACK_MAX: usize = 16 << 10;
+/// Datagrams that came alone in a row before GRO goes off.
+const LONE_FOR_PLAIN: u8 = 4;
 /// An idle progress call reads the clock and runs due protocol timers
 /// once in this many.
 const IDLE_CLOCK_EVERY: u32 = 16;
@@ -110,6 +112,8 @@ pub struct UdpChannel {
     rx_want: usize,
     /// The last receive found a datagram.
     rx_streak: bool,
+    /// Datagrams that came alone (an empty receive before), in a row.
+    lone_arrivals: u8,
     /// Progress calls since a datagram last came.
     idle_polls: u32,
     /// A reliable message waits in the protocol for a receive descriptor.
@@ -155,6 +159,7 @@ impl UdpChannel {
             readable: false,
             rx_want: 1,
             rx_streak: false,
+            lone_arrivals: 0,
             idle_polls: 0,
             held_for_recv: false,
             heard: echo.is_none(),
@@ -252,6 +257,8 @@ impl UdpChannel {
                 at = Some(now());
             }
             let now = at.unwrap_or(Time::ZERO);
+            // Datagrams, not buffers: one GRO buffer holds a whole burst.
+            let mut datagrams = 0;
             for k in 0..n {
                 if self.rx.truncated[k] {
                     STATS.truncated.fetch_add(1, Ordering::Relaxed);
@@ -260,6 +267,7 @@ impl UdpChannel {
                 let (rx, conn) = (&self.rx, &mut self.conn);
                 for dg in rx.datagrams(k) {
                     conn.handle_datagram(now, dg);
+                    datagrams += 1;
                 }
             }
             // Ask for one datagram while they come alone (a ping-pong's
@@ -267,10 +275,11 @@ impl UdpChannel {
             // once they come in numbers (two single reads back to back).
             self.rx_want = match (n, want) {
                 (0, _) => 1,
-                (1, 1) if self.rx_streak => RX_BATCH,
+                (1, 1) if self.rx_streak || datagrams > 1 => RX_BATCH,
                 (1, _) => 1,
                 _ => RX_BATCH,
             };
+            self.track_gro(datagrams, want);
             self.rx_streak = n > 0;
             if n < want || want == 1 {
                 break;
@@ -281,6 +290,23 @@ impl UdpChannel {
             self.echo = None;
         }
         at
+    }
+
+    /// GRO (one receive per GSO burst) while datagrams come in numbers; off
+    /// once they have come alone [`LONE_FOR_PLAIN`] times in a row, for the
+    /// plain recv (`UdpSock::set_gro`). It goes off right after a lone
+    /// datagram, before anything is sent back: in a ping-pong nothing else
+    /// is then on its way, so no burst can be glued in the queue.
+    fn track_gro(&mut self, datagrams: usize, want: usize) {
+        if self.rx_want == RX_BATCH {
+            self.lone_arrivals = 0;
+            self.sock.set_gro(true);
+        } else if datagrams == 1 && want == 1 && !self.rx_streak {
+            self.lone_arrivals = self.lone_arrivals.saturating_add(1);
+            if self.lone_arrivals == LONE_FOR_PLAIN {
+                self.sock.set_gro(false);
+            }
+        }
     }
 
     /// Reads what the socket holds and runs a due protocol timer (what it

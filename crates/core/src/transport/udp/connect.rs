@@ -49,7 +49,7 @@ fn vi_socket(u: &UdpNic) -> Result<UdpSock> {
     // by one.
     let fits_mtu =
         u.segment_size() + openvia_wire::rum::DATA_OVERHEAD + u.ip_udp_overhead() <= u.mtu;
-    s.enable_offloads(u.settings.gso && fits_mtu, u.settings.gro && u.link_gro);
+    s.enable_offloads(u.settings.gso && fits_mtu, u.settings.gro);
     Ok(s)
 }
 

@@ -152,9 +152,6 @@ pub struct UdpNic {
     pub ip: IpAddr,
     pub ifname: Option<String>,
     pub mtu: usize,
-    /// The interface coalesces received datagrams (GRO), or it is not
-    /// known: only then is UDP_GRO asked for.
-    pub link_gro: bool,
     pub settings: UdpSettings,
 }
 
@@ -189,17 +186,10 @@ impl UdpNic {
                 .and_then(socket::interface_mtu)
                 .unwrap_or(1500)
         });
-        // Where the link coalesces nothing, UDP_GRO would only make every
-        // receive carry a message header (see `UdpSock::recv_batch`).
-        let link_gro = ifname
-            .as_deref()
-            .and_then(socket::interface_gro)
-            .unwrap_or(true);
         Ok(Self {
             ip,
             ifname,
             mtu,
-            link_gro,
             settings,
         })
     }

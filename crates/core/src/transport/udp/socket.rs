@@ -5,6 +5,7 @@
 //! together, with their size in a control message). Interface queries
 //! (address, MTU) live here too since they are socket ioctls.
 
+use std::cell::Cell;
 use std::io;
 use std::mem::{size_of, zeroed};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
@@ -106,9 +107,11 @@ pub struct UdpSock {
     fd: OwnedFd,
     /// The kernel took UDP_SEGMENT on this socket.
     pub gso: bool,
-    /// UDP_GRO is on: a receive may hold several datagrams, told apart
-    /// only by its control data.
-    pub gro: bool,
+    /// The kernel took UDP_GRO on this socket (see [`UdpSock::set_gro`]).
+    gro_capable: bool,
+    /// UDP_GRO is on now: a receive may hold several datagrams, told
+    /// apart only by its control data.
+    gro: Cell<bool>,
 }
 
 impl UdpSock {
@@ -151,16 +154,40 @@ impl UdpSock {
         Ok(UdpSock {
             fd,
             gso: false,
-            gro: false,
+            gro_capable: false,
+            gro: Cell::new(false),
         })
     }
 
     /// Turns on GSO/GRO where the kernel has them (the flags record which).
     pub fn enable_offloads(&mut self, gso: bool, gro: bool) {
         let raw = self.fd.as_raw_fd();
-        self.gro = gro && setsockopt_int(raw, SOL_UDP, UDP_GRO, 1);
+        self.gro_capable = gro && setsockopt_int(raw, SOL_UDP, UDP_GRO, 1);
+        self.gro.set(self.gro_capable);
         // Probe GSO with a harmless socket-wide default of 0 (off).
         self.gso = gso && setsockopt_int(raw, SOL_UDP, UDP_SEGMENT, 0);
+    }
+
+    /// Turns GRO on or off (where the kernel took it). GRO lets one receive
+    /// take a whole GSO burst of the peer's, which streams want; but a
+    /// socket with GRO needs recvmsg and its control data on every receive,
+    /// while a ping-pong polling for lone datagrams does better with a
+    /// plain recv. With GRO off the kernel cuts bursts apart as they are
+    /// queued; one glued before it went off stays glued, and is then read
+    /// without its segment size. Turn it off only while nothing can be
+    /// on its way in bulk (see the channel's receive).
+    pub fn set_gro(&self, on: bool) {
+        if !self.gro_capable || self.gro.get() == on {
+            return;
+        }
+        if setsockopt_int(self.raw_fd(), SOL_UDP, UDP_GRO, i32::from(on)) {
+            self.gro.set(on);
+        }
+    }
+
+    /// Whether GRO is on now.
+    pub fn gro(&self) -> bool {
+        self.gro.get()
     }
 
     pub fn raw_fd(&self) -> RawFd {
@@ -332,11 +359,11 @@ impl UdpSock {
     }
 
     /// `recv_batch` for one buffer, for the busy poll of a ping-pong: a
-    /// plain recv where no control data can come (no GRO), which spares
+    /// plain recv where no control data can come (GRO off), which spares
     /// the kernel copying in and checking a message header on every poll;
     /// otherwise one message header, not a vector of them to clear.
     fn recv_one(&self, rx: &mut RxBatch, cmsg_space: usize) -> io::Result<usize> {
-        if !self.gro {
+        if !self.gro.get() {
             let buf = &mut rx.bufs[0];
             // SAFETY: receiving into a buffer we own, of its length.
             let n = unsafe {
@@ -532,26 +559,6 @@ unsafe fn from_raw_prefix(
     }
 }
 
-/// Whether interface `ifname` does GRO (SIOCETHTOOL, ETHTOOL_GGRO); None
-/// when it cannot be told.
-pub fn interface_gro(ifname: &str) -> Option<bool> {
-    const ETHTOOL_GGRO: u32 = 0x2b;
-    #[repr(C)]
-    struct EthtoolValue {
-        cmd: u32,
-        data: u32,
-    }
-    let mut value = EthtoolValue {
-        cmd: ETHTOOL_GGRO,
-        data: 0,
-    };
-    let at = (&mut value as *mut EthtoolValue).cast();
-    // The kernel writes through the pointer into `value`, which outlives
-    // the call.
-    interface_ioctl(ifname, libc::SIOCETHTOOL, |req| req.ifr_ifru.ifru_data = at)?;
-    Some(value.data != 0)
-}
-
 /// The MTU of interface `ifname` (SIOCGIFMTU).
 pub fn interface_mtu(ifname: &str) -> Option<usize> {
     let req = interface_ioctl(ifname, libc::SIOCGIFMTU, |_| {})?;
@@ -599,7 +606,7 @@ mod tests {
         let lo = SocketAddr::from(([127, 0, 0, 1], 0));
         let mut rx = UdpSock::bind(lo, false).unwrap();
         rx.enable_offloads(false, gro);
-        assert_eq!(rx.gro, gro, "UDP_GRO not taken");
+        assert_eq!(rx.gro(), gro, "UDP_GRO not taken");
         let tx = UdpSock::bind(lo, false).unwrap();
         tx.connect(rx.local_addr().unwrap()).unwrap();
         (rx, tx)
@@ -635,10 +642,42 @@ mod tests {
         }
     }
 
+    /// Reads every datagram queued (waiting for the first), one buffer
+    /// per call when `max` is 1.
+    fn drain(rx: &UdpSock, b: &mut RxBatch, max: usize, want: usize) -> Vec<Vec<u8>> {
+        assert!(rx.wait_readable(Duration::from_secs(5)));
+        let mut got = Vec::new();
+        let start = std::time::Instant::now();
+        while got.len() < want {
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "got {}",
+                got.len()
+            );
+            let n = rx.recv_batch(b, max).unwrap();
+            for k in 0..n {
+                got.extend(b.datagrams(k).map(|d| d.to_vec()));
+            }
+        }
+        got
+    }
+
+    /// A GSO burst of three datagrams reaches a GRO socket glued and is
+    /// split by its control data; with GRO off the kernel cuts it apart
+    /// and the plain recv reads the pieces; GRO back on, glued again.
     #[test]
-    fn interface_gro_answers_for_real_interfaces_only() {
-        assert!(interface_gro("lo").is_some());
-        assert_eq!(interface_gro("openvia-none0"), None);
-        assert_eq!(interface_gro("a-name-far-too-long-for-linux"), None);
+    fn gro_toggles_between_glued_and_cut_bursts() {
+        let (rx, tx) = pair(true);
+        assert!(setsockopt_int(tx.raw_fd(), SOL_UDP, UDP_SEGMENT, 1000));
+        let burst: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
+        let want: Vec<Vec<u8>> = burst.chunks(1000).map(|c| c.to_vec()).collect();
+        let mut b = RxBatch::new(RX_BUF);
+        for (gro, max) in [(true, 1), (false, 1), (false, RX_BATCH), (true, RX_BATCH)] {
+            rx.set_gro(gro);
+            assert_eq!(rx.gro(), gro);
+            tx.send(&burst).unwrap();
+            assert_eq!(drain(&rx, &mut b, max, 3), want, "gro {gro} max {max}");
+            assert_eq!(rx.recv_batch(&mut b, max).unwrap(), 0);
+        }
     }
 }
