@@ -91,6 +91,8 @@ pub struct UdpChannel {
     reliable: bool,
     /// Large sends may be read in place (retransmission keeps them).
     external_ok: bool,
+    /// Flow-control-only: no retransmission, a lost datagram ends it.
+    lossless: bool,
     tx: TxBatch,
     rx: RxBatch,
     /// Room given to the protocol for one outgoing datagram.
@@ -134,7 +136,8 @@ impl UdpChannel {
         in_place_sends: bool,
     ) -> Self {
         let reliable = conn.config().reliability.is_reliable();
-        let external_ok = in_place_sends && reliable && !conn.config().flow_control_only;
+        let lossless = conn.config().flow_control_only;
+        let external_ok = in_place_sends && reliable && !lossless;
         let max_datagram = conn.max_datagram_len().max(2048);
         let rx_buf = if sock.gso {
             RX_BUF
@@ -147,6 +150,7 @@ impl UdpChannel {
             remote,
             reliable,
             external_ok,
+            lossless,
             tx: TxBatch::default(),
             rx: RxBatch::new(rx_buf),
             max_datagram,
@@ -258,18 +262,10 @@ impl UdpChannel {
             }
             let now = at.unwrap_or(Time::ZERO);
             // Datagrams, not buffers: one GRO buffer holds a whole burst.
-            let mut datagrams = 0;
-            for k in 0..n {
-                if self.rx.truncated[k] {
-                    STATS.truncated.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-                let (rx, conn) = (&self.rx, &mut self.conn);
-                for dg in rx.datagrams(k) {
-                    conn.handle_datagram(now, dg);
-                    datagrams += 1;
-                }
-            }
+            let datagrams: usize = (0..n)
+                .filter(|&k| !self.rx.truncated[k])
+                .map(|k| self.rx.datagrams(k).count())
+                .sum();
             // Ask for one datagram while they come alone (a ping-pong's
             // reply: an empty poll comes between two of them); for a batch
             // once they come in numbers (two single reads back to back).
@@ -279,8 +275,20 @@ impl UdpChannel {
                 (1, _) => 1,
                 _ => RX_BATCH,
             };
+            // Before the datagrams are handled: the sooner GRO goes off
+            // after a lone one, the narrower the window for a glued burst.
             self.track_gro(datagrams, want);
             self.rx_streak = n > 0;
+            for k in 0..n {
+                if self.rx.truncated[k] {
+                    STATS.truncated.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                let (rx, conn) = (&self.rx, &mut self.conn);
+                for dg in rx.datagrams(k) {
+                    conn.handle_datagram(now, dg);
+                }
+            }
             if n < want || want == 1 {
                 break;
             }
@@ -294,17 +302,21 @@ impl UdpChannel {
 
     /// GRO (one receive per GSO burst) while datagrams come in numbers; off
     /// once they have come alone [`LONE_FOR_PLAIN`] times in a row, for the
-    /// plain recv (`UdpSock::set_gro`). It goes off right after a lone
-    /// datagram, before anything is sent back: in a ping-pong nothing else
-    /// is then on its way, so no burst can be glued in the queue.
+    /// plain recv (`UdpSock::gro_off_if_quiet`). It goes off right after a
+    /// lone datagram, before anything is sent back: in a ping-pong nothing
+    /// else is then on its way. Never on flow-control-only, where a burst
+    /// glued just before the switch, read as one datagram and dropped,
+    /// would end the connection (it has no retransmission).
     fn track_gro(&mut self, datagrams: usize, want: usize) {
         if self.rx_want == RX_BATCH {
             self.lone_arrivals = 0;
             self.sock.set_gro(true);
-        } else if datagrams == 1 && want == 1 && !self.rx_streak {
+        } else if datagrams == 1 && want == 1 && !self.rx_streak && !self.lossless {
             self.lone_arrivals = self.lone_arrivals.saturating_add(1);
-            if self.lone_arrivals == LONE_FOR_PLAIN {
-                self.sock.set_gro(false);
+            if self.lone_arrivals == LONE_FOR_PLAIN && !self.sock.gro_off_if_quiet() {
+                // Something is queued already: try again after the next
+                // run of lone datagrams.
+                self.lone_arrivals = 0;
             }
         }
     }

@@ -168,14 +168,43 @@ impl UdpSock {
         self.gso = gso && setsockopt_int(raw, SOL_UDP, UDP_SEGMENT, 0);
     }
 
-    /// Turns GRO on or off (where the kernel took it). GRO lets one receive
-    /// take a whole GSO burst of the peer's, which streams want; but a
-    /// socket with GRO needs recvmsg and its control data on every receive,
-    /// while a ping-pong polling for lone datagrams does better with a
-    /// plain recv. With GRO off the kernel cuts bursts apart as they are
-    /// queued; one glued before it went off stays glued, and is then read
-    /// without its segment size. Turn it off only while nothing can be
-    /// on its way in bulk (see the channel's receive).
+    /// Turns GRO off, for the plain recv, if the queue is empty once it
+    /// is: then nothing glued is left in it (with GRO off the kernel cuts
+    /// bursts apart as it queues them). Otherwise GRO goes back on and the
+    /// answer is false. GRO lets one receive take a whole GSO burst of the
+    /// peer's, which streams want; but a socket with GRO needs recvmsg and
+    /// its control data on every receive, while a ping-pong polling for
+    /// lone datagrams does better with a plain recv. What remains: a burst
+    /// the kernel had begun to queue as GRO went off, in the few hundred
+    /// nanoseconds between its check of the setting and its taking the
+    /// queue's lock; it would be read as one datagram, malformed, and
+    /// dropped.
+    pub fn gro_off_if_quiet(&self) -> bool {
+        if !self.gro.get() {
+            return true;
+        }
+        self.set_gro(false);
+        if self.gro.get() {
+            return false;
+        }
+        let mut probe = [0u8; 1];
+        // SAFETY: peeking into a one-byte buffer we own.
+        let queued = unsafe {
+            libc::recv(
+                self.raw_fd(),
+                probe.as_mut_ptr().cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        } >= 0;
+        if queued {
+            self.set_gro(true);
+        }
+        !queued
+    }
+
+    /// Turns GRO on or off (where the kernel took it); see
+    /// [`UdpSock::gro_off_if_quiet`] for turning it off safely.
     pub fn set_gro(&self, on: bool) {
         if !self.gro_capable || self.gro.get() == on {
             return;
@@ -673,11 +702,33 @@ mod tests {
         let want: Vec<Vec<u8>> = burst.chunks(1000).map(|c| c.to_vec()).collect();
         let mut b = RxBatch::new(RX_BUF);
         for (gro, max) in [(true, 1), (false, 1), (false, RX_BATCH), (true, RX_BATCH)] {
-            rx.set_gro(gro);
+            if gro {
+                rx.set_gro(true);
+            } else {
+                assert!(rx.gro_off_if_quiet(), "nothing is queued");
+            }
             assert_eq!(rx.gro(), gro);
             tx.send(&burst).unwrap();
             assert_eq!(drain(&rx, &mut b, max, 3), want, "gro {gro} max {max}");
             assert_eq!(rx.recv_batch(&mut b, max).unwrap(), 0);
         }
+    }
+
+    /// GRO stays on while something is queued (it may be a glued burst,
+    /// which only GRO's control data can split).
+    #[test]
+    fn gro_stays_on_while_anything_is_queued() {
+        let (rx, tx) = pair(true);
+        assert!(setsockopt_int(tx.raw_fd(), SOL_UDP, UDP_SEGMENT, 1000));
+        let burst: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
+        let want: Vec<Vec<u8>> = burst.chunks(1000).map(|c| c.to_vec()).collect();
+        let mut b = RxBatch::new(RX_BUF);
+        tx.send(&burst).unwrap();
+        assert!(rx.wait_readable(Duration::from_secs(5)));
+        assert!(!rx.gro_off_if_quiet());
+        assert!(rx.gro());
+        assert_eq!(drain(&rx, &mut b, 1, 3), want);
+        assert!(rx.gro_off_if_quiet());
+        assert!(!rx.gro());
     }
 }
