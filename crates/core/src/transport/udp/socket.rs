@@ -691,15 +691,22 @@ mod tests {
         got
     }
 
+    /// A GRO receiver, a sender of 1000-byte GSO segments, a burst of three
+    /// and its datagrams.
+    fn gso_pair() -> (UdpSock, UdpSock, Vec<u8>, Vec<Vec<u8>>) {
+        let (rx, tx) = pair(true);
+        assert!(setsockopt_int(tx.raw_fd(), SOL_UDP, UDP_SEGMENT, 1000));
+        let burst: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
+        let want = burst.chunks(1000).map(|c| c.to_vec()).collect();
+        (rx, tx, burst, want)
+    }
+
     /// A GSO burst of three datagrams reaches a GRO socket glued and is
     /// split by its control data; with GRO off the kernel cuts it apart
     /// and the plain recv reads the pieces; GRO back on, glued again.
     #[test]
     fn gro_toggles_between_glued_and_cut_bursts() {
-        let (rx, tx) = pair(true);
-        assert!(setsockopt_int(tx.raw_fd(), SOL_UDP, UDP_SEGMENT, 1000));
-        let burst: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
-        let want: Vec<Vec<u8>> = burst.chunks(1000).map(|c| c.to_vec()).collect();
+        let (rx, tx, burst, want) = gso_pair();
         let mut b = RxBatch::new(RX_BUF);
         for (gro, max) in [(true, 1), (false, 1), (false, RX_BATCH), (true, RX_BATCH)] {
             if gro {
@@ -718,10 +725,7 @@ mod tests {
     /// which only GRO's control data can split).
     #[test]
     fn gro_stays_on_while_anything_is_queued() {
-        let (rx, tx) = pair(true);
-        assert!(setsockopt_int(tx.raw_fd(), SOL_UDP, UDP_SEGMENT, 1000));
-        let burst: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
-        let want: Vec<Vec<u8>> = burst.chunks(1000).map(|c| c.to_vec()).collect();
+        let (rx, tx, burst, want) = gso_pair();
         let mut b = RxBatch::new(RX_BUF);
         tx.send(&burst).unwrap();
         assert!(rx.wait_readable(Duration::from_secs(5)));
