@@ -206,7 +206,12 @@ def main():
         report = summarize(runs, a)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print_table(report)
+    emit_report(report, a, print_table)
+
+
+def emit_report(report, a, table):
+    """The table on stdout, then the report as JSON (also to --json)."""
+    table(report)
     text = json.dumps(report, indent=2)
     print(text)
     if a.json:
@@ -510,12 +515,7 @@ def remote_main(a):
         shutil.rmtree(work, ignore_errors=True)
         if made_netns:
             subprocess.run([NETNS_SCRIPT, "down"], check=False)
-    print_remote_table(report)
-    text = json.dumps(report, indent=2)
-    print(text)
-    if a.json:
-        with open(a.json, "w") as f:
-            f.write(text + "\n")
+    emit_report(report, a, print_remote_table)
 
 
 def remote_round(vm, scale):

@@ -168,6 +168,33 @@ pub struct StreamReceipt {
 /// The acknowledgement a receiver returns for each window: the window number.
 pub const WINDOW_ACK_LEN: usize = 8;
 
+/// The plain round trip: `send`, then `recv` (the default of
+/// [`Endpoint::round_trip`], also for endpoints that override it only in
+/// some modes).
+pub(crate) fn send_then_recv<E: Endpoint + ?Sized>(
+    ep: &mut E,
+    ping: &[u8],
+    pong: &mut [u8],
+) -> Result<usize> {
+    ep.send(ping)?;
+    ep.recv(pong)
+}
+
+/// The plain echo server: `rounds` times `recv`, then `send` it back (the
+/// default of [`Endpoint::echo_rounds`]).
+pub(crate) fn recv_then_send<E: Endpoint + ?Sized>(
+    ep: &mut E,
+    size: usize,
+    rounds: u64,
+) -> Result<()> {
+    let mut buf = vec![0u8; size];
+    for _ in 0..rounds {
+        let n = ep.recv(&mut buf)?;
+        ep.send(&buf[..n])?;
+    }
+    Ok(())
+}
+
 /// A connected end that moves whole messages.
 pub trait Endpoint {
     /// Sends one message (all of `msg`).
@@ -184,19 +211,13 @@ pub trait Endpoint {
     /// so an endpoint that can lose a datagram may send the ping again and
     /// recognise a stale echo.
     fn round_trip(&mut self, _round: u64, ping: &[u8], pong: &mut [u8]) -> Result<usize> {
-        self.send(ping)?;
-        self.recv(pong)
+        send_then_recv(self, ping, pong)
     }
 
     /// Latency server: echoes pings of up to `size` bytes until `rounds`
     /// distinct ones were answered.
     fn echo_rounds(&mut self, size: usize, rounds: u64) -> Result<()> {
-        let mut buf = vec![0u8; size];
-        for _ in 0..rounds {
-            let n = self.recv(&mut buf)?;
-            self.send(&buf[..n])?;
-        }
-        Ok(())
+        recv_then_send(self, size, rounds)
     }
 
     /// Whether a message may be lost (the unreliable VIA level): then a

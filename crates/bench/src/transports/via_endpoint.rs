@@ -358,8 +358,7 @@ impl Endpoint for ViaEndpoint {
         if self.prepost {
             self.preposted_round_trip(round, ping, pong)
         } else {
-            self.send(ping)?;
-            self.recv(pong)
+            super::send_then_recv(self, ping, pong)
         }
     }
 
@@ -367,12 +366,7 @@ impl Endpoint for ViaEndpoint {
         if self.prepost {
             return self.preposted_echo(size, rounds);
         }
-        let mut buf = vec![0u8; size];
-        for _ in 0..rounds {
-            let n = self.recv(&mut buf)?;
-            self.send(&buf[..n])?;
-        }
-        Ok(())
+        super::recv_then_send(self, size, rounds)
     }
 
     fn loses_messages(&self) -> bool {

@@ -4,7 +4,9 @@
 //! While the program polls, the thread stays off its VIs (taking a lock the
 //! program wants would make it wait for a thread the scheduler may have
 //! preempted) and serves only what the program may not be looking at:
-//! notify handlers and due protocol timers. When the program goes quiet it
+//! notify handlers and due protocol timers. On the network device it also
+//! takes the VIs' sockets out of its epoll set meanwhile (see
+//! `NicShared::watch_sockets`). When the program goes quiet it
 //! drives every VI, then arms the doorbell and sleeps in epoll until a peer
 //! writes, a connection socket hangs up, a handler is installed, or the
 //! next protocol timer is due.

@@ -13,6 +13,9 @@ use openvia_core::nic::Nic;
 use openvia_core::vi::{reliability, Vi, ViAttributes};
 use openvia_core::{connect_request, connect_wait, Address};
 
+mod udp_env;
+pub use udp_env::udp_env;
+
 pub const SHM: &str = "/dev/via_lo";
 pub const UDP: &str = "/dev/via_udp";
 
@@ -21,18 +24,6 @@ fn prepare(dev: &str) {
     if dev == UDP {
         udp_env();
     }
-}
-
-pub fn udp_env() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // A port of our own, so parallel test runs never meet.
-        let port = 20000 + (std::process::id() % 30000);
-        std::env::set_var("OPENVIA_UDP_BIND", "127.0.0.1");
-        std::env::set_var("OPENVIA_AGENT_PORT", port.to_string());
-        std::env::set_var("OPENVIA_UDP_DEAD_MS", "1500");
-        std::env::set_var("OPENVIA_UDP_KEEPALIVE_MS", "200");
-    });
 }
 
 /// 64-byte aligned, registered memory for descriptors and data.

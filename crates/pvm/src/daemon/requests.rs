@@ -436,6 +436,13 @@ impl Daemon {
                 h == self.host_num || h == 0
             }
         });
+        let note = |target| Notify {
+            what: kind,
+            watcher: me,
+            tag,
+            ctx,
+            target,
+        };
         let mut by_host: std::collections::BTreeMap<u32, Vec<i32>> = Default::default();
         for t in elsewhere {
             by_host.entry(tid::host_num(t)).or_default().push(t);
@@ -454,13 +461,6 @@ impl Daemon {
                         ..Args::default()
                     },
                 );
-                let note = |target| Notify {
-                    what: kind,
-                    watcher: me,
-                    tag,
-                    ctx,
-                    target,
-                };
                 if what & NOTIFY_CANCEL != 0 {
                     self.remote_watches
                         .retain(|n| !(n.watcher == me && n.tag == tag && ts.contains(&n.target)));
@@ -470,13 +470,7 @@ impl Daemon {
             } else if what & NOTIFY_CANCEL == 0 {
                 // No such host: its tasks are as good as gone.
                 for target in ts {
-                    self.send_notify(&Notify {
-                        what: kind,
-                        watcher: me,
-                        tag,
-                        ctx,
-                        target,
-                    });
+                    self.send_notify(&note(target));
                 }
             }
         }
@@ -489,13 +483,6 @@ impl Daemon {
             });
             return (0, Args::default());
         }
-        let note = |target| Notify {
-            what: kind,
-            watcher: me,
-            tag,
-            ctx,
-            target,
-        };
         match kind {
             TASK_EXIT => {
                 for target in mine {

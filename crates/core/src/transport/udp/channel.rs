@@ -6,10 +6,13 @@
 //! the demultiplexing and drops datagrams from anyone else; the socket is
 //! also the descriptor the NIC's progress thread sleeps on. Every call of
 //! `progress` reads the socket without blocking (one datagram while they
-//! come alone, a recvmmsg batch once they come in numbers; GRO), runs due
-//! timers, places complete messages and sends what the protocol wants to
-//! send (`tx`: scatter-gather, sendmmsg with GSO runs). An acknowledgement owed for a message
-//! just delivered waits up to [`ACK_DELAY_NS`], so a reply the application
+//! come alone, with GRO off and a plain recv once they have for a while;
+//! a recvmmsg batch with GRO once they come in numbers). A poll that finds
+//! nothing and owes nothing ends there; otherwise it runs due timers (an
+//! idle one every [`IDLE_CLOCK_EVERY`]th poll), places complete messages
+//! and sends what the protocol wants to send (`tx`: scatter-gather,
+//! sendmmsg with GSO runs). An acknowledgement owed for a message just
+//! delivered waits up to [`ACK_DELAY_NS`], so a reply the application
 //! posts meanwhile carries it.
 //!
 //! VIA operations map onto RUM messages one to one. An RDMA read request

@@ -1,9 +1,11 @@
 //! UDP sockets as the device uses them: non-blocking, large buffers,
-//! recvmsg/recvmmsg, UDP GSO switched on for `tx` (one call hands the
+//! recv/recvmsg/recvmmsg, UDP GSO switched on for `tx` (one call hands the
 //! kernel a run of equal-sized datagrams, `UDP_SEGMENT`) and GRO on
-//! receive (`UDP_GRO`: the kernel may hand back several datagrams glued
-//! together, with their size in a control message). Interface queries
-//! (address, MTU) live here too since they are socket ioctls.
+//! receive while datagrams come in numbers (`UDP_GRO`: the kernel may
+//! hand back several datagrams glued together, with their size in a
+//! control message; off, a lone datagram is read with a plain recv).
+//! Interface queries (address, MTU) live here too since they are socket
+//! ioctls.
 
 use std::cell::Cell;
 use std::io;
@@ -215,6 +217,7 @@ impl UdpSock {
     }
 
     /// Whether GRO is on now.
+    #[cfg(test)]
     pub fn gro(&self) -> bool {
         self.gro.get()
     }
@@ -590,25 +593,11 @@ unsafe fn from_raw_prefix(
 
 /// The MTU of interface `ifname` (SIOCGIFMTU).
 pub fn interface_mtu(ifname: &str) -> Option<usize> {
-    let req = interface_ioctl(ifname, libc::SIOCGIFMTU, |_| {})?;
-    // SAFETY: SIOCGIFMTU filled the MTU member.
-    Some(unsafe { req.ifr_ifru.ifru_mtu } as usize)
-}
-
-/// One interface ioctl: an ifreq naming `ifname`, completed by `fill`,
-/// through a throwaway datagram socket. None if the name does not fit or
-/// the call fails.
-fn interface_ioctl(
-    ifname: &str,
-    request: libc::Ioctl,
-    fill: impl FnOnce(&mut libc::ifreq),
-) -> Option<libc::ifreq> {
     if ifname.len() >= libc::IFNAMSIZ {
         return None;
     }
-    // SAFETY: all-zero is a valid ifreq; it gets a NUL-terminated name
-    // shorter than IFNAMSIZ, and `fill` sets only the member `request`
-    // reads.
+    // SAFETY: a throwaway datagram socket for the ioctl; the ifreq is
+    // zeroed and gets a NUL-terminated name shorter than IFNAMSIZ.
     unsafe {
         let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
         if fd < 0 {
@@ -619,11 +608,10 @@ fn interface_ioctl(
         for (d, s) in req.ifr_name.iter_mut().zip(ifname.bytes()) {
             *d = s as libc::c_char;
         }
-        fill(&mut req);
-        if libc::ioctl(fd.as_raw_fd(), request, &mut req) != 0 {
+        if libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFMTU, &mut req) != 0 {
             return None;
         }
-        Some(req)
+        Some(req.ifr_ifru.ifru_mtu as usize)
     }
 }
 
