@@ -326,6 +326,9 @@ VIP_RETURN VipQueryNic(VIP_NIC_HANDLE NicHandle, VIP_NIC_ATTRIBUTES *NicAttribut
 /* Memory */
 VIP_RETURN VipRegisterMem(VIP_NIC_HANDLE NicHandle, VIP_PVOID VirtualAddress, VIP_ULONG Length,
                           VIP_MEM_ATTRIBUTES *MemAttributes, VIP_MEM_HANDLE *MemoryHandle);
+/* VIP_INVALID_STATE while a posted, not yet completed descriptor names the
+ * region or lies in it; after VIP_SUCCESS the provider never touches the
+ * region again (openvia: docs/memory.md). */
 VIP_RETURN VipDeregisterMem(VIP_NIC_HANDLE NicHandle, VIP_PVOID VirtualAddress,
                             VIP_MEM_HANDLE MemoryHandle);
 VIP_RETURN VipQueryMem(VIP_NIC_HANDLE NicHandle, VIP_PVOID VirtualAddress,

@@ -68,6 +68,11 @@
  *  VipNSGetHostByName(nic, "no-such-host.invalid", ...)   VIP_ERROR_NAMESERVICE
  *  VipQuerySystemManagementInfo(nic, 99, buf)              VIP_INVALID_PARAMETER
  *
+ * Memory in use (E13): a receive posted on an idle VI, its descriptor in
+ * region C, its buffer in region D
+ *  VipDeregisterMem of C or of D while it is posted       VIP_INVALID_STATE
+ *  after VipDestroyVi (the receive is abandoned)           VIP_SUCCESS for both
+ *
  * Sanity (E12): VipQueryNic reports NicAddressLen > 0, a LocalNicAddress,
  * MaxDiscriminatorLen > 0, MaxSegmentsPerDesc >= 2, MaxTransferSize > 0,
  * a non-empty ReliabilityLevelSupport, and a NUL-terminated Name.
@@ -437,6 +442,37 @@ static void check_memory(struct fixture *f)
     free(region_c);
 }
 
+/* E13: the memory of a posted descriptor stays registered. */
+static void check_memory_in_use(struct fixture *f)
+{
+    VIP_VI_ATTRIBUTES va = vi_attrs(f->ptag, f->level, 1024);
+    VIP_MEM_ATTRIBUTES ma;
+    VIP_MEM_HANDLE mh_c, mh_d;
+    VIP_VI_HANDLE vi;
+    unsigned char *region_c = alloc_region();
+    unsigned char *region_d = alloc_region();
+    VIP_DESCRIPTOR *desc = (VIP_DESCRIPTOR *)region_c;
+
+    memset(&ma, 0, sizeof(ma));
+    ma.Ptag = f->ptag;
+    MUST(VipRegisterMem(f->nic, region_c, REGION_SIZE, &ma, &mh_c));
+    MUST(VipRegisterMem(f->nic, region_d, REGION_SIZE, &ma, &mh_d));
+    MUST(VipCreateVi(f->nic, &va, NULL, NULL, &vi));
+    memset(desc, 0, sizeof(*desc));
+    desc->CS.SegCount = 1;
+    desc->DS[0].Local.Data.Address = region_d;
+    desc->DS[0].Local.Handle = mh_d;
+    desc->DS[0].Local.Length = 64;
+    MUST(VipPostRecv(vi, desc, mh_c));
+    EXPECT_RET(VipDeregisterMem(f->nic, region_c, mh_c), VIP_INVALID_STATE);
+    EXPECT_RET(VipDeregisterMem(f->nic, region_d, mh_d), VIP_INVALID_STATE);
+    EXPECT_RET(VipDestroyVi(vi), VIP_SUCCESS);
+    EXPECT_RET(VipDeregisterMem(f->nic, region_c, mh_c), VIP_SUCCESS);
+    EXPECT_RET(VipDeregisterMem(f->nic, region_d, mh_d), VIP_SUCCESS);
+    free(region_c);
+    free(region_d);
+}
+
 /* E8: a zeroed descriptor with one empty data segment in region A. */
 static VIP_DESCRIPTOR *prepare_desc(struct fixture *f, size_t offset)
 {
@@ -539,6 +575,7 @@ int main(int argc, char **argv)
     check_null_pointers(&f);
     check_stale_and_foreign(&f, dev);
     check_memory(&f);
+    check_memory_in_use(&f);
     check_descriptors(&f);
     check_creation(&f);
     check_empty_and_timeouts(&f);

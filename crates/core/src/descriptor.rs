@@ -9,7 +9,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use crate::mem::{MemoryRegistry, PtagId};
+use crate::mem::{HeldUses, MemoryRegistry, PtagId};
 use crate::sys::cma::Range;
 
 /// Alignment every posted descriptor must have.
@@ -185,7 +185,9 @@ pub type ControlWords = (u16, u16, u32);
 
 /// Checks that the descriptor at `ptr` lies in the region `handle` names,
 /// with room for its segments, and belongs to `ptag`. Returns it with its
-/// control words, read once.
+/// control words, read once, and a use of that region taken
+/// ([`MemoryRegistry::take_use`]): the caller gives it back if the
+/// descriptor is not queued.
 #[inline]
 pub fn check_placement(
     reg: &MemoryRegistry,
@@ -197,24 +199,31 @@ pub fn check_placement(
     if ptr.is_null() || !addr.is_multiple_of(DESCRIPTOR_ALIGNMENT) {
         return Err(PostRefusal::BadDescriptor);
     }
-    let region = reg.lookup(handle).ok_or(PostRefusal::BadDescriptor)?;
+    let region = reg.take_use(handle).ok_or(PostRefusal::BadDescriptor)?;
+    let refuse = || {
+        reg.release_use(handle);
+        Err(PostRefusal::BadDescriptor)
+    };
     if region.ptag != ptag || !region.contains(addr, 32) {
-        return Err(PostRefusal::BadDescriptor);
+        return refuse();
     }
     let d = DescPtr(ptr);
     let words = d.control();
     let need = 32 + 16 * words.1 as u64;
     if !region.contains(addr, need) {
-        return Err(PostRefusal::BadDescriptor);
+        return refuse();
     }
     Ok((d, words))
 }
 
 /// Validates a send-queue descriptor and collects its local ranges into
-/// `local`. On failure returns the status error bits to complete it with.
+/// `local`, taking a use of each region they lie in into `held`. On
+/// failure returns the status error bits to complete it with, and `held`
+/// keeps only what it held before.
 #[inline]
 pub fn parse_send(
     reg: &MemoryRegistry,
+    held: &mut HeldUses,
     d: DescPtr,
     (control, seg_count, imm): ControlWords,
     ptag: PtagId,
@@ -243,8 +252,10 @@ pub fn parse_send(
     if op == OpKind::RdmaRead && control & control::IMMEDIATE != 0 {
         return Err(status::FORMAT_ERROR);
     }
-    let total = collect_ranges(reg, d, first_data, seg_count as usize, ptag, local)?;
+    let kept = held.count();
+    let total = collect_ranges(reg, held, d, first_data, seg_count as usize, ptag, local)?;
     if total > max_transfer {
+        held.release_after(reg, kept);
         return Err(status::LENGTH_ERROR);
     }
     Ok(WorkRequest {
@@ -256,10 +267,12 @@ pub fn parse_send(
     })
 }
 
-/// Validates a receive descriptor; returns its capacity in bytes.
+/// Validates a receive descriptor, taking uses as [`parse_send`] does;
+/// returns its capacity in bytes.
 #[inline]
 pub fn parse_recv(
     reg: &MemoryRegistry,
+    held: &mut HeldUses,
     d: DescPtr,
     (control, seg_count, _): ControlWords,
     ptag: PtagId,
@@ -268,12 +281,13 @@ pub fn parse_recv(
     if control & (control::RESERVED | control::OP_MASK) != 0 || seg_count as usize > MAX_SEGMENTS {
         return Err(status::FORMAT_ERROR);
     }
-    collect_ranges(reg, d, 0, seg_count as usize, ptag, local)
+    collect_ranges(reg, held, d, 0, seg_count as usize, ptag, local)
 }
 
 #[inline]
 fn collect_ranges(
     reg: &MemoryRegistry,
+    held: &mut HeldUses,
     d: DescPtr,
     from: usize,
     to: usize,
@@ -281,15 +295,19 @@ fn collect_ranges(
     local: &mut Vec<Range>,
 ) -> Result<u64, u32> {
     local.clear();
+    let kept = held.count();
     let mut total = 0u64;
     for i in from..to {
         let s = d.segment(i);
         if s.length == 0 {
             continue;
         }
-        let region = reg.lookup(s.handle).ok_or(status::PROTECTION_ERROR)?;
-        if region.ptag != ptag || !region.contains(s.data, s.length as u64) {
-            return Err(status::PROTECTION_ERROR);
+        match held.take(reg, s.handle) {
+            Some(r) if r.ptag == ptag && r.contains(s.data, s.length as u64) => {}
+            _ => {
+                held.release_after(reg, kept);
+                return Err(status::PROTECTION_ERROR);
+            }
         }
         total += s.length as u64;
         local.push(Range {

@@ -10,6 +10,16 @@
 //! pages a peer may be writing into) and are mlocked when RLIMIT_MEMLOCK
 //! allows; both are reference counted per page, so overlapping
 //! registrations undo correctly.
+//!
+//! Once deregistration returns, openvia never touches the region again.
+//! Every posted descriptor holds a *use* of the regions it names (its
+//! buffers and the region it lies in) from posting until its completion is
+//! written; deregistration refuses while any use is held. The other
+//! touches — a peer's RDMA write or read, a completion being written —
+//! happen under the lock of the VI concerned with the region looked up in
+//! the same critical section, so deregistration, after closing the region
+//! to new uses and lookups, passes once through every VI's lock (the
+//! `quiesce` callback) and knows those touches are over.
 
 use std::collections::HashMap;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
@@ -52,7 +62,13 @@ impl Region {
     }
 }
 
+/// Deregistration has begun: no new use may be taken.
+const CLOSING: u64 = 1 << 63;
+
+// One slot per cache line: a use is taken and released on every post, and
+// would otherwise disturb the lookups of the slot next to it.
 #[derive(Default)]
+#[repr(align(64))]
 struct Slot {
     handle: AtomicU32,
     addr: AtomicU64,
@@ -62,6 +78,8 @@ struct Slot {
     /// The handle this slot had last, so a re-registration never reuses it
     /// (a stale handle must miss).
     previous: AtomicU32,
+    /// Posted descriptors naming the region, and [`CLOSING`].
+    uses: AtomicU64,
 }
 
 /// Bookkeeping that only registration and deregistration touch.
@@ -161,8 +179,48 @@ impl MemoryRegistry {
             | if rdma_write { ATTR_RDMA_WRITE } else { 0 }
             | if rdma_read { ATTR_RDMA_READ } else { 0 };
         slot.attrs.store(attrs, Ordering::Relaxed);
+        // A stale use attempt may still be undoing its increment: clear
+        // only the flag, the count balances itself.
+        slot.uses.fetch_and(!CLOSING, Ordering::Relaxed);
         slot.handle.store(handle, Ordering::Release);
         Ok(handle)
+    }
+
+    /// Takes a use of the live registration `handle` for a posted
+    /// descriptor (see the module text) and returns it. None if the handle
+    /// is not (or no longer) registered or is being deregistered.
+    #[inline]
+    pub fn take_use(&self, handle: u32) -> Option<Region> {
+        let slot = self.slots.get((handle & INDEX_MASK) as usize)?;
+        if handle == 0 {
+            return None;
+        }
+        // One read-modify-write orders this against deregistration's claim
+        // of the same word: either it sees our use, or we see CLOSING.
+        let before = slot.uses.fetch_add(1, Ordering::Acquire);
+        if before & CLOSING == 0 {
+            // Still this registration (not a later one in the same slot)?
+            if let Some(r) = self.lookup(handle) {
+                return Some(r);
+            }
+        }
+        slot.uses.fetch_sub(1, Ordering::Release);
+        None
+    }
+
+    /// Gives back a use taken with [`take_use`](Self::take_use).
+    #[inline]
+    pub fn release_use(&self, handle: u32) {
+        if let Some(slot) = self.slots.get((handle & INDEX_MASK) as usize) {
+            slot.uses.fetch_sub(1, Ordering::Release);
+        }
+    }
+
+    /// Posted descriptors holding a use of the slot of `handle`.
+    pub fn uses_of(&self, handle: u32) -> u64 {
+        self.slots
+            .get((handle & INDEX_MASK) as usize)
+            .map_or(0, |s| s.uses.load(Ordering::Acquire) & !CLOSING)
     }
 
     /// Finds a registration by handle without taking a lock.
@@ -193,7 +251,16 @@ impl MemoryRegistry {
     }
 
     /// Removes a registration; `addr` must be the registered start.
-    pub fn deregister(&self, addr: u64, handle: u32) -> Result<()> {
+    /// Refused (`InvalidState`) while a posted descriptor names the region.
+    /// `quiesce` must return only once every critical section that may
+    /// have looked the region up before has ended (each VI's lock taken
+    /// once); it runs before the check, so that descriptors completing at
+    /// this moment have let go, and after the region is closed.
+    pub fn deregister(&self, addr: u64, handle: u32, quiesce: &dyn Fn()) -> Result<()> {
+        self.remove(addr, handle, Some(quiesce))
+    }
+
+    fn remove(&self, addr: u64, handle: u32, quiesce: Option<&dyn Fn()>) -> Result<()> {
         let region = self
             .lookup(handle)
             .ok_or(ViaError::InvalidParameter("memory handle"))?;
@@ -202,12 +269,41 @@ impl MemoryRegistry {
         }
         let mut book = self.book.lock().unwrap_or_else(|e| e.into_inner());
         let slot = &self.slots[(handle & INDEX_MASK) as usize];
+        if slot.handle.load(Ordering::Acquire) != handle {
+            return Err(ViaError::InvalidParameter("memory handle"));
+        }
+        if let Some(quiesce) = quiesce {
+            // A completion is written, then its uses released, in one
+            // critical section: a program that saw the status may call us
+            // before the release; let those sections end first.
+            if slot.uses.load(Ordering::Acquire) != 0 {
+                quiesce();
+            }
+            if slot
+                .uses
+                .compare_exchange(0, CLOSING, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                return Err(ViaError::InvalidState(
+                    "memory region in use by a posted descriptor",
+                ));
+            }
+        } else {
+            // Closing the NIC: its VIs are gone or idle, nothing will run.
+            slot.uses.fetch_or(CLOSING, Ordering::AcqRel);
+        }
         if slot
             .handle
             .compare_exchange(handle, 0, Ordering::AcqRel, Ordering::Relaxed)
             .is_err()
         {
+            slot.uses.fetch_and(!CLOSING, Ordering::AcqRel);
             return Err(ViaError::InvalidParameter("memory handle"));
+        }
+        // A peer's RDMA copy that looked the region up before the handle
+        // went is inside a VI's critical section: wait for it to end.
+        if let Some(quiesce) = quiesce {
+            quiesce();
         }
         unpin_pages(&mut book, region.addr, region.len);
         book.free.push(handle & INDEX_MASK);
@@ -256,9 +352,78 @@ impl MemoryRegistry {
         for s in self.slots.iter() {
             let h = s.handle.load(Ordering::Acquire);
             if h != 0 {
-                let _ = self.deregister(s.addr.load(Ordering::Relaxed), h);
+                let _ = self.remove(s.addr.load(Ordering::Relaxed), h, None);
             }
         }
+    }
+}
+
+/// The uses one posted descriptor holds (see the module text): the region
+/// it lies in first, then each other region its segments name, once.
+/// Given back when its completion is written.
+#[derive(Default)]
+pub struct HeldUses {
+    inline: [u32; 3],
+    n: u8,
+    more: Vec<u32>,
+}
+
+impl HeldUses {
+    /// Holds the use `take_use` just took of `handle`.
+    #[inline]
+    pub fn with(handle: u32) -> Self {
+        Self {
+            inline: [handle, 0, 0],
+            n: 1,
+            more: Vec::new(),
+        }
+    }
+
+    /// How many uses are held.
+    #[inline]
+    pub fn count(&self) -> usize {
+        self.n as usize + self.more.len()
+    }
+
+    #[inline]
+    fn holds(&self, handle: u32) -> bool {
+        self.inline[..self.n as usize].contains(&handle) || self.more.contains(&handle)
+    }
+
+    /// The region `handle` names, with a use held for this descriptor (one
+    /// per region). None if it is not registered.
+    #[inline]
+    pub fn take(&mut self, reg: &MemoryRegistry, handle: u32) -> Option<Region> {
+        if self.holds(handle) {
+            return reg.lookup(handle);
+        }
+        let r = reg.take_use(handle)?;
+        if (self.n as usize) < self.inline.len() {
+            self.inline[self.n as usize] = handle;
+            self.n += 1;
+        } else {
+            self.more.push(handle);
+        }
+        Some(r)
+    }
+
+    /// Gives back every use but the first `keep`.
+    pub fn release_after(&mut self, reg: &MemoryRegistry, keep: usize) {
+        while self.count() > keep && !self.more.is_empty() {
+            if let Some(h) = self.more.pop() {
+                reg.release_use(h);
+            }
+        }
+        while self.n as usize > keep {
+            self.n -= 1;
+            reg.release_use(self.inline[self.n as usize]);
+        }
+    }
+
+    /// Gives back every use (the descriptor is complete, or abandoned).
+    #[inline]
+    pub fn release(&mut self, reg: &MemoryRegistry) {
+        self.release_after(reg, 0);
     }
 }
 
@@ -378,10 +543,10 @@ mod tests {
         assert_eq!(r.ptag, PtagId(3));
         assert!(r.rdma_write && !r.rdma_read);
         assert!(reg.lookup(h ^ 0x1000).is_none(), "a guessed tag misses");
-        assert!(reg.deregister(a + 1, h).is_err());
-        reg.deregister(a, h).unwrap();
+        assert!(reg.deregister(a + 1, h, &|| {}).is_err());
+        reg.deregister(a, h, &|| {}).unwrap();
         assert!(reg.lookup(h).is_none(), "stale handle misses");
-        assert!(reg.deregister(a, h).is_err());
+        assert!(reg.deregister(a, h, &|| {}).is_err());
     }
 
     #[test]
@@ -408,9 +573,47 @@ mod tests {
         for _ in 0..1000 {
             let h = reg.register(a, 64, PtagId(1), false, false).unwrap();
             assert_ne!(h, last, "a slot reused its previous handle");
-            reg.deregister(a, h).unwrap();
+            reg.deregister(a, h, &|| {}).unwrap();
             assert!(reg.lookup(h).is_none());
             last = h;
         }
+    }
+
+    #[test]
+    fn uses_keep_regions_registered_until_released() {
+        let reg = MemoryRegistry::new();
+        let bufs: Vec<Vec<u8>> = (0..5).map(|_| vec![0u8; 64]).collect();
+        let at = |k: usize| bufs[k].as_ptr() as u64;
+        let hs: Vec<u32> = (0..5)
+            .map(|k| reg.register(at(k), 64, PtagId(1), false, false).unwrap())
+            .collect();
+        reg.take_use(hs[0]).unwrap();
+        let held = std::cell::RefCell::new(HeldUses::with(hs[0]));
+        // Five regions, each named twice: one use each, past the inline ones.
+        for &h in hs.iter().chain(&hs) {
+            assert!(held.borrow_mut().take(&reg, h).is_some());
+        }
+        assert_eq!(held.borrow().count(), 5);
+        for (k, &h) in hs.iter().enumerate() {
+            assert_eq!(reg.uses_of(h), 1);
+            assert!(matches!(
+                reg.deregister(at(k), h, &|| {}),
+                Err(ViaError::InvalidState(_))
+            ));
+        }
+        held.borrow_mut().release_after(&reg, 1);
+        assert_eq!(held.borrow().count(), 1);
+        for (k, &h) in hs.iter().enumerate().skip(1) {
+            reg.deregister(at(k), h, &|| {}).unwrap();
+        }
+        // A completion that ends while deregistration waits lets it through.
+        reg.deregister(at(0), hs[0], &|| held.borrow_mut().release(&reg))
+            .unwrap();
+        assert!(reg.take_use(hs[0]).is_none(), "a use of a dead handle");
+        // A stale handle's attempt leaves the slot's next registration free.
+        let h = reg.register(at(0), 64, PtagId(1), false, false).unwrap();
+        assert!(reg.take_use(hs[0]).is_none());
+        assert_eq!(reg.uses_of(h), 0);
+        reg.deregister(at(0), h, &|| {}).unwrap();
     }
 }

@@ -34,6 +34,23 @@ fn rdma_write_to_bad_handle_breaks_reliable_connection() {
 }
 
 #[test]
+fn deregistering_a_posted_receive_is_refused() {
+    scenarios::dereg::deregistering_a_posted_receive_is_refused(SHM, "t-dereg-recv");
+}
+
+/// Streamed through the ring (larger than it, below the CMA threshold).
+#[test]
+fn deregistering_a_pending_large_send_is_refused() {
+    scenarios::dereg::deregistering_a_pending_large_send_is_refused(SHM, "t-dereg-send", 3 << 20);
+}
+
+/// Pulled by the peer with CMA (above the threshold).
+#[test]
+fn deregistering_a_pending_cma_send_is_refused() {
+    scenarios::dereg::deregistering_a_pending_large_send_is_refused(SHM, "t-dereg-cma", 12 << 20);
+}
+
+#[test]
 fn peer_to_peer_connect() {
     scenarios::peer_to_peer(SHM, "lo-peer");
 }

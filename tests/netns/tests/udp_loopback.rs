@@ -39,6 +39,17 @@ fn rdma_write_to_bad_handle_breaks_reliable_connection() {
 }
 
 #[test]
+fn deregistering_a_posted_receive_is_refused() {
+    scenarios::dereg::deregistering_a_posted_receive_is_refused(UDP, "t-dereg-recv");
+}
+
+#[test]
+fn deregistering_a_pending_large_send_is_refused() {
+    // Read in place for retransmission (above the in-place threshold).
+    scenarios::dereg::deregistering_a_pending_large_send_is_refused(UDP, "t-dereg-send", 1 << 20);
+}
+
+#[test]
 fn peer_to_peer_connect() {
     scenarios::peer_to_peer(UDP, "t-peer");
 }

@@ -354,9 +354,17 @@ impl Nic {
             .register(addr, len, ptag, rdma_write, rdma_read)
     }
 
+    /// `VipDeregisterMem`: refused (`InvalidState`) while a posted
+    /// descriptor names the region or lies in it; once it returns success,
+    /// nothing here touches the region again (see `mem`).
     pub fn deregister_mem(&self, addr: u64, handle: u32) -> Result<()> {
         self.shared.check_owner()?;
-        self.shared.registry.deregister(addr, handle)
+        let quiesce = || {
+            for vi in self.shared.live_vis() {
+                drop(vi.lock());
+            }
+        };
+        self.shared.registry.deregister(addr, handle, &quiesce)
     }
 
     /// `VipQueryMem`: (ptag, rdma write, rdma read).
@@ -465,6 +473,7 @@ impl Nic {
         if vi.state() == ViState::Error {
             vi.disconnect()?;
         }
+        vi.abandon_posted();
         self.shared.forget_vi(vi);
         Ok(())
     }

@@ -102,7 +102,7 @@ impl Vi {
         let sent = ch.map_or(0, |c| c.sent());
         let mut consumed = consumed;
         let mut did = false;
-        while let Some(e) = inner.sq.entries.get(inner.sq.completed) {
+        while let Some(e) = inner.sq.entries.get_mut(inner.sq.completed) {
             let ready = e.error != 0
                 || match e.wait {
                     SendWait::Now => true,
@@ -117,7 +117,7 @@ impl Vi {
             }
             let bits = e.op_status | e.error;
             let len = if e.error != 0 { 0 } else { e.length };
-            e.desc.complete(len, None, bits);
+            e.complete(&self.nic.registry, len, bits);
             inner.sq.completed += 1;
             did = true;
             if let Some(cq) = &self.send_cq {
@@ -162,12 +162,12 @@ impl Vi {
             ch.close(broken);
         }
         let token = self.token.load(Ordering::Relaxed);
-        for _ in 0..inner.sq.flush() {
+        for _ in 0..inner.sq.flush(&self.nic.registry) {
             if let Some(cq) = &self.send_cq {
                 cq.push(self.id, token, false);
             }
         }
-        for _ in 0..inner.rq.flush() {
+        for _ in 0..inner.rq.flush(&self.nic.registry) {
             if let Some(cq) = &self.recv_cq {
                 cq.push(self.id, token, true);
             }

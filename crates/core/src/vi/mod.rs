@@ -21,7 +21,7 @@ use std::time::Duration;
 use crate::cq::CompletionQueue;
 use crate::descriptor::{self, status, DescPtr, Descriptor, OpKind};
 use crate::error::{Result, ViaError};
-use crate::mem::PtagId;
+use crate::mem::{HeldUses, PtagId};
 use crate::nic::{AsyncError, ErrorCode, NicShared};
 use crate::ranges::Range;
 use crate::transport::{Channel, Completion, PeerEvent};
@@ -214,15 +214,21 @@ impl Vi {
         let mut deferred = Vec::new();
         let mut g = self.lock();
         let ptag = g.attrs.ptag;
-        let (d, words) = descriptor::check_placement(&self.nic.registry, desc, mem_handle, ptag)
+        let reg = &self.nic.registry;
+        let (d, words) = descriptor::check_placement(reg, desc, mem_handle, ptag)
             .map_err(|_| ViaError::InvalidParameter("descriptor"))?;
+        // From here the descriptor's region is in use: give it back on a
+        // refusal.
         if g.sq.entries.len() >= MAX_DESCRIPTORS_PER_QUEUE {
+            reg.release_use(mem_handle);
             return Err(ViaError::Resource("send queue full"));
         }
         let state = self.state();
         if state == ViState::Idle || state == ViState::ConnectPending {
+            reg.release_use(mem_handle);
             return Err(ViaError::InvalidState("VI is not connected"));
         }
+        let mut uses = HeldUses::with(mem_handle);
         d.reset_status();
         let inner = &mut *g;
         // Completions by the peer's count are decided only after its ring
@@ -233,7 +239,8 @@ impl Vi {
             _ => Some(0),
         };
         let parsed = descriptor::parse_send(
-            &self.nic.registry,
+            reg,
+            &mut uses,
             d,
             words,
             ptag,
@@ -250,6 +257,7 @@ impl Vi {
             immediate: false,
             read_ranges: Vec::new(),
             read_arrived: false,
+            uses,
         };
         match parsed {
             Ok(wr) => {
@@ -313,7 +321,7 @@ impl Vi {
                 .as_ref()
                 .is_some_and(|c| c.sent() >= entry.seq)
         {
-            entry.desc.complete(entry.length, None, entry.op_status);
+            entry.complete(reg, entry.length, entry.op_status);
             inner.sq.entries.push_back(entry);
             inner.sq.completed += 1;
             if let Some(cq) = &self.send_cq {
@@ -341,22 +349,26 @@ impl Vi {
         let mut deferred = Vec::new();
         let mut g = self.lock();
         let ptag = g.attrs.ptag;
-        let (d, words) = descriptor::check_placement(&self.nic.registry, desc, mem_handle, ptag)
+        let reg = &self.nic.registry;
+        let (d, words) = descriptor::check_placement(reg, desc, mem_handle, ptag)
             .map_err(|_| ViaError::InvalidParameter("descriptor"))?;
         if g.rq.entries.len() >= MAX_DESCRIPTORS_PER_QUEUE {
+            reg.release_use(mem_handle);
             return Err(ViaError::Resource("receive queue full"));
         }
+        let mut uses = HeldUses::with(mem_handle);
         d.reset_status();
         let inner = &mut *g;
         let mut ranges = inner.rq.take_spare();
         let state = self.state();
-        match descriptor::parse_recv(&self.nic.registry, d, words, ptag, &mut ranges) {
+        match descriptor::parse_recv(reg, &mut uses, d, words, ptag, &mut ranges) {
             Ok(capacity) if state != ViState::Error => {
                 inner.rq.entries.push_back(RecvEntry {
                     desc: d,
                     ranges,
                     capacity,
                     error: 0,
+                    uses,
                 });
                 if inner.channel.as_ref().is_some_and(|c| c.awaits_recv()) {
                     self.progress_locked(inner, &mut deferred);
@@ -367,15 +379,18 @@ impl Vi {
                     Err(b) => b,
                     Ok(_) => status::DESC_FLUSHED_ERROR,
                 };
-                // It completes in turn, behind receives posted earlier.
+                // It completes in turn, behind receives posted earlier;
+                // only the region it lies in stays in use.
+                uses.release_after(reg, 1);
                 inner.rq.entries.push_back(RecvEntry {
                     desc: d,
                     ranges,
                     capacity: 0,
                     error: bits,
+                    uses,
                 });
                 inner.rq.refused += 1;
-                let settled = inner.rq.settle_errors();
+                let settled = inner.rq.settle_errors(reg);
                 if let Some(cq) = &self.recv_cq {
                     for _ in 0..settled {
                         cq.push(self.id, self.token.load(Ordering::Relaxed), true);
@@ -438,7 +453,9 @@ impl Vi {
                 inner.rq.entries.get(inner.rq.completed),
             ) {
                 if let Some((len, imm)) = ch.take_simple_recv(&e.ranges, e.capacity) {
-                    inner.rq.complete_next(len, imm, false, 0);
+                    inner
+                        .rq
+                        .complete_next(&self.nic.registry, len, imm, false, 0);
                     if let Some(cq) = &self.recv_cq {
                         cq.push(self.id, self.token.load(Ordering::Relaxed), true);
                     }
@@ -597,11 +614,28 @@ impl Vi {
         Ok(())
     }
 
+    /// Lets go of the memory named by descriptors still queued, which will
+    /// never complete (the VI is destroyed).
+    pub(crate) fn abandon_posted(&self) {
+        let mut g = self.lock();
+        let inner = &mut *g;
+        inner.sq.abandon(&self.nic.registry);
+        inner.rq.abandon(&self.nic.registry);
+    }
+
     /// Used by the connection manager to check a VI can be connected.
     pub(crate) fn ensure_idle(&self) -> Result<()> {
         match self.state() {
             ViState::Idle => Ok(()),
             _ => Err(ViaError::InvalidState("VI is not idle")),
         }
+    }
+}
+
+impl Drop for Vi {
+    fn drop(&mut self) {
+        let inner = self.inner.get_mut().unwrap_or_else(|e| e.into_inner());
+        inner.sq.abandon(&self.nic.registry);
+        inner.rq.abandon(&self.nic.registry);
     }
 }

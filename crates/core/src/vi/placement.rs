@@ -58,7 +58,7 @@ pub struct Placement<'a> {
 impl Placement<'_> {
     /// Capacity of the next posted, unfilled receive.
     pub fn recv_capacity(&mut self) -> Option<u64> {
-        let settled = self.rq.settle_errors();
+        let settled = self.rq.settle_errors(self.registry);
         if settled > 0 {
             self.completed_any = true;
             if let Some(cq) = self.recv_cq {
@@ -92,7 +92,10 @@ impl Placement<'_> {
         remote_write: bool,
         error: u32,
     ) {
-        if !self.rq.complete_next(len, immediate, remote_write, error) {
+        if !self
+            .rq
+            .complete_next(self.registry, len, immediate, remote_write, error)
+        {
             return;
         }
         self.completed_any = true;

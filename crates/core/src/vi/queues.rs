@@ -3,11 +3,14 @@
 //! Entries stay queued after completion until the application dequeues
 //! them (SendDone/RecvDone or a notify handler), because VIA hands
 //! descriptors back in posting order. A cursor marks where completed
-//! entries end.
+//! entries end. Each entry holds uses of the memory regions it names
+//! (`mem::HeldUses`), given back in the critical section that writes its
+//! completion.
 
 use std::collections::VecDeque;
 
 use crate::descriptor::{status, DescPtr};
+use crate::mem::{HeldUses, MemoryRegistry};
 use crate::ranges::Range;
 
 /// What must happen before a send-queue entry is complete.
@@ -36,6 +39,17 @@ pub struct SendEntry {
     /// RDMA read: where the data goes; set `read_arrived` when it has.
     pub read_ranges: Vec<Range>,
     pub read_arrived: bool,
+    /// Regions the descriptor names, until its completion is written.
+    pub uses: HeldUses,
+}
+
+impl SendEntry {
+    /// Writes the completion and lets go of the memory.
+    #[inline]
+    pub fn complete(&mut self, reg: &MemoryRegistry, length: u32, bits: u32) {
+        self.desc.complete(length, None, bits);
+        self.uses.release(reg);
+    }
 }
 
 pub struct RecvEntry {
@@ -45,6 +59,16 @@ pub struct RecvEntry {
     /// Set when the descriptor was refused at post: it completes with these
     /// bits when it reaches the head, without taking a message.
     pub error: u32,
+    /// Regions the descriptor names, until its completion is written.
+    pub uses: HeldUses,
+}
+
+impl RecvEntry {
+    #[inline]
+    fn complete(&mut self, reg: &MemoryRegistry, length: u32, imm: Option<u32>, bits: u32) {
+        self.desc.complete(length, imm, bits);
+        self.uses.release(reg);
+    }
 }
 
 /// Descriptors posted to the send queue.
@@ -85,8 +109,16 @@ impl SendQueue {
         self.entries.pop_front().map(|e| e.desc)
     }
 
+    /// Lets go of the memory of every entry without completing it (the VI
+    /// is going away).
+    pub fn abandon(&mut self, reg: &MemoryRegistry) {
+        for e in self.entries.iter_mut() {
+            e.uses.release(reg);
+        }
+    }
+
     /// Completes every not-yet-completed entry with DESC_FLUSHED; returns how many.
-    pub fn flush(&mut self) -> usize {
+    pub fn flush(&mut self, reg: &MemoryRegistry) -> usize {
         let n = self.entries.len() - self.completed;
         for e in self.entries.range_mut(self.completed..) {
             let err = if e.error != 0 {
@@ -94,7 +126,8 @@ impl SendQueue {
             } else {
                 status::DESC_FLUSHED_ERROR
             };
-            e.desc.complete(0, None, e.op_status | err);
+            let bits = e.op_status | err;
+            e.complete(reg, 0, bits);
         }
         self.completed = self.entries.len();
         n
@@ -125,16 +158,17 @@ impl RecvQueue {
     /// Completes refused descriptors that have reached the head of the
     /// unfilled part; returns how many.
     #[inline]
-    pub fn settle_errors(&mut self) -> usize {
+    pub fn settle_errors(&mut self, reg: &MemoryRegistry) -> usize {
         if self.refused == 0 {
             return 0;
         }
         let mut n = 0;
-        while let Some(e) = self.entries.get(self.completed) {
+        while let Some(e) = self.entries.get_mut(self.completed) {
             if e.error == 0 {
                 break;
             }
-            e.desc.complete(0, None, status::OP_RECEIVE | e.error);
+            let bits = status::OP_RECEIVE | e.error;
+            e.complete(reg, 0, None, bits);
             self.completed += 1;
             self.refused -= 1;
             n += 1;
@@ -146,12 +180,13 @@ impl RecvQueue {
     #[inline]
     pub fn complete_next(
         &mut self,
+        reg: &MemoryRegistry,
         len: u64,
         immediate: Option<u32>,
         remote_write: bool,
         error: u32,
     ) -> bool {
-        let Some(e) = self.entries.get(self.completed) else {
+        let Some(e) = self.entries.get_mut(self.completed) else {
             return false;
         };
         let mut bits = if remote_write {
@@ -162,8 +197,12 @@ impl RecvQueue {
         if immediate.is_some() {
             bits |= status::IMMEDIATE;
         }
-        e.desc
-            .complete(len.min(u32::MAX as u64) as u32, immediate, bits | error);
+        e.complete(
+            reg,
+            len.min(u32::MAX as u64) as u32,
+            immediate,
+            bits | error,
+        );
         self.completed += 1;
         true
     }
@@ -172,16 +211,24 @@ impl RecvQueue {
         self.spare.pop().unwrap_or_default()
     }
 
+    /// Lets go of the memory of every entry without completing it (the VI
+    /// is going away).
+    pub fn abandon(&mut self, reg: &MemoryRegistry) {
+        for e in self.entries.iter_mut() {
+            e.uses.release(reg);
+        }
+    }
+
     /// Completes every unfilled receive with DESC_FLUSHED; returns how many.
-    pub fn flush(&mut self) -> usize {
+    pub fn flush(&mut self, reg: &MemoryRegistry) -> usize {
         let n = self.entries.len() - self.completed;
-        for e in self.entries.range(self.completed..) {
+        for e in self.entries.range_mut(self.completed..) {
             let bits = if e.error != 0 {
                 e.error
             } else {
                 status::DESC_FLUSHED_ERROR
             };
-            e.desc.complete(0, None, status::OP_RECEIVE | bits);
+            e.complete(reg, 0, None, status::OP_RECEIVE | bits);
         }
         self.completed = self.entries.len();
         self.refused = 0;

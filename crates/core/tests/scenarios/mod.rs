@@ -13,6 +13,7 @@ use openvia_core::nic::Nic;
 use openvia_core::vi::{reliability, Vi, ViAttributes};
 use openvia_core::{connect_request, connect_wait, Address};
 
+pub mod dereg;
 mod udp_env;
 pub use udp_env::udp_env;
 

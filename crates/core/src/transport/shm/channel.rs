@@ -11,6 +11,9 @@
 //!
 //! Nothing here blocks or enters the kernel on the fast path, except a
 //! wake-up of a peer that is asleep (see `doorbell`).
+//!
+//! Memory a peer's RDMA operation names is looked up again for every chunk
+//! that touches it: it may be deregistered between two (see `mem`).
 
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
@@ -25,6 +28,7 @@ use super::region::ConnRegion;
 use super::ring::{Consumer, Peeked, Producer};
 use crate::config::Config;
 use crate::descriptor::{status, OpKind, WorkRequest};
+use crate::mem::MemoryRegistry;
 use crate::ranges::{self, Range};
 use crate::sys::cma;
 use crate::sys::seqpacket::SeqPacket;
@@ -42,6 +46,9 @@ enum Pending {
         /// Counts towards `sent` when done (responses do too: every First
         /// record is one message for the peer's consumed count).
         seq: u64,
+        /// A response to the peer's RDMA read: the handle of the region
+        /// `source` lies in, checked before each chunk is read.
+        rdma_source: Option<u32>,
     },
     /// A control record (Nack, ReadDone).
     Control(RecordHeader),
@@ -59,6 +66,8 @@ enum Inbound {
     },
     RdmaWrite {
         addr: u64,
+        handle: u32,
+        seq: u64,
         total: u64,
         offset: u64,
         imm: Option<u32>,
@@ -96,6 +105,9 @@ pub struct ShmChannel {
     controls_queued: usize,
     /// Records were written since the peer was last rung.
     ring_due: bool,
+    /// The region a response to the peer's RDMA read was being read from
+    /// was deregistered mid-way: the response cannot go on.
+    source_refused: bool,
     // Declared last: the rings point into it.
     _region: ConnRegion,
 }
@@ -130,6 +142,7 @@ impl ShmChannel {
             owed: 0,
             controls_queued: 0,
             ring_due: false,
+            source_refused: false,
             _region: p.region,
         }
     }
@@ -168,8 +181,10 @@ impl ShmChannel {
         })
     }
 
-    /// Moves queued outbound work into the ring while it fits.
-    fn pump(&mut self) -> bool {
+    /// Moves queued outbound work into the ring while it fits. A response
+    /// to the peer's RDMA read moves only with `reg` given (its region is
+    /// checked chunk by chunk); it waits otherwise.
+    fn pump(&mut self, reg: Option<&MemoryRegistry>) -> bool {
         let mut did = false;
         let chunk_max = self.cfg.chunk_bytes as u64;
         while let Some(front) = self.pending.front_mut() {
@@ -198,6 +213,7 @@ impl ShmChannel {
                     offset,
                     started,
                     seq,
+                    rdma_source,
                 } => {
                     if header.flags & FLAG_CMA != 0 {
                         let (h, src, s) = (*header, std::mem::take(source), *seq);
@@ -229,8 +245,21 @@ impl ShmChannel {
                         h.payload_len = n as u32;
                         let off = *offset;
                         let src: &[Range] = source;
+                        if let Some(handle) = *rdma_source {
+                            let live = reg.map(|r| r.lookup(handle));
+                            match live {
+                                None => break,
+                                Some(Some(r)) if r.rdma_read && source_inside(&r, src) => {}
+                                Some(_) => {
+                                    self.source_refused = true;
+                                    break;
+                                }
+                            }
+                        }
                         // SAFETY: `source` ranges were validated against the
-                        // registry (our own registered memory).
+                        // registry: our own registered memory, a posted
+                        // descriptor's (held in use) or, for a peer's RDMA
+                        // read, looked up just above under the VI's lock.
                         let ok = self.tx.push(&h, |buf| unsafe {
                             ranges::gather(src, off, buf);
                         });
@@ -258,7 +287,7 @@ impl ShmChannel {
 
     /// Publishes delivered-message counts once no refusal is queued ahead.
     #[inline]
-    fn settle_owed(&mut self) {
+    fn settle_owed(&mut self, reg: &MemoryRegistry) {
         if self.owed == 0 {
             return;
         }
@@ -267,7 +296,7 @@ impl ShmChannel {
             .iter()
             .any(|p| matches!(p, Pending::Control(_)))
         {
-            self.pump();
+            self.pump(Some(reg));
             if self
                 .pending
                 .iter()
@@ -391,6 +420,8 @@ impl ShmChannel {
                 }
                 self.inbound = Some(Inbound::RdmaWrite {
                     addr: h.remote_addr,
+                    handle: h.remote_handle,
+                    seq: h.msg_seq,
                     total: h.total_len,
                     offset: inline_len,
                     imm,
@@ -424,6 +455,7 @@ impl ShmChannel {
                         offset: 0,
                         started: false,
                         seq: self.next_seq,
+                        rdma_source: Some(h.remote_handle),
                     });
                 }
                 Ok(Some(true))
@@ -491,19 +523,37 @@ impl ShmChannel {
                     imm,
                 });
             }
-            Inbound::RdmaWrite { addr, imm, .. } => {
-                let target = [Range { addr, len: total }];
-                // SAFETY: checked against the registry at the First record.
-                unsafe { ranges::scatter(&target, offset, data) };
-                if done && imm.is_some() {
-                    place.recv_complete(total, imm, true, 0);
+            Inbound::RdmaWrite {
+                addr,
+                handle,
+                seq,
+                imm,
+                ..
+            } => {
+                // The region may have been deregistered since the last
+                // chunk: the rest is refused as the whole would have been.
+                if let Err(bits) = place.check_rdma(true, addr, handle, total) {
+                    place.faults.push(Fault::RdmaWriteProtection);
+                    self.queue_control(RecordKind::Nack, seq, bits);
+                    self.inbound = Some(Inbound::Discard { total, offset: end });
+                } else {
+                    let target = [Range { addr, len: total }];
+                    // SAFETY: checked against the registry just above, in
+                    // this critical section of the VI's lock (which
+                    // deregistration waits for).
+                    unsafe { ranges::scatter(&target, offset, data) };
+                    if done && imm.is_some() {
+                        place.recv_complete(total, imm, true, 0);
+                    }
+                    self.inbound = Some(Inbound::RdmaWrite {
+                        addr,
+                        handle,
+                        seq,
+                        total,
+                        offset: end,
+                        imm,
+                    });
                 }
-                self.inbound = Some(Inbound::RdmaWrite {
-                    addr,
-                    total,
-                    offset: end,
-                    imm,
-                });
             }
             Inbound::ReadResponse { seq, .. } => {
                 if let Some(local) = place.read_ranges(seq) {
@@ -528,6 +578,11 @@ impl ShmChannel {
         }
         Ok(done)
     }
+}
+
+/// Whether every range of `src` lies inside `region`.
+fn source_inside(region: &crate::mem::Region, src: &[Range]) -> bool {
+    src.iter().all(|r| region.contains(r.addr, r.len))
 }
 
 /// What a CMA copy's outcome means: None when all `want` bytes moved.
@@ -630,21 +685,23 @@ impl Channel for ShmChannel {
                     offset: 0,
                     started: false,
                     seq,
+                    rdma_source: None,
                 }
             });
-        if self.pump() {
+        if self.pump(None) {
             self.peer.ring();
         }
         Ok((seq, completion))
     }
 
     fn progress(&mut self, place: &mut Placement) -> Result<bool, ChannelFailed> {
+        let reg = place.registry;
         let mut did = if self.pending.is_empty() {
             false
         } else {
-            self.pump()
+            self.pump(Some(reg))
         };
-        self.settle_owed();
+        self.settle_owed(reg);
         let mut delivered_any = false;
         // New records for the peer: it may be asleep waiting for them.
         let mut wake_peer = did;
@@ -680,7 +737,7 @@ impl Channel for ShmChannel {
             if done {
                 self.owed += 1;
             }
-            self.settle_owed();
+            self.settle_owed(reg);
             delivered_any = true;
             // After lost data, let the VI decide (on the reliable levels
             // nothing behind it may be delivered).
@@ -690,10 +747,16 @@ impl Channel for ShmChannel {
         }
         if delivered_any {
             did = true;
-            if !self.pending.is_empty() && self.pump() {
+            if !self.pending.is_empty() && self.pump(Some(reg)) {
                 wake_peer = true;
             }
-            self.settle_owed();
+            self.settle_owed(reg);
+        }
+        if std::mem::take(&mut self.source_refused) {
+            // Deregistered under a response to the peer's RDMA read: as if
+            // the read had been refused at once (the connection breaks;
+            // RDMA reads exist only on the reliable levels).
+            place.faults.push(Fault::RdmaReadProtection);
         }
         // The peer waits for ring space or a consumed count only on records
         // it flagged (the others spare us the fence), and for records we
