@@ -185,9 +185,7 @@ pub type ControlWords = (u16, u16, u32);
 
 /// Checks that the descriptor at `ptr` lies in the region `handle` names,
 /// with room for its segments, and belongs to `ptag`. Returns it with its
-/// control words, read once, and a use of that region taken
-/// ([`MemoryRegistry::take_use`]): the caller gives it back if the
-/// descriptor is not queued.
+/// control words, read once.
 #[inline]
 pub fn check_placement(
     reg: &MemoryRegistry,
@@ -199,27 +197,23 @@ pub fn check_placement(
     if ptr.is_null() || !addr.is_multiple_of(DESCRIPTOR_ALIGNMENT) {
         return Err(PostRefusal::BadDescriptor);
     }
-    let region = reg.take_use(handle).ok_or(PostRefusal::BadDescriptor)?;
-    let refuse = || {
-        reg.release_use(handle);
-        Err(PostRefusal::BadDescriptor)
-    };
+    let region = reg.lookup(handle).ok_or(PostRefusal::BadDescriptor)?;
     if region.ptag != ptag || !region.contains(addr, 32) {
-        return refuse();
+        return Err(PostRefusal::BadDescriptor);
     }
     let d = DescPtr(ptr);
     let words = d.control();
     let need = 32 + 16 * words.1 as u64;
     if !region.contains(addr, need) {
-        return refuse();
+        return Err(PostRefusal::BadDescriptor);
     }
     Ok((d, words))
 }
 
 /// Validates a send-queue descriptor and collects its local ranges into
-/// `local`, taking a use of each region they lie in into `held`. On
-/// failure returns the status error bits to complete it with, and `held`
-/// keeps only what it held before.
+/// `local`, recording each region they lie in into `held`. On failure
+/// returns the status error bits to complete it with, and `held` keeps
+/// only what it had before.
 #[inline]
 pub fn parse_send(
     reg: &MemoryRegistry,
@@ -267,8 +261,8 @@ pub fn parse_send(
     })
 }
 
-/// Validates a receive descriptor, taking uses as [`parse_send`] does;
-/// returns its capacity in bytes.
+/// Validates a receive descriptor, recording regions as [`parse_send`]
+/// does; returns its capacity in bytes.
 #[inline]
 pub fn parse_recv(
     reg: &MemoryRegistry,
@@ -284,7 +278,8 @@ pub fn parse_recv(
     collect_ranges(reg, held, d, 0, seg_count as usize, ptag, local)
 }
 
-#[inline]
+// Always inlined: it is most of a post's work, and small.
+#[inline(always)]
 fn collect_ranges(
     reg: &MemoryRegistry,
     held: &mut HeldUses,

@@ -12,14 +12,16 @@
 //! registrations undo correctly.
 //!
 //! Once deregistration returns, openvia never touches the region again.
-//! Every posted descriptor holds a *use* of the regions it names (its
-//! buffers and the region it lies in) from posting until its completion is
-//! written; deregistration refuses while any use is held. The other
-//! touches — a peer's RDMA write or read, a completion being written —
-//! happen under the lock of the VI concerned with the region looked up in
-//! the same critical section, so deregistration, after closing the region
-//! to new uses and lookups, passes once through every VI's lock (the
-//! `quiesce` callback) and knows those touches are over.
+//! Every touch happens under the lock of the VI concerned, with the region
+//! looked up in the same critical section; a descriptor that stays queued
+//! past that section (a receive, a send not finished at post) holds a
+//! *use* of the regions it names (its buffers and the region it lies in)
+//! until its completion is written. Deregistration refuses while a use is
+//! held; otherwise it closes the region to lookups, passes once through
+//! every VI's lock (the `quiesce` callback), so every section that saw the
+//! region has ended, and refuses after all (reopening it) if one of them
+//! queued a descriptor meanwhile. A send finished within its post — the
+//! common small one — takes no use at all.
 
 use std::collections::HashMap;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
@@ -62,7 +64,7 @@ impl Region {
     }
 }
 
-/// Deregistration has begun: no new use may be taken.
+/// Deregistration has begun.
 const CLOSING: u64 = 1 << 63;
 
 // One slot per cache line: a use is taken and released on every post, and
@@ -186,29 +188,17 @@ impl MemoryRegistry {
         Ok(handle)
     }
 
-    /// Takes a use of the live registration `handle` for a posted
-    /// descriptor (see the module text) and returns it. None if the handle
-    /// is not (or no longer) registered or is being deregistered.
+    /// Adds a use of the registration `handle`, which the caller looked up
+    /// in its current critical section of a VI's lock (see the module
+    /// text: a deregistration that began meanwhile sees it and refuses).
     #[inline]
-    pub fn take_use(&self, handle: u32) -> Option<Region> {
-        let slot = self.slots.get((handle & INDEX_MASK) as usize)?;
-        if handle == 0 {
-            return None;
+    pub fn add_use(&self, handle: u32) {
+        if let Some(slot) = self.slots.get((handle & INDEX_MASK) as usize) {
+            slot.uses.fetch_add(1, Ordering::Relaxed);
         }
-        // One read-modify-write orders this against deregistration's claim
-        // of the same word: either it sees our use, or we see CLOSING.
-        let before = slot.uses.fetch_add(1, Ordering::Acquire);
-        if before & CLOSING == 0 {
-            // Still this registration (not a later one in the same slot)?
-            if let Some(r) = self.lookup(handle) {
-                return Some(r);
-            }
-        }
-        slot.uses.fetch_sub(1, Ordering::Release);
-        None
     }
 
-    /// Gives back a use taken with [`take_use`](Self::take_use).
+    /// Gives back a use added with [`add_use`](Self::add_use).
     #[inline]
     pub fn release_use(&self, handle: u32) {
         if let Some(slot) = self.slots.get((handle & INDEX_MASK) as usize) {
@@ -216,7 +206,7 @@ impl MemoryRegistry {
         }
     }
 
-    /// Posted descriptors holding a use of the slot of `handle`.
+    /// Uses held of the slot of `handle`.
     pub fn uses_of(&self, handle: u32) -> u64 {
         self.slots
             .get((handle & INDEX_MASK) as usize)
@@ -251,11 +241,10 @@ impl MemoryRegistry {
     }
 
     /// Removes a registration; `addr` must be the registered start.
-    /// Refused (`InvalidState`) while a posted descriptor names the region.
-    /// `quiesce` must return only once every critical section that may
-    /// have looked the region up before has ended (each VI's lock taken
-    /// once); it runs before the check, so that descriptors completing at
-    /// this moment have let go, and after the region is closed.
+    /// Refused (`InvalidState`) while a queued descriptor names the region.
+    /// `quiesce` must return only once every critical section of a VI's
+    /// lock that began before it was called has ended (each VI's lock taken
+    /// once).
     pub fn deregister(&self, addr: u64, handle: u32, quiesce: &dyn Fn()) -> Result<()> {
         self.remove(addr, handle, Some(quiesce))
     }
@@ -272,6 +261,7 @@ impl MemoryRegistry {
         if slot.handle.load(Ordering::Acquire) != handle {
             return Err(ViaError::InvalidParameter("memory handle"));
         }
+        let in_use = || ViaError::InvalidState("memory region in use by a posted descriptor");
         if let Some(quiesce) = quiesce {
             // A completion is written, then its uses released, in one
             // critical section: a program that saw the status may call us
@@ -284,26 +274,24 @@ impl MemoryRegistry {
                 .compare_exchange(0, CLOSING, Ordering::AcqRel, Ordering::Acquire)
                 .is_err()
             {
-                return Err(ViaError::InvalidState(
-                    "memory region in use by a posted descriptor",
-                ));
+                return Err(in_use());
             }
         } else {
             // Closing the NIC: its VIs are gone or idle, nothing will run.
             slot.uses.fetch_or(CLOSING, Ordering::AcqRel);
         }
-        if slot
-            .handle
-            .compare_exchange(handle, 0, Ordering::AcqRel, Ordering::Relaxed)
-            .is_err()
-        {
-            slot.uses.fetch_and(!CLOSING, Ordering::AcqRel);
-            return Err(ViaError::InvalidParameter("memory handle"));
-        }
-        // A peer's RDMA copy that looked the region up before the handle
-        // went is inside a VI's critical section: wait for it to end.
+        // Under the book lock the handle cannot change.
+        slot.handle.store(0, Ordering::SeqCst);
         if let Some(quiesce) = quiesce {
+            // Every section that saw the handle ends: a peer's RDMA copy,
+            // a post that queued a descriptor naming the region (its use
+            // shows now).
             quiesce();
+            if slot.uses.load(Ordering::Acquire) & !CLOSING != 0 {
+                slot.uses.fetch_and(!CLOSING, Ordering::AcqRel);
+                slot.handle.store(handle, Ordering::Release);
+                return Err(in_use());
+            }
         }
         unpin_pages(&mut book, region.addr, region.len);
         book.free.push(handle & INDEX_MASK);
@@ -358,72 +346,122 @@ impl MemoryRegistry {
     }
 }
 
-/// The uses one posted descriptor holds (see the module text): the region
-/// it lies in first, then each other region its segments name, once.
-/// Given back when its completion is written.
+/// The regions one posted descriptor names (see the module text): the
+/// region it lies in first, then each other region its segments name,
+/// once. Recorded while the descriptor is checked; a use of each is added
+/// only when it stays queued ([`commit`](Self::commit)), and given back
+/// when its completion is written. Small: it travels in every queue entry.
 #[derive(Default)]
 pub struct HeldUses {
     inline: [u32; 3],
     n: u8,
-    more: Vec<u32>,
+    committed: bool,
+    /// Regions past the inline ones (a descriptor naming more than three:
+    /// rare, so grown one at a time).
+    more: Option<Box<[u32]>>,
 }
 
 impl HeldUses {
-    /// Holds the use `take_use` just took of `handle`.
+    /// Records the region a descriptor lies in.
     #[inline]
     pub fn with(handle: u32) -> Self {
         Self {
             inline: [handle, 0, 0],
             n: 1,
-            more: Vec::new(),
+            committed: false,
+            more: None,
         }
     }
 
-    /// How many uses are held.
+    /// How many regions are recorded.
     #[inline]
     pub fn count(&self) -> usize {
-        self.n as usize + self.more.len()
+        self.n as usize + self.more.as_ref().map_or(0, |m| m.len())
     }
 
-    #[inline]
-    fn holds(&self, handle: u32) -> bool {
-        self.inline[..self.n as usize].contains(&handle) || self.more.contains(&handle)
-    }
-
-    /// The region `handle` names, with a use held for this descriptor (one
-    /// per region). None if it is not registered.
+    /// Looks `handle` up and records it (once). Before [`commit`](Self::commit).
     #[inline]
     pub fn take(&mut self, reg: &MemoryRegistry, handle: u32) -> Option<Region> {
-        if self.holds(handle) {
-            return reg.lookup(handle);
-        }
-        let r = reg.take_use(handle)?;
-        if (self.n as usize) < self.inline.len() {
-            self.inline[self.n as usize] = handle;
-            self.n += 1;
-        } else {
-            self.more.push(handle);
+        let r = reg.lookup(handle)?;
+        // Most often the buffer shares the descriptor's registration.
+        if self.inline[0] != handle {
+            self.record(handle);
         }
         Some(r)
     }
 
-    /// Gives back every use but the first `keep`.
+    fn record(&mut self, handle: u32) {
+        if self.inline[..self.n as usize].contains(&handle) {
+            return;
+        }
+        if (self.n as usize) < self.inline.len() {
+            self.inline[self.n as usize] = handle;
+            self.n += 1;
+            return;
+        }
+        let more = self.more.take().unwrap_or_default();
+        if more.contains(&handle) {
+            self.more = Some(more);
+        } else {
+            let mut grown = more.into_vec();
+            grown.push(handle);
+            self.more = Some(grown.into_boxed_slice());
+        }
+    }
+
+    fn handles(&self) -> impl Iterator<Item = u32> + '_ {
+        self.inline[..self.n as usize]
+            .iter()
+            .chain(self.more.iter().flat_map(|m| m.iter()))
+            .copied()
+    }
+
+    /// Adds a use of every recorded region: the descriptor stays queued
+    /// after this critical section.
+    #[inline]
+    pub fn commit(&mut self, reg: &MemoryRegistry) {
+        for h in self.handles() {
+            reg.add_use(h);
+        }
+        self.committed = true;
+    }
+
+    /// Forgets every region but the first `keep` (giving back their uses).
     pub fn release_after(&mut self, reg: &MemoryRegistry, keep: usize) {
-        while self.count() > keep && !self.more.is_empty() {
-            if let Some(h) = self.more.pop() {
-                reg.release_use(h);
+        if let Some(more) = self.more.take() {
+            let mut more = more.into_vec();
+            while self.n as usize + more.len() > keep {
+                match more.pop() {
+                    Some(h) if self.committed => reg.release_use(h),
+                    Some(_) => {}
+                    None => break,
+                }
+            }
+            if !more.is_empty() {
+                self.more = Some(more.into_boxed_slice());
             }
         }
         while self.n as usize > keep {
             self.n -= 1;
-            reg.release_use(self.inline[self.n as usize]);
+            if self.committed {
+                reg.release_use(self.inline[self.n as usize]);
+            }
         }
     }
 
     /// Gives back every use (the descriptor is complete, or abandoned).
-    #[inline]
+    /// Nothing to do for one that never stayed queued.
+    #[inline(always)]
     pub fn release(&mut self, reg: &MemoryRegistry) {
+        if self.committed {
+            self.release_committed(reg);
+        }
+    }
+
+    #[inline(never)]
+    fn release_committed(&mut self, reg: &MemoryRegistry) {
         self.release_after(reg, 0);
+        self.committed = false;
     }
 }
 
@@ -587,13 +625,15 @@ mod tests {
         let hs: Vec<u32> = (0..5)
             .map(|k| reg.register(at(k), 64, PtagId(1), false, false).unwrap())
             .collect();
-        reg.take_use(hs[0]).unwrap();
         let held = std::cell::RefCell::new(HeldUses::with(hs[0]));
-        // Five regions, each named twice: one use each, past the inline ones.
+        // Five regions, each named twice: recorded once each, past the
+        // inline ones; no use until committed.
         for &h in hs.iter().chain(&hs) {
             assert!(held.borrow_mut().take(&reg, h).is_some());
         }
         assert_eq!(held.borrow().count(), 5);
+        assert_eq!(reg.uses_of(hs[4]), 0);
+        held.borrow_mut().commit(&reg);
         for (k, &h) in hs.iter().enumerate() {
             assert_eq!(reg.uses_of(h), 1);
             assert!(matches!(
@@ -609,11 +649,20 @@ mod tests {
         // A completion that ends while deregistration waits lets it through.
         reg.deregister(at(0), hs[0], &|| held.borrow_mut().release(&reg))
             .unwrap();
-        assert!(reg.take_use(hs[0]).is_none(), "a use of a dead handle");
-        // A stale handle's attempt leaves the slot's next registration free.
-        let h = reg.register(at(0), 64, PtagId(1), false, false).unwrap();
-        assert!(reg.take_use(hs[0]).is_none());
-        assert_eq!(reg.uses_of(h), 0);
-        reg.deregister(at(0), h, &|| {}).unwrap();
+        assert!(reg.lookup(hs[0]).is_none());
+        // A descriptor queued by a post that saw the region before it was
+        // closed (its use shows only after the pass through the VIs' locks):
+        // refused, and the region is open again.
+        let h = reg.register(at(1), 64, PtagId(1), false, false).unwrap();
+        let late = std::cell::Cell::new(false);
+        let r = reg.deregister(at(1), h, &|| {
+            if !late.replace(true) {
+                reg.add_use(h);
+            }
+        });
+        assert!(matches!(r, Err(ViaError::InvalidState(_))));
+        assert!(reg.lookup(h).is_some(), "reopened");
+        reg.release_use(h);
+        reg.deregister(at(1), h, &|| {}).unwrap();
     }
 }

@@ -217,17 +217,14 @@ impl Vi {
         let reg = &self.nic.registry;
         let (d, words) = descriptor::check_placement(reg, desc, mem_handle, ptag)
             .map_err(|_| ViaError::InvalidParameter("descriptor"))?;
-        // From here the descriptor's region is in use: give it back on a
-        // refusal.
         if g.sq.entries.len() >= MAX_DESCRIPTORS_PER_QUEUE {
-            reg.release_use(mem_handle);
             return Err(ViaError::Resource("send queue full"));
         }
         let state = self.state();
         if state == ViState::Idle || state == ViState::ConnectPending {
-            reg.release_use(mem_handle);
             return Err(ViaError::InvalidState("VI is not connected"));
         }
+        // The regions it names; in use only if it stays queued (mem).
         let mut uses = HeldUses::with(mem_handle);
         d.reset_status();
         let inner = &mut *g;
@@ -328,6 +325,8 @@ impl Vi {
                 cq.push(self.id, self.token.load(Ordering::Relaxed), false);
             }
         } else {
+            // Queued past this critical section: its memory is in use.
+            entry.uses.commit(reg);
             inner.sq.entries.push_back(entry);
             self.reap_sends(inner, consumed_before);
         }
@@ -353,7 +352,6 @@ impl Vi {
         let (d, words) = descriptor::check_placement(reg, desc, mem_handle, ptag)
             .map_err(|_| ViaError::InvalidParameter("descriptor"))?;
         if g.rq.entries.len() >= MAX_DESCRIPTORS_PER_QUEUE {
-            reg.release_use(mem_handle);
             return Err(ViaError::Resource("receive queue full"));
         }
         let mut uses = HeldUses::with(mem_handle);
@@ -363,6 +361,7 @@ impl Vi {
         let state = self.state();
         match descriptor::parse_recv(reg, &mut uses, d, words, ptag, &mut ranges) {
             Ok(capacity) if state != ViState::Error => {
+                uses.commit(reg);
                 inner.rq.entries.push_back(RecvEntry {
                     desc: d,
                     ranges,
@@ -382,6 +381,7 @@ impl Vi {
                 // It completes in turn, behind receives posted earlier;
                 // only the region it lies in stays in use.
                 uses.release_after(reg, 1);
+                uses.commit(reg);
                 inner.rq.entries.push_back(RecvEntry {
                     desc: d,
                     ranges,
