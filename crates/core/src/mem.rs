@@ -67,8 +67,8 @@ impl Region {
 /// Deregistration has begun.
 const CLOSING: u64 = 1 << 63;
 
-// One slot per cache line: a use is taken and released on every post, and
-// would otherwise disturb the lookups of the slot next to it.
+// One slot per cache line: a use is added and released for every queued
+// descriptor, and would otherwise disturb the lookups of the next slot.
 #[derive(Default)]
 #[repr(align(64))]
 struct Slot {
@@ -80,7 +80,7 @@ struct Slot {
     /// The handle this slot had last, so a re-registration never reuses it
     /// (a stale handle must miss).
     previous: AtomicU32,
-    /// Posted descriptors naming the region, and [`CLOSING`].
+    /// Queued descriptors naming the region, and [`CLOSING`].
     uses: AtomicU64,
 }
 
@@ -181,8 +181,9 @@ impl MemoryRegistry {
             | if rdma_write { ATTR_RDMA_WRITE } else { 0 }
             | if rdma_read { ATTR_RDMA_READ } else { 0 };
         slot.attrs.store(attrs, Ordering::Relaxed);
-        // A stale use attempt may still be undoing its increment: clear
-        // only the flag, the count balances itself.
+        // Clear only the flag: the count is zero (deregistration succeeds
+        // only then), except after the NIC's forced clear, whose late
+        // releases must still balance.
         slot.uses.fetch_and(!CLOSING, Ordering::Relaxed);
         slot.handle.store(handle, Ordering::Release);
         Ok(handle)
