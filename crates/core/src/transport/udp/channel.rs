@@ -15,6 +15,10 @@
 //! delivered waits up to [`ACK_DELAY_NS`], so a reply the application
 //! posts meanwhile carries it.
 //!
+//! Under a cluster key every datagram after the handshake carries an
+//! authentication trailer (`packet_auth`): sealed as the flush writes it,
+//! checked before the protocol sees a received one.
+//!
 //! VIA operations map onto RUM messages one to one. An RDMA read request
 //! carries (length, tag) as 16 bytes of payload, the tag being the
 //! requester's message number; the response is a message of op
@@ -32,6 +36,7 @@ use openvia_proto::{
 };
 use openvia_wire::handshake::ViAttrs;
 
+use super::packet_auth::{overhead, Opened, PacketAuth};
 use super::socket::{RxBatch, UdpSock, RX_BATCH, RX_BUF};
 use super::stats::STATS;
 use super::tx::{send_batch, Outside, TxBatch};
@@ -98,8 +103,10 @@ pub struct UdpChannel {
     lossless: bool,
     tx: TxBatch,
     rx: RxBatch,
-    /// Room given to the protocol for one outgoing datagram.
+    /// Room for one outgoing datagram, trailer included.
     max_datagram: usize,
+    /// Per-packet authentication (a cluster key is set).
+    auth: Option<PacketAuth>,
     /// Messages posted (our sequence numbers are message id + 1).
     posted: u64,
     /// Every message below this id has completed.
@@ -137,16 +144,16 @@ impl UdpChannel {
         remote: ViAttrs,
         echo: Option<AcceptEcho>,
         in_place_sends: bool,
+        cluster_key: Option<&[u8]>,
     ) -> Self {
         let reliable = conn.config().reliability.is_reliable();
         let lossless = conn.config().flow_control_only;
         let external_ok = in_place_sends && reliable && !lossless;
-        let max_datagram = conn.max_datagram_len().max(2048);
-        let rx_buf = if sock.gso {
-            RX_BUF
-        } else {
-            conn.max_datagram_len().max(2048)
-        };
+        let auth =
+            cluster_key.map(|k| PacketAuth::new(k, conn.local_conn_id(), conn.peer_conn_id()));
+        let longest = conn.max_datagram_len() + overhead(auth.is_some());
+        let max_datagram = longest.max(2048);
+        let rx_buf = if sock.gso { RX_BUF } else { longest.max(2048) };
         let mut ch = Self {
             sock,
             conn,
@@ -157,6 +164,7 @@ impl UdpChannel {
             tx: TxBatch::default(),
             rx: RxBatch::new(rx_buf),
             max_datagram,
+            auth,
             posted: 0,
             completed: 0,
             failed: None,
@@ -204,10 +212,13 @@ impl UdpChannel {
         self.ack_held_since = None;
         loop {
             let mut pulled = false;
+            let trailer = overhead(self.auth.is_some());
             while self.tx.len() < TX_BATCH {
                 let tail = self.tx.tail(self.max_datagram);
+                let room = tail.len() - trailer;
                 let Some(Transmit { len, payload }) =
-                    self.conn.poll_transmit_split(now, tail, SPLIT_MIN)
+                    self.conn
+                        .poll_transmit_split(now, &mut tail[..room], SPLIT_MIN)
                 else {
                     break;
                 };
@@ -227,7 +238,21 @@ impl UdpChannel {
                         Some(Outside { addr, len: r.len })
                     }
                 };
-                self.tx.commit_split(len, outside);
+                if let Some(auth) = self.auth.as_mut() {
+                    let outside_bytes: &[u8] = match outside {
+                        // SAFETY: the protocol named these bytes for this
+                        // flush (its buffer, or registered memory of a send
+                        // not yet complete); they stay until it takes an
+                        // acknowledgement, after the flush.
+                        Some(o) => unsafe {
+                            std::slice::from_raw_parts(o.addr as *const u8, o.len)
+                        },
+                        None => &[],
+                    };
+                    let (head, rest) = self.tx.tail(self.max_datagram).split_at_mut(len);
+                    auth.seal(&[head, outside_bytes], rest);
+                }
+                self.tx.commit_trailed(len, outside, trailer);
             }
             if self.tx.is_empty() {
                 break;
@@ -289,7 +314,14 @@ impl UdpChannel {
                 }
                 let (rx, conn) = (&self.rx, &mut self.conn);
                 for dg in rx.datagrams(k) {
-                    conn.handle_datagram(now, dg);
+                    match self.auth.as_ref().map(|a| a.open(dg)) {
+                        None => conn.handle_datagram(now, dg),
+                        Some(Opened::Packet(p)) => conn.handle_datagram(now, p),
+                        Some(Opened::Handshake) => conn.handle_datagram(now, dg),
+                        Some(Opened::Forged) => {
+                            STATS.auth_failures.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
                 }
             }
             if n < want || want == 1 {

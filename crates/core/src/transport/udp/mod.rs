@@ -7,13 +7,16 @@
 //! - `channel`: the [`Channel`](crate::transport::Channel) of a connected VI.
 //! - `agent`: the per-host rendezvous on the well-known port.
 //! - `connect`: client, server and peer-to-peer connection setup.
-//! - `mac`: SHA-256/HMAC for the cluster key.
+//! - `mac`: SHA-256/HMAC for the cluster key; `gmac` and `packet_auth`:
+//!   every packet authenticated under it.
 //! - `stats`: drop counters.
 
 pub mod agent;
 pub mod channel;
 pub mod connect;
+pub mod gmac;
 pub mod mac;
+pub mod packet_auth;
 pub mod socket;
 pub mod stats;
 pub mod tx;
@@ -203,14 +206,24 @@ impl UdpNic {
         }
     }
 
+    /// Bytes around each RUM packet: IP and UDP headers, and the
+    /// authentication trailer under a cluster key.
+    pub fn datagram_overhead(&self) -> usize {
+        self.ip_udp_overhead() + packet_auth::overhead(self.settings.key.is_some())
+    }
+
     /// Payload bytes per segment under the settings.
     pub fn segment_size(&self) -> usize {
-        let overhead = self.ip_udp_overhead();
+        let trailer = packet_auth::overhead(self.settings.key.is_some());
+        // The largest UDP payload holds the packet and its trailer.
+        let largest = openvia_wire::rum::MAX_DATAGRAM - openvia_wire::rum::DATA_OVERHEAD - trailer;
         match self.settings.segment {
-            SegmentChoice::Bytes(n) => n.clamp(64, openvia_wire::rum::MAX_DATAGRAM - 64),
-            SegmentChoice::Policy(p) => openvia_proto::segment_size(self.mtu, overhead, p)
-                .unwrap_or(512)
-                .max(64),
+            SegmentChoice::Bytes(n) => n.clamp(64, largest),
+            SegmentChoice::Policy(p) => {
+                openvia_proto::segment_size(self.mtu, self.datagram_overhead(), p)
+                    .unwrap_or(512)
+                    .clamp(64, largest)
+            }
         }
     }
 
