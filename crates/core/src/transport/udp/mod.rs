@@ -31,6 +31,10 @@ pub use stats::{stats, StatsSnapshot};
 
 /// Default well-known port of the connection agent.
 pub const DEFAULT_AGENT_PORT: u16 = 7250;
+/// Keepalive interval of an idle VI. Its datagrams are what a dead peer
+/// process's host answers with ICMP port unreachable, so this bounds how
+/// long the death of a peer that is not being sent to goes unnoticed.
+pub const DEFAULT_KEEPALIVE_MS: u64 = 50;
 /// Largest transfer one descriptor may carry on the network device.
 pub const UDP_MAX_TRANSFER: u64 = 16 << 20;
 
@@ -53,7 +57,7 @@ pub const DEFAULT_WINDOW_BYTES: usize = 8 << 20;
 /// | `OPENVIA_UDP_WINDOW` | receive window in segments (raised to one message) | 8 MiB of segments, ≥ 1024 |
 /// | `OPENVIA_UDP_GSO`, `OPENVIA_UDP_GRO` | 0 turns the offload off | 1 |
 /// | `OPENVIA_UDP_COPY_SENDS` | 1: copy large sends at post instead of reading them in place | 0 |
-/// | `OPENVIA_UDP_KEEPALIVE_MS` | keepalive interval | 500 |
+/// | `OPENVIA_UDP_KEEPALIVE_MS` | keepalive interval of an idle VI (its ICMP answer tells a dead peer process) | 50 |
 /// | `OPENVIA_UDP_DEAD_MS` | silence after which the peer is dead | 3000 |
 /// | `OPENVIA_UDP_MIN_RTO_US` | lower bound of the retransmission timeout | 10000 |
 #[derive(Clone, Debug)]
@@ -138,7 +142,11 @@ impl UdpSettings {
             gso: env_num("OPENVIA_UDP_GSO") != Some(0),
             gro: env_num("OPENVIA_UDP_GRO") != Some(0),
             in_place_sends: env_num("OPENVIA_UDP_COPY_SENDS") != Some(1),
-            keepalive: Duration::from_millis(env_num("OPENVIA_UDP_KEEPALIVE_MS").unwrap_or(500)),
+            keepalive: Duration::from_millis(
+                env_num("OPENVIA_UDP_KEEPALIVE_MS")
+                    .unwrap_or(DEFAULT_KEEPALIVE_MS)
+                    .max(1),
+            ),
             dead_peer: Duration::from_millis(env_num("OPENVIA_UDP_DEAD_MS").unwrap_or(3000)),
             min_rto: Duration::from_micros(
                 env_num("OPENVIA_UDP_MIN_RTO_US")

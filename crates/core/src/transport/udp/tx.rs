@@ -239,13 +239,8 @@ pub fn send_batch(sock: &UdpSock, tx: &TxBatch) -> io::Result<usize> {
             match e.raw_os_error() {
                 Some(libc::EINTR) => continue,
                 Some(libc::EAGAIN) | Some(libc::ENOBUFS) => break,
-                // The peer's port is closed (ICMP): the datagrams are gone
-                // like any lost ones; recovery or the dead-peer timer
-                // decides.
-                Some(libc::ECONNREFUSED) => {
-                    done_groups += 1;
-                    continue;
-                }
+                // ECONNREFUSED (the peer's port is closed, `socket::refused`)
+                // among others: the caller decides.
                 _ => return Err(e),
             }
         }
