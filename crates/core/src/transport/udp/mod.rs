@@ -49,7 +49,7 @@ pub const DEFAULT_WINDOW_BYTES: usize = 8 << 20;
 /// |---|---|---|
 /// | `OPENVIA_AGENT_PORT` | well-known agent port | 7250 |
 /// | `OPENVIA_UDP_BIND` | address of the generic `/dev/via_udp` | first non-loopback |
-/// | `OPENVIA_CLUSTER_KEY` | key file authenticating handshakes | none |
+/// | `OPENVIA_CLUSTER_KEY` | key file authenticating every datagram (`packet_auth`) | none |
 /// | `OPENVIA_UDP_MTU` | MTU to assume instead of the interface's | interface |
 /// | `OPENVIA_UDP_SEGMENT` | `fixed`, `page`, `largest` or a byte count | `fixed` |
 /// | `OPENVIA_UDP_FLOW` | `hetero`, `homo` | `hetero` |
