@@ -300,11 +300,13 @@ fn spoofed_icmp_ends_a_connection_only_without_a_cluster_key() {
         let rd = p.ma.desc(3);
         set_desc(rd, 0, &[(p.ma.data(8192) as u64, p.ma.handle, 4096)], 0);
         p.a.post_recv(rd, p.ma.handle).unwrap();
+        let before = udp_stats().port_unreachable;
         spoof_port_unreachable(seen.sport, seen.dport);
         // Without a key the ICMP is believed: the VI breaks at once. With
         // one, the peer answers the probe and nothing breaks: the wait
         // runs out.
         let waited = p.a.recv_wait(Some(Duration::from_millis(300)));
+        assert!(udp_stats().port_unreachable > before, "ICMP not seen");
         if key {
             assert!(waited.is_err(), "keyed VI broke on a spoofed ICMP");
             assert_eq!(p.a.state(), ViState::Connected);

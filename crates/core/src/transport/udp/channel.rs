@@ -425,6 +425,7 @@ impl UdpChannel {
 
     /// The peer's host answered a datagram with ICMP port unreachable.
     fn port_unreachable(&mut self, now_ns: u64) {
+        STATS.port_unreachable.fetch_add(1, Ordering::Relaxed);
         if self.auth.is_none() {
             self.failed
                 .get_or_insert("peer gone (its port is unreachable)");
