@@ -230,6 +230,16 @@ impl Connection {
         self.state == State::Connected && (self.send.unacked() > 0 || self.send.has_uncut())
     }
 
+    /// Asks the peer to acknowledge at once (a KEEPALIVE with the ACK
+    /// request flag goes out at the next `poll_transmit`): an answer
+    /// proves it is still there, e.g. after an ICMP error that may be
+    /// forged.
+    pub fn request_ack(&mut self) {
+        if self.state == State::Connected {
+            self.probe_due = true;
+        }
+    }
+
     pub fn close(&mut self) {
         if self.state != State::Closed {
             self.disconnect_due = Some(DISCONNECT_NORMAL);

@@ -5,10 +5,11 @@ mod support;
 
 use std::time::Duration;
 
+use openvia_proto::Counters;
 use openvia_proto::{
     emit_reject, Config, Connection, Event, FlowMode, LostReason, Reliability, State, Time,
 };
-use openvia_wire::rum::{Body, Repr};
+use openvia_wire::rum::{Body, DataRepr, HeaderRepr, Repr, ViaOp};
 use support::{content, LinkConfig, Rng, Sim};
 
 fn small_window(mode: FlowMode, reliability: Reliability) -> Config {
@@ -240,4 +241,74 @@ fn garbage_and_foreign_datagrams_are_counted_not_delivered() {
     sim.send_a(content(1, 1, 5000));
     assert!(sim.run_until(Duration::from_secs(2), |s| s.b.sink.received.len() == 2));
     assert_eq!(sim.b.sink.received[1].1, content(1, 1, 5000));
+}
+
+/// A DATA packet with the right connection id and an in-window sequence
+/// number but a message id far from the next one (a forgery without a
+/// cluster key, or a corrupted packet): it must not be delivered, and the
+/// dropped-message count must not jump by the id's distance (it read
+/// 2 707 587 607 after one such packet).
+fn forged_message_id(reliability: Reliability) -> (Counters, usize) {
+    let cfg = Config {
+        reliability,
+        rdma_read: reliability.is_reliable(),
+        ..Config::default()
+    };
+    let mut sim = Sim::new(78, LinkConfig::perfect(), cfg.clone(), cfg);
+    sim.run_until(Duration::from_secs(1), |s| s.b.conn.is_some());
+    sim.send_a(content(1, 0, 100));
+    assert!(sim.run_until(Duration::from_secs(1), |s| s.b.sink.received.len() == 1));
+    let now = sim.now;
+    let cid = sim.b().local_conn_id();
+    for seq in 0..4u32 {
+        let payload = b"forged";
+        let repr = Repr {
+            header: HeaderRepr {
+                conn_id: cid,
+                ack_request: false,
+                seq,
+                ack: 0,
+                consumed: 0,
+                window: 64,
+            },
+            body: Body::Data(DataRepr {
+                msg_id: 0xA163_0000 + seq,
+                offset: 0,
+                total_len: payload.len() as u32,
+                op: ViaOp::Send,
+                immediate: None,
+                mem_handle: 0,
+                remote_addr: 0,
+                payload,
+            }),
+        };
+        let mut buf = vec![0u8; repr.buffer_len()];
+        let n = repr.emit(&mut buf).unwrap();
+        sim.b().handle_datagram(now, &buf[..n]);
+    }
+    sim.run_until(Duration::from_millis(50), |_| false);
+    let forged = sim
+        .b
+        .sink
+        .received
+        .iter()
+        .filter(|(_, bytes)| bytes == b"forged")
+        .count();
+    let c = *sim.b.conn.as_ref().unwrap().counters();
+    (c, forged)
+}
+
+#[test]
+fn forged_message_id_is_not_delivered_reliable() {
+    let (c, forged) = forged_message_id(Reliability::ReliableDelivery);
+    assert_eq!(forged, 0, "{c:?}");
+    assert_eq!(c.messages_dropped, 0, "{c:?}");
+    assert!(c.protocol_violations >= 1, "{c:?}");
+}
+
+#[test]
+fn forged_message_id_does_not_inflate_drops_unreliable() {
+    let (c, forged) = forged_message_id(Reliability::Unreliable);
+    assert_eq!(forged, 0, "{c:?}");
+    assert!(c.messages_dropped <= 4, "{c:?}");
 }

@@ -67,6 +67,9 @@
 //! ([`Packet::authenticator_range`] says where they are).
 //!
 //! KEEPALIVE: empty body. DISCONNECT: 4-byte reason code.
+//!
+//! Under a cluster key every packet after the handshake is followed by a
+//! 24-byte trailer (packet number, tag): see [`split_trailer`].
 
 mod error;
 mod handshake;
@@ -76,11 +79,16 @@ mod packet;
 mod repr;
 #[cfg(test)]
 mod tests;
+mod trailer;
 
 pub use error::{EmitError, ParseError};
 pub use handshake::{FlowMode, HandshakeRepr, AUTHENTICATOR_LEN, MAX_USER_DATA};
 pub use packet::{Packet, PacketType, HEADER_LEN};
 pub use repr::{AckRepr, Body, DataRepr, HeaderRepr, Repr, SackBlock, ViaOp};
+pub use trailer::{
+    split_trailer, trailer_nonce, write_trailer, Trailed, PACKET_NUMBER_LEN, TRAILER_LEN,
+    TRAILER_TAG_LEN,
+};
 
 /// Magic number at offset 0 ("RM").
 pub const MAGIC: u16 = 0x524D;

@@ -184,6 +184,12 @@ fn server(args: &Args) {
     match args.str("mode") {
         "sizes" => serve_sizes(&end, window),
         "stream" => serve_stream(&end, args, window),
+        "idle" => {
+            // Connected and idle until the test kills this process.
+            println!("CONNECTED");
+            std::thread::sleep(WAIT);
+            fail("idle server was not killed".into());
+        }
         m => fail(format!("bad mode={m}")),
     }
 }
@@ -425,6 +431,42 @@ fn client_stream(args: &Args) {
     println!("RESULT sent={count}");
 }
 
+/// Connects, posts a receive and waits: the test kills the server. The
+/// receive must come back with an error (`BROKE`, timed by the test), and
+/// a send posted after that must not complete with success.
+fn client_idle(args: &Args) {
+    let end = open(args, 1);
+    client_connect(args, &end);
+    end.post_recv(0, 0);
+    println!("CONNECTED");
+    let got = end
+        .vi
+        .recv_wait(Some(WAIT))
+        .unwrap_or_else(|e| fail(format!("recv_wait: {e}")));
+    let (st, _, _) = end.mem.result_of(got.0);
+    if st & status::ERROR_MASK == 0 {
+        fail(format!("receive completed cleanly: {st:#x}"));
+    }
+    println!("BROKE");
+    end.mem
+        .set_desc(1, 0, &[(end.mem.addr(0), end.mem.handle, 100)], 0);
+    let succeeded = match end.vi.post_send(end.mem.desc(1), end.mem.handle) {
+        Err(_) => false,
+        Ok(()) => {
+            let got = end
+                .vi
+                .send_wait(Some(Duration::from_secs(5)))
+                .unwrap_or_else(|e| fail(format!("send_wait: {e}")));
+            end.mem.result_of(got.0).0 & status::ERROR_MASK == 0
+        }
+    };
+    println!(
+        "RESULT send_succeeded={} error_state={}",
+        u32::from(succeeded),
+        u32::from(end.vi.state() == ViState::Error)
+    );
+}
+
 /// The VI broke: every outstanding descriptor must come back with an error
 /// status, the VI must be in the error state.
 fn report_break(end: &End, done: u64, last_ok: Instant, outstanding: u64) {
@@ -473,6 +515,7 @@ fn main() {
         ("server", _) => server(&args),
         ("client", "sizes") => client_sizes(&args),
         ("client", "stream") => client_stream(&args),
+        ("client", "idle") => client_idle(&args),
         (r, m) => fail(format!("bad role={r} mode={m}")),
     }
 }

@@ -15,6 +15,18 @@
 //! delivered waits up to [`ACK_DELAY_NS`], so a reply the application
 //! posts meanwhile carries it.
 //!
+//! Under a cluster key every datagram after the handshake carries an
+//! authentication trailer (`packet_auth`): sealed as the flush writes it,
+//! checked before the protocol sees a received one.
+//!
+//! A peer process that died on a live host is known by the ICMP port
+//! unreachable its host answers our next datagram with (an idle VI sends
+//! a keepalive every `OPENVIA_UDP_KEEPALIVE_MS`, 50 ms): the kernel
+//! reports it on the connected socket as ECONNREFUSED. Without a cluster
+//! key that ends the connection at once; with one, where an ICMP may be
+//! forged, it asks the peer for an acknowledgement, and only silence for
+//! [`UNREACHABLE_ANSWER_NS`] ends it.
+//!
 //! VIA operations map onto RUM messages one to one. An RDMA read request
 //! carries (length, tag) as 16 bytes of payload, the tag being the
 //! requester's message number; the response is a message of op
@@ -32,7 +44,8 @@ use openvia_proto::{
 };
 use openvia_wire::handshake::ViAttrs;
 
-use super::socket::{RxBatch, UdpSock, RX_BATCH, RX_BUF};
+use super::packet_auth::{overhead, Opened, PacketAuth};
+use super::socket::{refused, RxBatch, UdpSock, RX_BATCH, RX_BUF};
 use super::stats::STATS;
 use super::tx::{send_batch, Outside, TxBatch};
 use crate::descriptor::{status, OpKind, WorkRequest};
@@ -72,6 +85,23 @@ const LONE_FOR_PLAIN: u8 = 4;
 const IDLE_CLOCK_EVERY: u32 = 16;
 /// Longest a close waits for the peer to acknowledge what was sent.
 const LINGER_NS: u64 = 200_000_000;
+/// Under a cluster key, how long the peer has to answer (any packet whose
+/// tag holds) after an ICMP port unreachable before the connection fails:
+/// a forged ICMP then costs one acknowledgement, not the connection. A
+/// genuine ICMP means the port is closed, so only a forger who can also
+/// hold back the answer (and could as well drop everything) gains by a
+/// peer slow to answer.
+const UNREACHABLE_ANSWER_NS: u64 = 25_000_000;
+
+/// An ICMP port unreachable under a cluster key, not yet answered.
+#[derive(Clone, Copy, Debug)]
+struct Unreachable {
+    /// The connection fails at this time (ns) unless the peer answers.
+    until: u64,
+    /// A receive found the socket empty since: what arrives now was sent
+    /// after the ICMP's datagram, not queued before the peer died.
+    drained: bool,
+}
 
 /// Now, as the protocol's time (CLOCK_MONOTONIC).
 pub fn now() -> Time {
@@ -98,8 +128,16 @@ pub struct UdpChannel {
     lossless: bool,
     tx: TxBatch,
     rx: RxBatch,
-    /// Room given to the protocol for one outgoing datagram.
+    /// Room for one outgoing datagram, trailer included.
     max_datagram: usize,
+    /// Per-packet authentication (a cluster key is set).
+    auth: Option<PacketAuth>,
+    /// The peer's host said its port is closed; waiting for an answer.
+    unreachable: Option<Unreachable>,
+    /// The connection failed on the peer's port being closed: nothing is
+    /// sent any more (each datagram would draw another ICMP, which the
+    /// host's kernel rate-limits per destination).
+    peer_gone: bool,
     /// Messages posted (our sequence numbers are message id + 1).
     posted: u64,
     /// Every message below this id has completed.
@@ -137,16 +175,16 @@ impl UdpChannel {
         remote: ViAttrs,
         echo: Option<AcceptEcho>,
         in_place_sends: bool,
+        cluster_key: Option<&[u8]>,
     ) -> Self {
         let reliable = conn.config().reliability.is_reliable();
         let lossless = conn.config().flow_control_only;
         let external_ok = in_place_sends && reliable && !lossless;
-        let max_datagram = conn.max_datagram_len().max(2048);
-        let rx_buf = if sock.gso {
-            RX_BUF
-        } else {
-            conn.max_datagram_len().max(2048)
-        };
+        let auth =
+            cluster_key.map(|k| PacketAuth::new(k, conn.local_conn_id(), conn.peer_conn_id()));
+        let longest = conn.max_datagram_len() + overhead(auth.is_some());
+        let max_datagram = longest.max(2048);
+        let rx_buf = if sock.gso { RX_BUF } else { longest.max(2048) };
         let mut ch = Self {
             sock,
             conn,
@@ -157,6 +195,9 @@ impl UdpChannel {
             tx: TxBatch::default(),
             rx: RxBatch::new(rx_buf),
             max_datagram,
+            auth,
+            unreachable: None,
+            peer_gone: false,
             posted: 0,
             completed: 0,
             failed: None,
@@ -204,10 +245,13 @@ impl UdpChannel {
         self.ack_held_since = None;
         loop {
             let mut pulled = false;
+            let trailer = overhead(self.auth.is_some());
             while self.tx.len() < TX_BATCH {
                 let tail = self.tx.tail(self.max_datagram);
+                let room = tail.len() - trailer;
                 let Some(Transmit { len, payload }) =
-                    self.conn.poll_transmit_split(now, tail, SPLIT_MIN)
+                    self.conn
+                        .poll_transmit_split(now, &mut tail[..room], SPLIT_MIN)
                 else {
                     break;
                 };
@@ -227,15 +271,33 @@ impl UdpChannel {
                         Some(Outside { addr, len: r.len })
                     }
                 };
-                self.tx.commit_split(len, outside);
+                if let Some(auth) = self.auth.as_mut() {
+                    let outside_bytes: &[u8] = match outside {
+                        // SAFETY: the protocol named these bytes for this
+                        // flush (its buffer, or registered memory of a send
+                        // not yet complete); they stay until it takes an
+                        // acknowledgement, after the flush.
+                        Some(o) => unsafe {
+                            std::slice::from_raw_parts(o.addr as *const u8, o.len)
+                        },
+                        None => &[],
+                    };
+                    let (head, rest) = self.tx.tail(self.max_datagram).split_at_mut(len);
+                    auth.seal(&[head, outside_bytes], rest);
+                }
+                self.tx.commit_trailed(len, outside, trailer);
             }
             if self.tx.is_empty() {
                 break;
             }
             let sent = match send_batch(&self.sock, &self.tx) {
                 Ok(n) => n,
-                Err(_) => {
-                    // An unreachable network: like a loss; timers decide.
+                Err(e) => {
+                    if refused(&e) {
+                        self.port_unreachable(now.as_nanos());
+                    }
+                    // Otherwise an unreachable network: like a loss;
+                    // timers decide.
                     self.tx.len()
                 }
             };
@@ -259,7 +321,23 @@ impl UdpChannel {
         let mut at = None;
         loop {
             let want = self.rx_want;
-            let n = self.sock.recv_batch(&mut self.rx, want).unwrap_or_default();
+            let n = match self.sock.recv_batch(&mut self.rx, want) {
+                Ok(0) => {
+                    if let Some(u) = self.unreachable.as_mut() {
+                        u.drained = true;
+                    }
+                    0
+                }
+                Ok(n) => n,
+                Err(e) => {
+                    if refused(&e) {
+                        self.port_unreachable(crate::sys::now_ns());
+                    }
+                    0
+                }
+            };
+            let answers = self.unreachable.is_some_and(|u| u.drained);
+            let mut accepted = false;
             if n > 0 && at.is_none() {
                 at = Some(now());
             }
@@ -289,8 +367,21 @@ impl UdpChannel {
                 }
                 let (rx, conn) = (&self.rx, &mut self.conn);
                 for dg in rx.datagrams(k) {
-                    conn.handle_datagram(now, dg);
+                    match self.auth.as_ref().map(|a| a.open(dg)) {
+                        None => conn.handle_datagram(now, dg),
+                        Some(Opened::Packet(p)) => {
+                            accepted = true;
+                            conn.handle_datagram(now, p);
+                        }
+                        Some(Opened::Handshake) => conn.handle_datagram(now, dg),
+                        Some(Opened::Forged) => {
+                            STATS.auth_failures.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
                 }
+            }
+            if accepted && answers {
+                self.unreachable = None;
             }
             if n < want || want == 1 {
                 break;
@@ -332,7 +423,31 @@ impl UdpChannel {
         now
     }
 
+    /// The peer's host answered a datagram with ICMP port unreachable.
+    fn port_unreachable(&mut self, now_ns: u64) {
+        STATS.port_unreachable.fetch_add(1, Ordering::Relaxed);
+        if self.auth.is_none() {
+            self.failed
+                .get_or_insert("peer gone (its port is unreachable)");
+            self.peer_gone = true;
+            return;
+        }
+        if self.unreachable.is_none() {
+            self.unreachable = Some(Unreachable {
+                until: now_ns + UNREACHABLE_ANSWER_NS,
+                drained: false,
+            });
+            self.conn.request_ack();
+            self.flush_owed = true;
+        }
+    }
+
     fn run_due_timers(&mut self, now: Time) {
+        if self.unreachable.is_some_and(|u| now.as_nanos() >= u.until) {
+            self.failed
+                .get_or_insert("peer gone (port unreachable, no answer)");
+            self.peer_gone = true;
+        }
         if self.conn.poll_timeout().is_some_and(|t| t <= now) {
             self.conn.handle_timeout(now);
             self.flush_owed = true;
@@ -592,6 +707,7 @@ impl Channel for UdpChannel {
             && self.echo.is_none()
             && !self.held_for_recv
             && self.failed.is_none()
+            && self.unreachable.is_none()
             && !self.idle_polls.is_multiple_of(IDLE_CLOCK_EVERY)
         {
             return Ok(false);
@@ -635,7 +751,9 @@ impl Channel for UdpChannel {
             self.flush(now_t);
         }
         if let Some(why) = self.failed {
-            self.flush(now_t);
+            if !self.peer_gone {
+                self.flush(now_t);
+            }
             // The datagram that completed our last sends (the peer's final
             // acknowledgement) often comes with its disconnect. The caller
             // reads the completed count before this call: report the
@@ -687,6 +805,11 @@ impl Channel for UdpChannel {
         if broken {
             self.failed.get_or_insert("broken");
         }
+        if self.peer_gone {
+            self.closed = true;
+            self.publish_counters();
+            return;
+        }
         // An acknowledgement held for a reply goes out before the
         // disconnect: closing discards it, and the peer's reliable send of
         // the message we just took would then fail.
@@ -708,7 +831,8 @@ impl Channel for UdpChannel {
         let e = self.echo.as_ref().map(|e| e.next);
         let f = self.flush_owed.then(crate::sys::now_ns);
         let a = self.ack_held_since.map(|t| t + ACK_DELAY_NS);
-        [t, e, f, a].into_iter().flatten().min()
+        let u = self.unreachable.map(|u| u.until);
+        [t, e, f, a, u].into_iter().flatten().min()
     }
 }
 

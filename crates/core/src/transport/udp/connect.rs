@@ -48,7 +48,7 @@ fn vi_socket(u: &UdpNic) -> Result<UdpSock> {
     // which GSO refuses (the kernel fails every such send): send those one
     // by one.
     let fits_mtu =
-        u.segment_size() + openvia_wire::rum::DATA_OVERHEAD + u.ip_udp_overhead() <= u.mtu;
+        u.segment_size() + openvia_wire::rum::DATA_OVERHEAD + u.datagram_overhead() <= u.mtu;
     s.enable_offloads(u.settings.gso && fits_mtu, u.settings.gro);
     Ok(s)
 }
@@ -164,7 +164,14 @@ impl UdpConnRequest {
             interval_ns: 20_000_000,
             give_up: now_ns + 30_000_000_000,
         };
-        let ch = UdpChannel::new(sock, conn, peer, Some(echo), u.settings.in_place_sends);
+        let ch = UdpChannel::new(
+            sock,
+            conn,
+            peer,
+            Some(echo),
+            u.settings.in_place_sends,
+            u.settings.key.as_deref(),
+        );
         vi.attach_channel(Box::new(ch), peer)
     }
 
@@ -358,8 +365,14 @@ fn client_connect(
                     sock.connect(to)
                         .map_err(|_| ViaError::Resource("UDP connect"))?;
                     let remote_attrs = attrs_of(&peer);
-                    let ch =
-                        UdpChannel::new(sock, conn, remote_attrs, None, u.settings.in_place_sends);
+                    let ch = UdpChannel::new(
+                        sock,
+                        conn,
+                        remote_attrs,
+                        None,
+                        u.settings.in_place_sends,
+                        key,
+                    );
                     vi.attach_channel(Box::new(ch), remote_attrs)?;
                     return Ok(remote_attrs);
                 }

@@ -7,13 +7,16 @@
 //! - `channel`: the [`Channel`](crate::transport::Channel) of a connected VI.
 //! - `agent`: the per-host rendezvous on the well-known port.
 //! - `connect`: client, server and peer-to-peer connection setup.
-//! - `mac`: SHA-256/HMAC for the cluster key.
+//! - `mac`: SHA-256/HMAC for the cluster key; `gmac` and `packet_auth`:
+//!   every packet authenticated under it.
 //! - `stats`: drop counters.
 
 pub mod agent;
 pub mod channel;
 pub mod connect;
+pub mod gmac;
 pub mod mac;
+pub mod packet_auth;
 pub mod socket;
 pub mod stats;
 pub mod tx;
@@ -28,6 +31,10 @@ pub use stats::{stats, StatsSnapshot};
 
 /// Default well-known port of the connection agent.
 pub const DEFAULT_AGENT_PORT: u16 = 7250;
+/// Keepalive interval of an idle VI. Its datagrams are what a dead peer
+/// process's host answers with ICMP port unreachable, so this bounds how
+/// long the death of a peer that is not being sent to goes unnoticed.
+pub const DEFAULT_KEEPALIVE_MS: u64 = 50;
 /// Largest transfer one descriptor may carry on the network device.
 pub const UDP_MAX_TRANSFER: u64 = 16 << 20;
 
@@ -42,7 +49,7 @@ pub const DEFAULT_WINDOW_BYTES: usize = 8 << 20;
 /// |---|---|---|
 /// | `OPENVIA_AGENT_PORT` | well-known agent port | 7250 |
 /// | `OPENVIA_UDP_BIND` | address of the generic `/dev/via_udp` | first non-loopback |
-/// | `OPENVIA_CLUSTER_KEY` | key file authenticating handshakes | none |
+/// | `OPENVIA_CLUSTER_KEY` | key file authenticating every datagram (`packet_auth`) | none |
 /// | `OPENVIA_UDP_MTU` | MTU to assume instead of the interface's | interface |
 /// | `OPENVIA_UDP_SEGMENT` | `fixed`, `page`, `largest` or a byte count | `fixed` |
 /// | `OPENVIA_UDP_FLOW` | `hetero`, `homo` | `hetero` |
@@ -50,7 +57,7 @@ pub const DEFAULT_WINDOW_BYTES: usize = 8 << 20;
 /// | `OPENVIA_UDP_WINDOW` | receive window in segments (raised to one message) | 8 MiB of segments, ≥ 1024 |
 /// | `OPENVIA_UDP_GSO`, `OPENVIA_UDP_GRO` | 0 turns the offload off | 1 |
 /// | `OPENVIA_UDP_COPY_SENDS` | 1: copy large sends at post instead of reading them in place | 0 |
-/// | `OPENVIA_UDP_KEEPALIVE_MS` | keepalive interval | 500 |
+/// | `OPENVIA_UDP_KEEPALIVE_MS` | keepalive interval of an idle VI (its ICMP answer tells a dead peer process) | 50 |
 /// | `OPENVIA_UDP_DEAD_MS` | silence after which the peer is dead | 3000 |
 /// | `OPENVIA_UDP_MIN_RTO_US` | lower bound of the retransmission timeout | 10000 |
 #[derive(Clone, Debug)]
@@ -135,7 +142,11 @@ impl UdpSettings {
             gso: env_num("OPENVIA_UDP_GSO") != Some(0),
             gro: env_num("OPENVIA_UDP_GRO") != Some(0),
             in_place_sends: env_num("OPENVIA_UDP_COPY_SENDS") != Some(1),
-            keepalive: Duration::from_millis(env_num("OPENVIA_UDP_KEEPALIVE_MS").unwrap_or(500)),
+            keepalive: Duration::from_millis(
+                env_num("OPENVIA_UDP_KEEPALIVE_MS")
+                    .unwrap_or(DEFAULT_KEEPALIVE_MS)
+                    .max(1),
+            ),
             dead_peer: Duration::from_millis(env_num("OPENVIA_UDP_DEAD_MS").unwrap_or(3000)),
             min_rto: Duration::from_micros(
                 env_num("OPENVIA_UDP_MIN_RTO_US")
@@ -203,14 +214,24 @@ impl UdpNic {
         }
     }
 
+    /// Bytes around each RUM packet: IP and UDP headers, and the
+    /// authentication trailer under a cluster key.
+    pub fn datagram_overhead(&self) -> usize {
+        self.ip_udp_overhead() + packet_auth::overhead(self.settings.key.is_some())
+    }
+
     /// Payload bytes per segment under the settings.
     pub fn segment_size(&self) -> usize {
-        let overhead = self.ip_udp_overhead();
+        let trailer = packet_auth::overhead(self.settings.key.is_some());
+        // The largest UDP payload holds the packet and its trailer.
+        let largest = openvia_wire::rum::MAX_DATAGRAM - openvia_wire::rum::DATA_OVERHEAD - trailer;
         match self.settings.segment {
-            SegmentChoice::Bytes(n) => n.clamp(64, openvia_wire::rum::MAX_DATAGRAM - 64),
-            SegmentChoice::Policy(p) => openvia_proto::segment_size(self.mtu, overhead, p)
-                .unwrap_or(512)
-                .max(64),
+            SegmentChoice::Bytes(n) => n.clamp(64, largest),
+            SegmentChoice::Policy(p) => {
+                openvia_proto::segment_size(self.mtu, self.datagram_overhead(), p)
+                    .unwrap_or(512)
+                    .clamp(64, largest)
+            }
         }
     }
 

@@ -327,7 +327,6 @@ impl UdpSock {
                 Err(e) => match e.raw_os_error() {
                     Some(libc::EINTR) => continue,
                     Some(libc::EAGAIN) | Some(libc::ENOBUFS) => Ok(0),
-                    Some(libc::ECONNREFUSED) => Ok(1),
                     _ => Err(e),
                 },
             };
@@ -435,14 +434,22 @@ impl UdpSock {
     }
 }
 
-/// A failed receive: nothing there (or the peer's port closed) is no
-/// error.
+/// A failed receive: nothing there is no error. ECONNREFUSED is: an
+/// ICMP port (or protocol) unreachable answered a datagram of this
+/// connected socket (the kernel reports such hard errors on a connected
+/// UDP socket once, on its next receive or send) — see [`refused`].
 fn nothing_or_error() -> io::Result<usize> {
     let e = io::Error::last_os_error();
     match e.raw_os_error() {
-        Some(libc::EAGAIN) | Some(libc::EINTR) | Some(libc::ECONNREFUSED) => Ok(0),
+        Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(0),
         _ => Err(e),
     }
+}
+
+/// Whether a send or receive failed because the peer's host said its
+/// port is closed (ICMP port unreachable): the peer process is gone.
+pub fn refused(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::ECONNREFUSED)
 }
 
 /// Buffers for `recv_batch`.

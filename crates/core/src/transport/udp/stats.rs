@@ -42,6 +42,9 @@ counters!(
     malformed,
     no_descriptor_drops,
     auth_failures,
+    // ICMP port unreachable reported on a VI's socket (the peer's process
+    // gone, or a forgery a keyed connection survives).
+    port_unreachable,
     replayed_requests,
     agent_garbage,
     agent_no_listener,

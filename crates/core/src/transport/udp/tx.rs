@@ -7,6 +7,10 @@
 //! is the only one between the message and the wire. Runs of equal-sized
 //! datagrams become one GSO send (`UDP_SEGMENT`), all of them one sendmmsg.
 //!
+//! Under a cluster key each datagram ends with an authentication trailer
+//! (`packet_auth`), written into the arena right after the headers and
+//! sent after the payload by a third iovec.
+//!
 //! A payload named by address is valid only until the protocol next takes
 //! an acknowledgement. What a flush could not send (socket buffer full)
 //! therefore gets its payload copied into the arena before the flush
@@ -29,16 +33,23 @@ pub struct Outside {
     pub len: usize,
 }
 
-/// One queued datagram: `head` bytes in the arena, then `outside`.
+/// One queued datagram: `head` bytes in the arena, then `outside`, then
+/// the `trailer` bytes that follow `head` in the arena.
 #[derive(Clone, Copy, Debug)]
 struct Item {
     head: usize,
     outside: Option<Outside>,
+    trailer: usize,
 }
 
 impl Item {
     fn len(&self) -> usize {
-        self.head + self.outside.map_or(0, |o| o.len)
+        self.head + self.outside.map_or(0, |o| o.len) + self.trailer
+    }
+
+    /// Bytes the item takes in the arena.
+    fn in_arena(&self) -> usize {
+        self.head + self.trailer
     }
 }
 
@@ -75,15 +86,25 @@ impl TxBatch {
 
     /// The datagram is the `n` bytes written into `tail`, then `outside`.
     pub fn commit_split(&mut self, n: usize, outside: Option<Outside>) {
-        self.used += n;
-        self.items.push(Item { head: n, outside });
+        self.commit_trailed(n, outside, 0);
+    }
+
+    /// As [`Self::commit_split`], with `trailer` bytes written into `tail`
+    /// after the `n` (they go out after `outside`).
+    pub fn commit_trailed(&mut self, n: usize, outside: Option<Outside>, trailer: usize) {
+        self.used += n + trailer;
+        self.items.push(Item {
+            head: n,
+            outside,
+            trailer,
+        });
     }
 
     /// Drops the first `n` datagrams (sent). The rest, kept for a later
     /// flush, take their payloads into the arena: by then the memory named
     /// may have been freed or reused.
     pub fn consume(&mut self, n: usize) {
-        let sent: usize = self.items[..n].iter().map(|i| i.head).sum();
+        let sent: usize = self.items[..n].iter().map(Item::in_arena).sum();
         self.items.drain(..n);
         if !self.items.iter().any(|i| i.outside.is_some()) {
             self.arena.copy_within(sent..self.used, 0);
@@ -96,6 +117,8 @@ impl TxBatch {
         for item in &mut self.items {
             arena.extend_from_slice(&self.arena[off..off + item.head]);
             off += item.head;
+            let trailer = &self.arena[off..off + item.trailer];
+            off += item.trailer;
             if let Some(o) = item.outside.take() {
                 let at = arena.len();
                 arena.resize(at + o.len, 0);
@@ -111,6 +134,9 @@ impl TxBatch {
                 };
                 item.head += o.len;
             }
+            arena.extend_from_slice(trailer);
+            item.head += item.trailer;
+            item.trailer = 0;
         }
         self.used = arena.len();
         let keep = self.arena.len().max(self.used);
@@ -128,11 +154,11 @@ pub fn send_batch(sock: &UdpSock, tx: &TxBatch) -> io::Result<usize> {
         return Ok(0);
     }
     if n == 1 && tx.items[0].outside.is_none() {
-        return sock.send_one(&tx.arena[..tx.items[0].head]);
+        return sock.send_one(&tx.arena[..tx.items[0].in_arena()]);
     }
     // iovecs of every group, then per group (first iovec, iovec count,
     // datagram count, GSO size or 0).
-    let mut iovs: Vec<libc::iovec> = Vec::with_capacity(2 * n);
+    let mut iovs: Vec<libc::iovec> = Vec::with_capacity(3 * n);
     let mut groups: Vec<(usize, usize, usize, u16)> = Vec::with_capacity(n);
     let mut off = 0;
     let mut i = 0;
@@ -143,16 +169,14 @@ pub fn send_batch(sock: &UdpSock, tx: &TxBatch) -> io::Result<usize> {
         let iov_first = iovs.len();
         loop {
             let item = tx.items[i];
-            push_iov(
-                &mut iovs,
-                iov_first,
-                tx.arena[off..].as_ptr() as u64,
-                item.head,
-            );
-            off += item.head;
+            let at = tx.arena[off..].as_ptr() as u64;
+            push_iov(&mut iovs, iov_first, at, item.head);
             if let Some(o) = item.outside {
                 push_iov(&mut iovs, iov_first, o.addr, o.len);
             }
+            // The trailer follows the headers in the arena.
+            push_iov(&mut iovs, iov_first, at + item.head as u64, item.trailer);
+            off += item.in_arena();
             bytes += item.len();
             i += 1;
             let more = sock.gso
@@ -215,13 +239,8 @@ pub fn send_batch(sock: &UdpSock, tx: &TxBatch) -> io::Result<usize> {
             match e.raw_os_error() {
                 Some(libc::EINTR) => continue,
                 Some(libc::EAGAIN) | Some(libc::ENOBUFS) => break,
-                // The peer's port is closed (ICMP): the datagrams are gone
-                // like any lost ones; recovery or the dead-peer timer
-                // decides.
-                Some(libc::ECONNREFUSED) => {
-                    done_groups += 1;
-                    continue;
-                }
+                // ECONNREFUSED (the peer's port is closed, `socket::refused`)
+                // among others: the caller decides.
                 _ => return Err(e),
             }
         }
@@ -277,17 +296,36 @@ mod tests {
         assert_eq!(tx.items[1].len(), 14);
     }
 
-    /// Datagrams of several sizes, some with their payload outside the
-    /// arena, in runs that make several GSO groups: each arrives whole and
-    /// alone, in order, on a real socket.
-    #[test]
-    fn mixed_batches_arrive_datagram_by_datagram() {
+    /// A sender with GSO connected to a receiver without GRO, on loopback.
+    fn gso_pair() -> (UdpSock, UdpSock) {
         let lo = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
         let mut rx = UdpSock::bind(lo, false).unwrap();
         rx.enable_offloads(false, false);
         let mut txs = UdpSock::bind(lo, false).unwrap();
         txs.enable_offloads(true, false);
         txs.connect(rx.local_addr().unwrap()).unwrap();
+        (txs, rx)
+    }
+
+    /// Each of `want` arrives whole and alone, in order.
+    fn expect_datagrams(rx: &UdpSock, want: &[Vec<u8>]) {
+        let mut buf = vec![0u8; 4096];
+        for (k, w) in want.iter().enumerate() {
+            assert!(
+                rx.wait_readable(std::time::Duration::from_secs(5)),
+                "datagram {k} missing"
+            );
+            let (n, _) = rx.recv_from(&mut buf).unwrap().unwrap();
+            assert_eq!(&buf[..n], &w[..], "datagram {k}");
+        }
+    }
+
+    /// Datagrams of several sizes, some with their payload outside the
+    /// arena, in runs that make several GSO groups: each arrives whole and
+    /// alone, in order, on a real socket.
+    #[test]
+    fn mixed_batches_arrive_datagram_by_datagram() {
+        let (txs, rx) = gso_pair();
         let payload: Vec<u8> = (0..200_000u32).map(|i| (i * 31 % 251) as u8).collect();
         // (head bytes, outside payload bytes): a run of 1000-byte
         // datagrams, a short one ending it, small inline ones, another run.
@@ -314,17 +352,48 @@ mod tests {
             batch.commit_split(head, outside);
             want.push(d);
         }
-        let sent = send_batch(&txs, &batch).unwrap();
-        assert_eq!(sent, shape.len());
-        let mut buf = vec![0u8; 4096];
-        for (k, w) in want.iter().enumerate() {
-            assert!(
-                rx.wait_readable(std::time::Duration::from_secs(5)),
-                "datagram {k} missing"
-            );
-            let (n, _) = rx.recv_from(&mut buf).unwrap().unwrap();
-            assert_eq!(&buf[..n], &w[..], "datagram {k}");
-        }
+        assert_eq!(send_batch(&txs, &batch).unwrap(), shape.len());
+        expect_datagrams(&rx, &want);
+    }
+
+    /// Trailers go after the payload named outside the arena, on the wire
+    /// and when a kept datagram takes its payload in.
+    #[test]
+    fn trailers_follow_the_payload() {
+        let (txs, rx) = gso_pair();
+        let payload: Vec<u8> = (0..4000u32).map(|i| (i * 13 % 251) as u8).collect();
+        let build = || {
+            let mut batch = TxBatch::default();
+            let mut want = Vec::new();
+            for k in 0..6usize {
+                let t = batch.tail(128);
+                t[..40].fill(k as u8);
+                t[40..64].fill(0xA0 + k as u8);
+                let out = (k % 3 != 2).then(|| Outside {
+                    addr: payload[k * 500..].as_ptr() as u64,
+                    len: 500,
+                });
+                let mut d = vec![k as u8; 40];
+                if out.is_some() {
+                    d.extend_from_slice(&payload[k * 500..k * 500 + 500]);
+                }
+                d.extend_from_slice(&[0xA0 + k as u8; 24]);
+                batch.commit_trailed(40, out, 24);
+                want.push(d);
+            }
+            (batch, want)
+        };
+        let (batch, want) = build();
+        assert_eq!(send_batch(&txs, &batch).unwrap(), want.len());
+        expect_datagrams(&rx, &want);
+        let (mut batch, want) = build();
+        batch.consume(2);
+        let kept: Vec<u8> = want[2..].concat();
+        assert_eq!(&batch.arena[..batch.used], &kept[..]);
+        assert!(batch
+            .items
+            .iter()
+            .all(|i| i.outside.is_none() && i.trailer == 0));
     }
 
     #[test]
