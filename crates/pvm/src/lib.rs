@@ -11,6 +11,7 @@ pub mod hostfile;
 pub mod link;
 pub mod paths;
 pub mod pool;
+pub mod private;
 pub mod task;
 pub mod tid;
 
