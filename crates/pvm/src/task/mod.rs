@@ -4,7 +4,10 @@
 
 pub mod buffers;
 mod direct;
+mod pvmd_link;
 mod start;
+
+pub use pvmd_link::CHECK_EVERY;
 
 pub use start::start_daemon;
 
@@ -20,6 +23,7 @@ use crate::error::{PvmError, PvmResult};
 use crate::frame::{self, op, Args, Frame, Msg};
 use crate::pool::{Body, Desc, Pool, PoolHandle, PostError};
 use buffers::{BufTable, MsgBuf};
+use pvmd_link::{Lifeline, NoSigPipe};
 
 /// A message waiting in the task to be received.
 pub struct Queued {
@@ -70,7 +74,9 @@ pub enum Wait {
 /// An enrolled PVM task.
 pub struct Task {
     rd: BufReader<UnixStream>,
-    wr: BufWriter<UnixStream>,
+    wr: BufWriter<NoSigPipe>,
+    /// Whether the pvmd is still there (see pvmd_link).
+    pvmd: Lifeline,
     pub mytid: i32,
     pub ptid: i32,
     pub siblings: Vec<i32>,
@@ -119,7 +125,8 @@ impl Task {
         let name = name.rsplit('/').next().unwrap_or_default().to_string();
         let mut t = Task {
             rd: BufReader::with_capacity(256 * 1024, stream.try_clone().map_err(sys)?),
-            wr: BufWriter::with_capacity(64 * 1024, stream),
+            wr: BufWriter::with_capacity(64 * 1024, NoSigPipe(stream)),
+            pvmd: Lifeline::new(),
             mytid: 0,
             ptid: 0,
             siblings: Vec::new(),
@@ -166,9 +173,33 @@ impl Task {
     }
 
     fn write(&mut self, f: &Frame) -> PvmResult<()> {
-        frame::write_frame(&mut self.wr, f)
-            .and_then(|_| self.wr.flush())
-            .map_err(sys)
+        let r = frame::write_frame(&mut self.wr, f).and_then(|_| self.wr.flush());
+        self.socket_io(r)
+    }
+
+    /// The result of I/O on the pvmd's socket: a failure means the pvmd
+    /// is gone, and the task stays marked so.
+    fn socket_io<T>(&mut self, r: io::Result<T>) -> PvmResult<T> {
+        r.map_err(|_| {
+            self.pvmd.cut();
+            PvmError::SysErr
+        })
+    }
+
+    /// Err(PvmSysErr) once the pvmd is gone. Looks at the socket at most
+    /// every CHECK_EVERY, so calls that never touch it (pool sends and
+    /// receives) still learn of the death.
+    pub fn check_pvmd(&mut self) -> PvmResult<()> {
+        if self.pvmd.alive(self.rd.get_ref(), false) {
+            Ok(())
+        } else {
+            Err(PvmError::SysErr)
+        }
+    }
+
+    /// True once the pvmd is known to be gone; every call then fails.
+    pub fn pvmd_gone(&self) -> bool {
+        self.pvmd.gone()
     }
 
     /// Reads one frame from the pvmd, waiting at most until `deadline`.
@@ -190,8 +221,12 @@ impl Task {
                 }
             }
         }
-        match frame::read_frame(&mut self.rd).map_err(sys)? {
-            None => Err(PvmError::SysErr),
+        let r = frame::read_frame(&mut self.rd);
+        match self.socket_io(r)? {
+            None => {
+                self.pvmd.cut();
+                Err(PvmError::SysErr)
+            }
             Some(Frame::Msg(m)) => {
                 let q = Queued {
                     src: m.src,
@@ -210,6 +245,7 @@ impl Task {
 
     /// A synchronous request to the pvmd.
     pub fn call(&mut self, opcode: u32, args: Args) -> PvmResult<(i32, Args)> {
+        self.check_pvmd()?;
         self.seq = self.seq.wrapping_add(1);
         let seq = self.seq;
         self.write(&Frame::Req {
@@ -296,6 +332,7 @@ impl Task {
     /// (the receiver gets a hold on the same pages) when the receiver is a
     /// local task with a slot, else through the pvmd.
     pub fn send_buffer(&mut self, dsts: &[i32], tag: i32) -> PvmResult<()> {
+        self.check_pvmd()?;
         let id = self.sbuf;
         self.bufs.get(id)?;
         let ctx = self.ctx;
@@ -356,9 +393,11 @@ impl Task {
                 enc: b.enc,
                 body: b.body(),
             };
-            frame::write_frame(&mut self.wr, &Frame::Msg(m)).map_err(sys)?;
+            let r = frame::write_frame(&mut self.wr, &Frame::Msg(m));
+            self.socket_io(r)?;
         }
-        self.wr.flush().map_err(sys)?;
+        let r = self.wr.flush();
+        self.socket_io(r)?;
         failed.map_or(Ok(()), Err)
     }
 
@@ -427,7 +466,9 @@ impl Task {
                     return Err(PvmError::NoTask);
                 }
                 Err(PostError::Full) => {
-                    // The receiver's ring is full: wait for it to read.
+                    // The receiver's ring is full: wait for it to read
+                    // (with no pvmd, a dead receiver is never cleared).
+                    self.check_pvmd()?;
                     spins += 1;
                     if spins < 100 {
                         std::thread::yield_now();
@@ -537,6 +578,7 @@ impl Task {
             return self.recv_socket_only(src, tag, deadline);
         };
         loop {
+            self.check_pvmd()?;
             let bell = home.pool.bell(home.slot);
             if let Some(m) = self.take_match(src, tag) {
                 return Ok(self.install_rbuf(m));
@@ -547,7 +589,9 @@ impl Task {
             if matches!(deadline, Some(d) if Instant::now() >= d) {
                 return Ok(0);
             }
-            home.pool.wait_bell(home.slot, bell, deadline);
+            // Nothing rings the bell when the pvmd dies: wake to look.
+            home.pool
+                .wait_bell(home.slot, bell, Some(self.pvmd.next_look(deadline)));
         }
     }
 
@@ -580,6 +624,7 @@ impl Task {
     /// Like recv but leaves the message queued; returns a buffer id for
     /// bufinfo without making it the receive buffer.
     pub fn probe(&mut self, src: i32, tag: i32) -> PvmResult<i32> {
+        self.check_pvmd()?;
         self.drain_socket()?;
         self.gather()?;
         let ctx = self.ctx;
