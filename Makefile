@@ -51,6 +51,7 @@ test-pvm: build
 	tests/pvm/abi_check.sh
 	tests/pvm/run_examples.sh $(CURDIR)/target/release
 	tests/pvm/pvmd_death.sh $(CURDIR)/target/release
+	tests/pvm/console_compare.sh $(CURDIR)/target/release
 	tests/pvm/multihost.sh $(CURDIR)/target/release
 
 clean:

@@ -56,7 +56,9 @@ check master1 master1.out 'SUCCESSFUL'
 [ "$(grep -c 'I got' master1.out)" -ge 3 ] && grep 'I got' master1.out | awk '{ if ($3")" != $7) bad=1 } END { exit bad }' ||
 	{ echo "FAIL master1 sums"; fail=1; }
 
-printf 'spawn -4 -> spmd\nquit\n' | timeout 30 "$console" >spmd.out 2>&1 || true
+# The console prints job output as it arrives and quits at once, as stock's
+# does: console_job.sh quits once the job has finished.
+"$here/console_job.sh" 30 'spawn -4 -> spmd' -- "$console" >spmd.out 2>&1 || true
 check spmd-ring spmd.out 'Pass a token through the +4 tid ring'
 check spmd-done spmd.out 'token ring done'
 [ "$(grep -c 'EOF' spmd.out)" -eq 4 ] || { echo "FAIL spmd: not 4 EOFs"; fail=1; }
@@ -126,7 +128,7 @@ check mhf-deleted mhf.out 'NO HIT:  lmh = 1 - SC1   mhf_catch = -99'
 # The bandwidth testers, two of each spawned from the console; they pair
 # up through the group server.
 for b in dbwtest ibwtest pbwtest rbwtest; do
-	printf 'spawn -2 -> %s\nquit\n' $b | timeout 60 "$console" >$b.out 2>&1 || true
+	"$here/console_job.sh" 60 "spawn -2 -> $b" -- "$console" >$b.out 2>&1 || true
 	[ "$(grep -c '100000 doubles received correctly' $b.out)" -eq 2 ] || echo "(not 2 validations)" >>$b.out
 	check $b $b.out 'Roundtrip T = [0-9]+ \(us\) .* Data size: 800000$'
 	grep -q 'not 2 validations' $b.out && { echo "FAIL $b validations"; fail=1; }
@@ -151,7 +153,7 @@ timeout 30 fmaster1 </dev/null >fmaster1.out 2>&1 || true
 [ "$(grep -c 'I got .* from .* (expected' fmaster1.out)" -eq 3 ] &&
 	awk '/I got/ { if ($3 != $7) bad=1 } END { exit bad }' fmaster1.out && echo "ok   fmaster1" ||
 	{ echo "FAIL fmaster1:"; sed 's/^/    /' fmaster1.out; fail=1; }
-printf 'spawn -4 -> fspmd\nquit\n' | timeout 30 "$console" >fspmd.out 2>&1 || true
+"$here/console_job.sh" 30 'spawn -4 -> fspmd' -- "$console" >fspmd.out 2>&1 || true
 check fspmd fspmd.out 'token ring done'
 timeout 30 fgexample </dev/null >fgexample.out 2>&1 || true
 check fgexample fgexample.out 'The 1-Norm is +5050$'

@@ -3,6 +3,7 @@
 //! global page pool.
 
 pub mod codec;
+pub mod console;
 pub mod daemon;
 pub mod error;
 pub mod fdpass;

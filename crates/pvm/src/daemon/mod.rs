@@ -68,6 +68,8 @@ struct TaskRec {
     ptid: i32,
     pid: i32,
     name: String,
+    /// Started by this pvmd (its child), not enrolled by hand.
+    spawned: bool,
     conn: Option<RawFd>,
     /// Frames for a spawned task that has not enrolled yet.
     pending: Vec<Frame>,

@@ -9,7 +9,7 @@ mod start;
 
 pub use pvmd_link::CHECK_EVERY;
 
-pub use start::start_daemon;
+pub use start::{start_daemon, start_daemon_with};
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, BufReader, BufWriter, Write};
@@ -105,6 +105,14 @@ fn sys(_: io::Error) -> PvmError {
 impl Task {
     /// Enrolls this process, starting a pvmd if none answers.
     pub fn enroll() -> PvmResult<Task> {
+        let name = std::env::args().next().unwrap_or_default();
+        let name = name.rsplit('/').next().unwrap_or_default().to_string();
+        Task::enroll_as(name)
+    }
+
+    /// Enrolls under the command name `name` (what `ps` shows; the console
+    /// has none, as in stock PVM).
+    pub fn enroll_as(name: String) -> PvmResult<Task> {
         let path = crate::paths::daemon_socket();
         let stream = match UnixStream::connect(&path) {
             Ok(s) => s,
@@ -121,8 +129,6 @@ impl Task {
             .ok()
             .and_then(|s| s.parse().ok())
             .unwrap_or(0);
-        let name = std::env::args().next().unwrap_or_default();
-        let name = name.rsplit('/').next().unwrap_or_default().to_string();
         let mut t = Task {
             rd: BufReader::with_capacity(256 * 1024, stream.try_clone().map_err(sys)?),
             wr: BufWriter::with_capacity(64 * 1024, NoSigPipe(stream)),
