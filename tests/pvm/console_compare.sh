@@ -42,7 +42,8 @@ normalise() {
 	sed -E -e "s/\b$host\b/HOST/g" \
 		-e 's/t[0-9a-f]{5,}/tTID/g' \
 		-e 's/owner=0x[0-9a-f]+\/[0-9]+/owner=TID/g' \
-		-e 's/^( +HOST) +[0-9a-f]{5,} /\1 DTID /' "$1"
+		-e 's/^( +HOST) +[0-9a-f]{5,} /\1 DTID /' \
+		-e 's/^( +HOST +\(cons\) +-) +[0-9]+ /\1 PID /' "$1"
 }
 normalise "$work/stock.out" >"$work/stock.norm"
 normalise "$work/ours.out" >"$work/ours.norm"

@@ -9,8 +9,13 @@ use super::vm::{args, hosts, lib_error, request, task_header, task_line, tasks, 
 use super::{help as help_text, Console, COMMANDS};
 use crate::codec::Elem;
 use crate::error::{describe, PvmError};
+use std::time::Duration;
+
+use crate::codec;
 use crate::frame::op;
+use crate::task::Wait;
 use crate::tid;
+use crate::PvmResult;
 
 /// Option numbers (pvm3.h) the console uses by name.
 const ROUTE: usize = 1;
@@ -109,6 +114,53 @@ pub(super) fn mark_no_reset(c: &mut Console) {
     }
 }
 
+/// The tag of PvmHostAdd notifications to the console.
+const HOSTS_ADDED: i32 = 0x7fef_0001;
+const NOTIFY_HOST_ADD: i32 = 3;
+
+/// Asks the pvmd to tell the console of hosts added by anyone.
+pub(super) fn watch_new_hosts(c: &mut Console) {
+    let ctx = c.t.ctx;
+    let _ = request(
+        c,
+        "pvm_notify",
+        op::NOTIFY,
+        vec![NOTIFY_HOST_ADD, HOSTS_ADDED, ctx, -1],
+        vec![],
+    );
+}
+
+/// Prints the hosts that were added (`Console: N new hosts added` and
+/// their conf lines), as stock does between commands.
+pub(super) fn new_hosts(c: &mut Console) -> PvmResult<()> {
+    loop {
+        let id = c.t.recv(-1, HOSTS_ADDED, Wait::Never)?;
+        if id <= 0 {
+            return Ok(());
+        }
+        let b = c.t.bufs.get(id)?;
+        let (enc, body) = (b.enc, b.data.to_vec());
+        let mut pos = 0;
+        let n = codec::unpack_i32(enc, &body, &mut pos)?.max(0);
+        let mut added = Vec::new();
+        for _ in 0..n {
+            added.push(codec::unpack_i32(enc, &body, &mut pos)?);
+        }
+        println!(
+            "\nConsole: {n} new host{} added",
+            if n == 1 { "" } else { "s" }
+        );
+        if let Some(hs) = hosts(c) {
+            println!("                    HOST     DTID     ARCH   SPEED");
+            for d in added.iter().rev() {
+                if let Some(h) = hs.iter().rev().find(|h| h.dtid == *d) {
+                    println!("{:>24} {:>8x} {:>8}{:>8}", h.name, h.dtid, h.arch, h.speed);
+                }
+            }
+        }
+    }
+}
+
 // ---- the commands, alphabetically ----
 
 pub(super) fn add(c: &mut Console, av: &[String]) {
@@ -116,6 +168,11 @@ pub(super) fn add(c: &mut Console, av: &[String]) {
     let Some((n, a)) = request(c, "pvm_addhosts", op::ADDHOSTS, vec![], names.clone()) else {
         return;
     };
+    if n > 0 {
+        // Our own hosts: the notification is not news (stock drops it too).
+        let _ =
+            c.t.recv(-1, HOSTS_ADDED, Wait::For(Duration::from_secs(10)));
+    }
     println!("{n} successful");
     println!("                    HOST     DTID");
     for (h, &code) in names.iter().zip(&a.ints) {

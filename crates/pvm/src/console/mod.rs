@@ -223,6 +223,7 @@ impl Console {
         };
         cmds::apply_options(&mut c);
         cmds::mark_no_reset(&mut c);
+        cmds::watch_new_hosts(&mut c);
         c
     }
 
@@ -282,6 +283,7 @@ impl Console {
         let r = self
             .t
             .check_pvmd()
+            .and_then(|_| cmds::new_hosts(self))
             .and_then(|_| self.jobs.drain(&mut self.t, show));
         if let Err(e) = r {
             let _ = io::stdout().flush();
