@@ -292,14 +292,10 @@ impl Console {
         }
     }
 
-    /// The loop: prompt, then job output while waiting for a line. Lines
-    /// read from a pipe or file are echoed after the prompt, as readline
-    /// does; end of input quits.
+    /// The loop: prompt, then job output while waiting for a line. Every
+    /// line is echoed after the prompt, as Debian's stock console (built
+    /// without readline) does, on a terminal too; end of input quits.
     pub fn run(&mut self) -> ! {
-        let tty = {
-            // SAFETY: isatty only inspects the descriptor.
-            unsafe { libc::isatty(0) == 1 }
-        };
         let mut input = words::LineReader::default();
         loop {
             self.check_messages();
@@ -320,9 +316,7 @@ impl Console {
                 cmds::quit(self, &[]);
                 continue;
             };
-            if !tty {
-                println!("{line}");
-            }
+            println!("{line}");
             self.docmd(&line);
             let _ = io::stdout().flush();
         }
