@@ -626,7 +626,7 @@ pub(super) fn spawn(c: &mut Console, av: &[String]) {
     c.t.opts.out_code = out_code;
     c.t.opts.out_ctx = out_ctx;
     let argv: Vec<String> = av[2..].to_vec();
-    let r = c.t.spawn(&av[1], &argv, flags, &place, count.max(1));
+    let r = c.t.spawn(&av[1], &argv, flags, &place, count);
     c.t.opts.out_tid = 0;
     match r {
         Ok(tids) => {
