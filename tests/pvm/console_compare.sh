@@ -46,7 +46,7 @@ OPENVIA_PVM_SOCK=$work/ours/pvmd.sock HOME=$work/home LD_LIBRARY_PATH=$work/lib 
 
 # CONSOLE_COMPARE_KEEP=DIR keeps both transcripts.
 if [ -n "${CONSOLE_COMPARE_KEEP:-}" ]; then
-	cp "$work/stock.out" "$work/ours.out" "$CONSOLE_COMPARE_KEEP/"
+	cp "$work/stock.out" "$work/ours.out" "$work/stock.err" "$work/ours.err" "$CONSOLE_COMPARE_KEEP/"
 fi
 host=$(hostname)
 normalise() {

@@ -7,8 +7,6 @@ mod direct;
 mod pvmd_link;
 mod start;
 
-pub use pvmd_link::CHECK_EVERY;
-
 pub use start::{start_daemon, start_daemon_with};
 
 use std::collections::{HashMap, VecDeque};
@@ -75,8 +73,6 @@ pub enum Wait {
 pub struct Task {
     rd: BufReader<UnixStream>,
     wr: BufWriter<NoSigPipe>,
-    /// Whether the pvmd is still there (see pvmd_link).
-    pvmd: Lifeline,
     pub mytid: i32,
     pub ptid: i32,
     pub siblings: Vec<i32>,
@@ -96,6 +92,9 @@ pub struct Task {
     pub opts: Options,
     /// PvmRouteDirect between hosts.
     direct: direct::Direct,
+    /// Whether the pvmd is still there (see pvmd_link); dropped last, so
+    /// its watcher is stopped after the direct links.
+    pvmd: Lifeline,
 }
 
 fn sys(_: io::Error) -> PvmError {
@@ -132,7 +131,6 @@ impl Task {
         let mut t = Task {
             rd: BufReader::with_capacity(256 * 1024, stream.try_clone().map_err(sys)?),
             wr: BufWriter::with_capacity(64 * 1024, NoSigPipe(stream)),
-            pvmd: Lifeline::new(),
             mytid: 0,
             ptid: 0,
             siblings: Vec::new(),
@@ -149,6 +147,7 @@ impl Task {
             next_ctx: 1,
             opts: Options::default(),
             direct: direct::Direct::default(),
+            pvmd: Lifeline::unwatched(),
         };
         // SAFETY: getpid has no preconditions.
         let pid = unsafe { libc::getpid() };
@@ -173,6 +172,7 @@ impl Task {
             t.seen_sock_bell = pool.sock_bell(slot);
             t.home = Some(PoolHandle { pool, slot });
         }
+        t.pvmd = Lifeline::watch(t.rd.get_ref(), t.home.clone());
         // Our tid is a fresh one: drop the hint so our children do not reuse it.
         std::env::remove_var(crate::daemon::ENV_TID);
         Ok(t)
@@ -192,14 +192,14 @@ impl Task {
         })
     }
 
-    /// Err(PvmSysErr) once the pvmd is gone. Looks at the socket at most
-    /// every CHECK_EVERY, so calls that never touch it (pool sends and
-    /// receives) still learn of the death.
+    /// Err(PvmSysErr) once the pvmd is gone, which the watcher (or a
+    /// failed socket call) marks, so calls that never touch the socket
+    /// (pool sends and receives) still learn of the death.
     pub fn check_pvmd(&mut self) -> PvmResult<()> {
-        if self.pvmd.alive(self.rd.get_ref(), false) {
-            Ok(())
-        } else {
+        if self.pvmd.gone() {
             Err(PvmError::SysErr)
+        } else {
+            Ok(())
         }
     }
 
@@ -595,9 +595,8 @@ impl Task {
             if matches!(deadline, Some(d) if Instant::now() >= d) {
                 return Ok(0);
             }
-            // Nothing rings the bell when the pvmd dies: wake to look.
-            home.pool
-                .wait_bell(home.slot, bell, Some(self.pvmd.next_look(deadline)));
+            // The watcher rings the bell when the pvmd dies.
+            home.pool.wait_bell(home.slot, bell, deadline);
         }
     }
 
@@ -726,6 +725,9 @@ impl Task {
         // the slot may already belong to a new task. Direct links first:
         // their threads write into pages our slot holds.
         self.direct_close();
+        // Our slot is about to go to another task: its bell is not ours
+        // to ring any more.
+        self.pvmd = Lifeline::unwatched();
         self.bufs = BufTable::default();
         self.queue.clear();
         self.sbuf = 0;
