@@ -26,6 +26,8 @@ pub(super) struct Lifeline {
     /// Closing it tells the watcher to stop; then it is joined.
     stop: Option<OwnedFd>,
     watcher: Option<JoinHandle<()>>,
+    /// The process whose thread the watcher is: a forked child has none.
+    owner: u32,
 }
 
 impl Lifeline {
@@ -35,6 +37,7 @@ impl Lifeline {
             gone: Arc::new(AtomicBool::new(false)),
             stop: None,
             watcher: None,
+            owner: std::process::id(),
         }
     }
 
@@ -88,7 +91,13 @@ impl Drop for Lifeline {
         // Closing the pipe's write end wakes the watcher's poll.
         self.stop = None;
         if let Some(t) = self.watcher.take() {
-            let _ = t.join();
+            if std::process::id() == self.owner {
+                let _ = t.join();
+            } else {
+                // A fork of the task: the watcher is its parent's thread,
+                // which this process must neither join nor detach.
+                std::mem::forget(t);
+            }
         }
     }
 }
