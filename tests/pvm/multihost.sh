@@ -92,7 +92,8 @@ check direct-vi-used <(wc -l <direct.out) '^2$'
 if [ -n "$spmd" ]; then
 	# The host was deleted above: add it again from the console, then
 	# Debian's spmd as four tasks over both hosts.
-	printf 'add %s\nconf\nspawn -4 -> spmd\nquit\n' "$B" | inA timeout 60 "$bindir/pvm" >spmd.out 2>&1 || true
+	"$here/console_job.sh" 60 "add $B" conf 'spawn -4 -> spmd' -- \
+		ip netns exec "$A" env PVM_TMP="$work/tmp-$A" "$bindir/pvm" >spmd.out 2>&1 || true
 	check console-add spmd.out "^ *$B +[0-9a-f]+ +LINUX64"
 	check spmd-ring spmd.out 'Pass a token through the +4 tid ring'
 	check spmd-done spmd.out 'token ring done'

@@ -56,7 +56,9 @@ check master1 master1.out 'SUCCESSFUL'
 [ "$(grep -c 'I got' master1.out)" -ge 3 ] && grep 'I got' master1.out | awk '{ if ($3")" != $7) bad=1 } END { exit bad }' ||
 	{ echo "FAIL master1 sums"; fail=1; }
 
-printf 'spawn -4 -> spmd\nquit\n' | timeout 30 "$console" >spmd.out 2>&1 || true
+# The console prints job output as it arrives and quits at once, as stock's
+# does: console_job.sh quits once the job has finished.
+"$here/console_job.sh" 30 'spawn -4 -> spmd' -- "$console" >spmd.out 2>&1 || true
 check spmd-ring spmd.out 'Pass a token through the +4 tid ring'
 check spmd-done spmd.out 'token ring done'
 [ "$(grep -c 'EOF' spmd.out)" -eq 4 ] || { echo "FAIL spmd: not 4 EOFs"; fail=1; }
@@ -126,7 +128,7 @@ check mhf-deleted mhf.out 'NO HIT:  lmh = 1 - SC1   mhf_catch = -99'
 # The bandwidth testers, two of each spawned from the console; they pair
 # up through the group server.
 for b in dbwtest ibwtest pbwtest rbwtest; do
-	printf 'spawn -2 -> %s\nquit\n' $b | timeout 60 "$console" >$b.out 2>&1 || true
+	"$here/console_job.sh" 60 "spawn -2 -> $b" -- "$console" >$b.out 2>&1 || true
 	[ "$(grep -c '100000 doubles received correctly' $b.out)" -eq 2 ] || echo "(not 2 validations)" >>$b.out
 	check $b $b.out 'Roundtrip T = [0-9]+ \(us\) .* Data size: 800000$'
 	grep -q 'not 2 validations' $b.out && { echo "FAIL $b validations"; fail=1; }
@@ -151,13 +153,27 @@ timeout 30 fmaster1 </dev/null >fmaster1.out 2>&1 || true
 [ "$(grep -c 'I got .* from .* (expected' fmaster1.out)" -eq 3 ] &&
 	awk '/I got/ { if ($3 != $7) bad=1 } END { exit bad }' fmaster1.out && echo "ok   fmaster1" ||
 	{ echo "FAIL fmaster1:"; sed 's/^/    /' fmaster1.out; fail=1; }
-printf 'spawn -4 -> fspmd\nquit\n' | timeout 30 "$console" >fspmd.out 2>&1 || true
+"$here/console_job.sh" 30 'spawn -4 -> fspmd' -- "$console" >fspmd.out 2>&1 || true
 check fspmd fspmd.out 'token ring done'
 timeout 30 fgexample </dev/null >fgexample.out 2>&1 || true
 check fgexample fgexample.out 'The 1-Norm is +5050$'
 check fgexample-prod fgexample.out 'The product of column 1 is +9\.33262154439441[0-9]*E\+157'
 printf '4\n10\n' | timeout 30 frsg >frsg.out 2>&1 || true
-check frsg frsg.out 'Test OK: Sum of Squares of first +40 +integers is +22140'
+frsg_ok='Test OK: Sum of Squares of first +40 +integers is +22140'
+if grep -Eq "$frsg_ok" frsg.out; then echo "ok   frsg"; else
+	# Debian's frsg (3.4.6-5) gets pvmfreduce's sum wrong on stock PVM too:
+	# then it says nothing about ours.
+	mkdir -p "$work/stock-tmp"
+	stock() { PVM_TMP=$work/stock-tmp PVM_ROOT=/usr/lib/pvm3 PVM_ALLOW_ROOT=1 LD_LIBRARY_PATH= "$@"; }
+	echo quit | stock timeout 20 setsid -w pvm >/dev/null 2>&1 || true
+	printf '4\n10\n' | stock timeout 30 frsg >frsg-stock.out 2>&1 || true
+	{ echo halt | stock timeout 10 setsid -w pvm >/dev/null 2>&1 || true; } 2>/dev/null
+	if ! grep -Eq "$frsg_ok" frsg-stock.out && grep -q 'ERROR: The Sum of Squares' frsg-stock.out; then
+		echo "skip frsg: it fails on stock PVM 3.4.6 too:"; grep ERROR frsg-stock.out | sed 's/^/    /'
+	else
+		check frsg frsg.out "$frsg_ok"
+	fi
+fi
 timeout 60 hitc </dev/null >hitc.out 2>&1 || true
 check hitc hitc.out 'Program Finished'
 # Every task handed out (size > 0) came back with a result, after the one

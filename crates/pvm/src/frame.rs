@@ -24,6 +24,12 @@ pub mod op {
     pub const MSTAT: u32 = 14;
     pub const ADDHOSTS: u32 = 15;
     pub const DELHOSTS: u32 = 16;
+    /// Mailbox listing: strs [glob pattern]; reply strs [class]*, ints
+    /// per class [n, (index, owner, flags)*n].
+    pub const MBOXINFO: u32 = 17;
+    /// Mailbox clean-up (the console's reset): strs [class or ""], ints
+    /// [index or -1, keep-all-owned (0: orphans only, 1: all), kept tid*].
+    pub const RESETINFO: u32 = 18;
     /// Between pvmds only: the master's host table (ints [num, speed]*,
     /// strs [name, arch]*).
     pub const D_HOSTS: u32 = 100;

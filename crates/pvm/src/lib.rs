@@ -3,6 +3,7 @@
 //! global page pool.
 
 pub mod codec;
+pub mod console;
 pub mod daemon;
 pub mod error;
 pub mod fdpass;
@@ -11,6 +12,7 @@ pub mod hostfile;
 pub mod link;
 pub mod paths;
 pub mod pool;
+pub mod private;
 pub mod task;
 pub mod tid;
 

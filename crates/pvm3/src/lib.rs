@@ -137,7 +137,13 @@ pub(crate) fn with<T>(name: &str, f: impl FnOnce(&mut Task) -> PvmResult<T>) -> 
     }
     let t = guard.as_mut().expect("enrolled above");
     let auto = t.opts.auto_err;
-    match f(t) {
+    // Once the pvmd is known gone, every call fails as in libpvm.
+    let r = if t.pvmd_gone() {
+        Err(PvmError::SysErr)
+    } else {
+        f(t)
+    };
+    match r {
         Ok(v) => {
             // SAFETY: int global.
             unsafe { pvmmyctx = t.ctx };

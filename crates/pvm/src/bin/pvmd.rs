@@ -11,6 +11,7 @@ fn main() {
     let mut ready_fd: Option<i32> = None;
     let mut foreground = false;
     let mut hostfile = None;
+    let mut host_name: Option<String> = None;
     let mut slave: Option<openvia_pvm::daemon::SlaveArgs> = None;
     let mut args = std::env::args().skip(1);
     let num = |v: Option<String>| v.and_then(|s| s.parse::<u32>().ok()).unwrap_or(0);
@@ -44,6 +45,14 @@ fn main() {
                     std::env::set_var(k, v);
                 }
             }
+            // Stock's `-nNAME` (this host's name) and `-dMASK` (debug
+            // mask, accepted; this pvmd has no debug classes).
+            "-n" => host_name = args.next(),
+            s if s.starts_with("-n") => host_name = Some(s[2..].to_string()),
+            "-d" => {
+                args.next();
+            }
+            s if s.starts_with("-d") => {}
             s if !s.starts_with('-') => hostfile = Some(std::path::PathBuf::from(s)),
             other => {
                 eprintln!("pvmd: unknown option {other}");
@@ -53,6 +62,9 @@ fn main() {
     }
     let mut cfg = openvia_pvm::daemon::Config::from_env();
     cfg.hostfile = hostfile;
+    if let Some(n) = host_name {
+        cfg.hostname = n;
+    }
     if let Some(s) = &slave {
         if s.host_num < 2 || s.master_num == 0 || s.name.is_empty() || s.disc.is_empty() {
             eprintln!("pvmd: --slave needs --master, --name and --disc");

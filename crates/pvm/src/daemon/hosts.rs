@@ -509,7 +509,9 @@ impl Daemon {
     pub(super) fn config(&self) -> (i32, Args) {
         let mut a = Args::default();
         for h in self.hosts.values() {
-            a.ints.extend([tid::host_tid(h.num), h.speed, 0x0040_8841]);
+            // The data signature stock PVM 3.4.6 reports for LINUX64 on
+            // x86-64 (the format our tasks pack in).
+            a.ints.extend([tid::host_tid(h.num), h.speed, 0x0040_8c41]);
             a.strs.extend([h.name.clone(), h.arch.clone()]);
         }
         (self.hosts.len() as i32, a)

@@ -23,6 +23,30 @@ pub struct Entry {
     pub body: Vec<u8>,
 }
 
+/// One entry as the mailbox listing shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listed {
+    pub index: i32,
+    pub owner: i32,
+    pub flags: i32,
+}
+
+/// Shell-style match of `name` against `pattern` (`*` any run, `?` one
+/// character), as pvm_getmboxinfo's pattern.
+pub fn glob(pattern: &str, name: &str) -> bool {
+    fn go(p: &[char], n: &[char]) -> bool {
+        match p.split_first() {
+            None => n.is_empty(),
+            Some(('*', rest)) => (0..=n.len()).any(|i| go(rest, &n[i..])),
+            Some(('?', rest)) => !n.is_empty() && go(rest, &n[1..]),
+            Some((c, rest)) => n.first() == Some(c) && go(rest, &n[1..]),
+        }
+    }
+    let p: Vec<char> = pattern.chars().collect();
+    let n: Vec<char> = name.chars().collect();
+    go(&p, &n)
+}
+
 /// All classes of one pvmd.
 #[derive(Default)]
 pub struct Mailbox {
@@ -95,6 +119,57 @@ impl Mailbox {
         }
     }
 
+    /// The classes whose names match `pattern`, by name, with their
+    /// entries.
+    pub fn list(&self, pattern: &str) -> Vec<(String, Vec<Listed>)> {
+        let mut out: Vec<(String, Vec<Listed>)> = self
+            .classes
+            .iter()
+            .filter(|(name, _)| glob(pattern, name))
+            .map(|(name, slots)| {
+                let entries = slots
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, s)| {
+                        s.as_ref().map(|e| Listed {
+                            index: i as i32,
+                            owner: e.owner,
+                            flags: e.flags,
+                        })
+                    })
+                    .collect();
+                (name.clone(), entries)
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// Deletes the entries (of `class`, or all; at `index`, or all when
+    /// negative) whose owner `doomed` says must go; how many went.
+    pub fn reset(
+        &mut self,
+        class: Option<&str>,
+        index: i32,
+        doomed: impl Fn(i32) -> bool,
+    ) -> usize {
+        let mut n = 0;
+        for (name, slots) in self.classes.iter_mut() {
+            if class.is_some_and(|c| c != name) {
+                continue;
+            }
+            for (i, s) in slots.iter_mut().enumerate() {
+                let hit = matches!(s, Some(e) if doomed(e.owner));
+                if hit && (index < 0 || index as usize == i) {
+                    *s = None;
+                    n += 1;
+                }
+            }
+        }
+        self.classes.retain(|_, v| v.iter().any(Option::is_some));
+        n
+    }
+
     /// Drops the non-persistent entries of a task that left; persistent
     /// ones stay, owned by nobody (a later task given the same tid must
     /// not inherit them).
@@ -123,6 +198,29 @@ mod tests {
             enc: 0,
             body: vec![owner as u8],
         }
+    }
+
+    #[test]
+    fn listing_matches_globs_and_reset_spares_the_kept() {
+        let mut m = Mailbox::default();
+        m.put("alpha", entry(7, MULTI_INSTANCE)).unwrap();
+        m.put("alpha", entry(8, MULTI_INSTANCE)).unwrap();
+        m.put("beta", entry(0, PERSISTENT)).unwrap();
+        let names: Vec<String> = m.list("a*").into_iter().map(|c| c.0).collect();
+        assert_eq!(names, ["alpha"]);
+        assert_eq!(m.list("?eta")[0].1[0].owner, 0);
+        assert_eq!(m.list("*").len(), 2);
+        // Orphans only: beta's entry has no owner left.
+        assert_eq!(m.reset(None, -1, |o| o == 0), 1);
+        assert_eq!(m.reset(Some("alpha"), -1, |o| o != 7), 1);
+        assert_eq!(
+            m.list("*")[0].1,
+            [Listed {
+                index: 0,
+                owner: 7,
+                flags: MULTI_INSTANCE
+            }]
+        );
     }
 
     #[test]

@@ -68,6 +68,8 @@ struct TaskRec {
     ptid: i32,
     pid: i32,
     name: String,
+    /// Started by this pvmd (its child), not enrolled by hand.
+    spawned: bool,
     conn: Option<RawFd>,
     /// Frames for a spawned task that has not enrolled yet.
     pending: Vec<Frame>,
@@ -166,16 +168,13 @@ impl Daemon {
             ));
         }
         let _ = std::fs::remove_file(&cfg.socket);
-        let listener = UnixListener::bind(&cfg.socket)?;
+        let listener = crate::private::listen(&cfg.socket)?;
         listener.set_nonblocking(true)?;
         let pool = match cfg.pool_pages {
             Some(n) => Some(Arc::new(Pool::create(n)?)),
             None => None,
         };
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&cfg.log)?;
+        let log = crate::private::open_append(&cfg.log)?;
         let (host_num, master_num) = match &cfg.slave {
             Some(s) => (s.host_num, s.master_num),
             None => (1, 1),
@@ -345,6 +344,11 @@ impl Daemon {
 
     fn accept_all(&mut self) {
         while let Ok((s, _)) = self.listener.accept() {
+            // The socket file is 0600; this also holds if someone widened
+            // it: the pool (every local message) goes to our user only.
+            if !crate::private::same_user(s.as_raw_fd()) {
+                continue;
+            }
             let pool_fd = self.pool.as_ref().map(|p| p.fd());
             // One byte into a fresh socket never blocks; a client that
             // only probed and left makes it fail, which is fine.

@@ -328,9 +328,13 @@ impl Daemon {
         let h = match opcode {
             op::KILL | op::SENDSIG | op::PSTAT => tid::host_num(first),
             op::TASKS if first != 0 => tid::host_num(first),
-            op::PUTINFO | op::RECVINFO | op::DELINFO | op::ADDHOSTS | op::DELHOSTS => {
-                self.master_num
-            }
+            op::PUTINFO
+            | op::RECVINFO
+            | op::DELINFO
+            | op::MBOXINFO
+            | op::RESETINFO
+            | op::ADDHOSTS
+            | op::DELHOSTS => self.master_num,
             _ => self.host_num,
         };
         (h != self.host_num && h != 0).then_some(h)

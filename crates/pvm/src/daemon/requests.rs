@@ -143,6 +143,28 @@ impl Daemon {
                 let r = self.mailbox.delete(&string(&a, 0), int(&a, 0), me);
                 (r.map(|_| 0).unwrap_or_else(|e| e.code()), Args::default())
             }
+            op::MBOXINFO => {
+                let mut out = Args::default();
+                for (name, entries) in self.mailbox.list(&string(&a, 0)) {
+                    out.strs.push(name);
+                    out.ints.push(entries.len() as i32);
+                    for e in entries {
+                        out.ints.extend([e.index, e.owner, e.flags]);
+                    }
+                }
+                (out.strs.len() as i32, out)
+            }
+            op::RESETINFO => {
+                let class = string(&a, 0);
+                let keep: Vec<i32> = a.ints.iter().skip(2).copied().collect();
+                let all_owned = int(&a, 1) != 0;
+                let n = self.mailbox.reset(
+                    (!class.is_empty()).then_some(class.as_str()),
+                    int(&a, 0),
+                    |owner| !keep.contains(&owner) && (all_owned || owner == 0),
+                );
+                (n as i32, Args::default())
+            }
             op::ADDHOSTS => {
                 let ints = self.add_hosts(&a.strs);
                 let n = ints.iter().filter(|&&c| c >= 0).count() as i32;
@@ -201,6 +223,7 @@ impl Daemon {
                     ptid: 0,
                     pid,
                     name,
+                    spawned: false,
                     conn: None,
                     pending: Vec::new(),
                     siblings: vec![t],
@@ -402,7 +425,8 @@ impl Daemon {
             if which != 0 && which != host && which != *t {
                 continue;
             }
-            let flag = if r.conn.is_some() { 4 } else { 0 };
+            // PVM's task flags: 2 child of pvmd, 4 connected.
+            let flag = if r.conn.is_some() { 4 } else { 0 } | if r.spawned { 2 } else { 0 };
             out.ints.extend([*t, r.ptid, host, flag, r.pid]);
             out.strs.push(r.name.clone());
         }

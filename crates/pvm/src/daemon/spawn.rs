@@ -71,6 +71,7 @@ impl Daemon {
                             ptid,
                             pid,
                             name: req.file.clone(),
+                            spawned: true,
                             conn: None,
                             pending: Vec::new(),
                             siblings: tids.clone(),

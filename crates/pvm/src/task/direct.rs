@@ -44,7 +44,7 @@ use std::time::Duration;
 use openvia_core::ViaError;
 
 use super::{Queued, Task};
-use crate::error::{PvmError, PvmResult};
+use crate::error::PvmResult;
 use crate::frame::{self, Frame, Msg};
 use crate::link::{Link, LinkEvent, LinkNic, PreparedLink, WakeUp};
 use crate::pool::inbound::{Arrival, Inbound};
@@ -310,11 +310,13 @@ impl Task {
             enc: 0,
             body,
         };
-        frame::write_frame(&mut self.wr, &Frame::Msg(m)).map_err(|_| PvmError::SysErr)
+        let r = frame::write_frame(&mut self.wr, &Frame::Msg(m));
+        self.socket_io(r)
     }
 
     fn flush_routed(&mut self) -> PvmResult<()> {
-        self.wr.flush().map_err(|_| PvmError::SysErr)
+        let r = self.wr.flush();
+        self.socket_io(r)
     }
 
     /// Opens the NIC on first use.

@@ -4,9 +4,10 @@
 
 pub mod buffers;
 mod direct;
+mod pvmd_link;
 mod start;
 
-pub use start::start_daemon;
+pub use start::{start_daemon, start_daemon_with};
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, BufReader, BufWriter, Write};
@@ -20,6 +21,7 @@ use crate::error::{PvmError, PvmResult};
 use crate::frame::{self, op, Args, Frame, Msg};
 use crate::pool::{Body, Desc, Pool, PoolHandle, PostError};
 use buffers::{BufTable, MsgBuf};
+use pvmd_link::{Lifeline, NoSigPipe};
 
 /// A message waiting in the task to be received.
 pub struct Queued {
@@ -70,7 +72,7 @@ pub enum Wait {
 /// An enrolled PVM task.
 pub struct Task {
     rd: BufReader<UnixStream>,
-    wr: BufWriter<UnixStream>,
+    wr: BufWriter<NoSigPipe>,
     pub mytid: i32,
     pub ptid: i32,
     pub siblings: Vec<i32>,
@@ -90,6 +92,9 @@ pub struct Task {
     pub opts: Options,
     /// PvmRouteDirect between hosts.
     direct: direct::Direct,
+    /// Whether the pvmd is still there (see pvmd_link); dropped last, so
+    /// its watcher is stopped after the direct links.
+    pvmd: Lifeline,
 }
 
 fn sys(_: io::Error) -> PvmError {
@@ -99,6 +104,14 @@ fn sys(_: io::Error) -> PvmError {
 impl Task {
     /// Enrolls this process, starting a pvmd if none answers.
     pub fn enroll() -> PvmResult<Task> {
+        let name = std::env::args().next().unwrap_or_default();
+        let name = name.rsplit('/').next().unwrap_or_default().to_string();
+        Task::enroll_as(name)
+    }
+
+    /// Enrolls under the command name `name` (what `ps` shows; the console
+    /// has none, as in stock PVM).
+    pub fn enroll_as(name: String) -> PvmResult<Task> {
         let path = crate::paths::daemon_socket();
         let stream = match UnixStream::connect(&path) {
             Ok(s) => s,
@@ -115,11 +128,9 @@ impl Task {
             .ok()
             .and_then(|s| s.parse().ok())
             .unwrap_or(0);
-        let name = std::env::args().next().unwrap_or_default();
-        let name = name.rsplit('/').next().unwrap_or_default().to_string();
         let mut t = Task {
             rd: BufReader::with_capacity(256 * 1024, stream.try_clone().map_err(sys)?),
-            wr: BufWriter::with_capacity(64 * 1024, stream),
+            wr: BufWriter::with_capacity(64 * 1024, NoSigPipe(stream)),
             mytid: 0,
             ptid: 0,
             siblings: Vec::new(),
@@ -136,6 +147,7 @@ impl Task {
             next_ctx: 1,
             opts: Options::default(),
             direct: direct::Direct::default(),
+            pvmd: Lifeline::unwatched(),
         };
         // SAFETY: getpid has no preconditions.
         let pid = unsafe { libc::getpid() };
@@ -160,15 +172,40 @@ impl Task {
             t.seen_sock_bell = pool.sock_bell(slot);
             t.home = Some(PoolHandle { pool, slot });
         }
+        t.pvmd = Lifeline::watch(t.rd.get_ref(), t.home.clone());
         // Our tid is a fresh one: drop the hint so our children do not reuse it.
         std::env::remove_var(crate::daemon::ENV_TID);
         Ok(t)
     }
 
     fn write(&mut self, f: &Frame) -> PvmResult<()> {
-        frame::write_frame(&mut self.wr, f)
-            .and_then(|_| self.wr.flush())
-            .map_err(sys)
+        let r = frame::write_frame(&mut self.wr, f).and_then(|_| self.wr.flush());
+        self.socket_io(r)
+    }
+
+    /// The result of I/O on the pvmd's socket: a failure means the pvmd
+    /// is gone, and the task stays marked so.
+    fn socket_io<T>(&mut self, r: io::Result<T>) -> PvmResult<T> {
+        r.map_err(|_| {
+            self.pvmd.cut();
+            PvmError::SysErr
+        })
+    }
+
+    /// Err(PvmSysErr) once the pvmd is gone, which the watcher (or a
+    /// failed socket call) marks, so calls that never touch the socket
+    /// (pool sends and receives) still learn of the death.
+    pub fn check_pvmd(&mut self) -> PvmResult<()> {
+        if self.pvmd.gone() {
+            Err(PvmError::SysErr)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// True once the pvmd is known to be gone; every call then fails.
+    pub fn pvmd_gone(&self) -> bool {
+        self.pvmd.gone()
     }
 
     /// Reads one frame from the pvmd, waiting at most until `deadline`.
@@ -190,8 +227,12 @@ impl Task {
                 }
             }
         }
-        match frame::read_frame(&mut self.rd).map_err(sys)? {
-            None => Err(PvmError::SysErr),
+        let r = frame::read_frame(&mut self.rd);
+        match self.socket_io(r)? {
+            None => {
+                self.pvmd.cut();
+                Err(PvmError::SysErr)
+            }
             Some(Frame::Msg(m)) => {
                 let q = Queued {
                     src: m.src,
@@ -210,6 +251,7 @@ impl Task {
 
     /// A synchronous request to the pvmd.
     pub fn call(&mut self, opcode: u32, args: Args) -> PvmResult<(i32, Args)> {
+        self.check_pvmd()?;
         self.seq = self.seq.wrapping_add(1);
         let seq = self.seq;
         self.write(&Frame::Req {
@@ -296,6 +338,7 @@ impl Task {
     /// (the receiver gets a hold on the same pages) when the receiver is a
     /// local task with a slot, else through the pvmd.
     pub fn send_buffer(&mut self, dsts: &[i32], tag: i32) -> PvmResult<()> {
+        self.check_pvmd()?;
         let id = self.sbuf;
         self.bufs.get(id)?;
         let ctx = self.ctx;
@@ -356,9 +399,11 @@ impl Task {
                 enc: b.enc,
                 body: b.body(),
             };
-            frame::write_frame(&mut self.wr, &Frame::Msg(m)).map_err(sys)?;
+            let r = frame::write_frame(&mut self.wr, &Frame::Msg(m));
+            self.socket_io(r)?;
         }
-        self.wr.flush().map_err(sys)?;
+        let r = self.wr.flush();
+        self.socket_io(r)?;
         failed.map_or(Ok(()), Err)
     }
 
@@ -427,7 +472,9 @@ impl Task {
                     return Err(PvmError::NoTask);
                 }
                 Err(PostError::Full) => {
-                    // The receiver's ring is full: wait for it to read.
+                    // The receiver's ring is full: wait for it to read
+                    // (with no pvmd, a dead receiver is never cleared).
+                    self.check_pvmd()?;
                     spins += 1;
                     if spins < 100 {
                         std::thread::yield_now();
@@ -537,6 +584,7 @@ impl Task {
             return self.recv_socket_only(src, tag, deadline);
         };
         loop {
+            self.check_pvmd()?;
             let bell = home.pool.bell(home.slot);
             if let Some(m) = self.take_match(src, tag) {
                 return Ok(self.install_rbuf(m));
@@ -547,6 +595,7 @@ impl Task {
             if matches!(deadline, Some(d) if Instant::now() >= d) {
                 return Ok(0);
             }
+            // The watcher rings the bell when the pvmd dies.
             home.pool.wait_bell(home.slot, bell, deadline);
         }
     }
@@ -580,6 +629,7 @@ impl Task {
     /// Like recv but leaves the message queued; returns a buffer id for
     /// bufinfo without making it the receive buffer.
     pub fn probe(&mut self, src: i32, tag: i32) -> PvmResult<i32> {
+        self.check_pvmd()?;
         self.drain_socket()?;
         self.gather()?;
         let ctx = self.ctx;
@@ -675,6 +725,9 @@ impl Task {
         // the slot may already belong to a new task. Direct links first:
         // their threads write into pages our slot holds.
         self.direct_close();
+        // Our slot is about to go to another task: its bell is not ours
+        // to ring any more.
+        self.pvmd = Lifeline::unwatched();
         self.bufs = BufTable::default();
         self.queue.clear();
         self.sbuf = 0;

@@ -58,6 +58,12 @@ fn is_ours(p: &PathBuf) -> bool {
 
 /// Starts a pvmd and waits until it listens.
 pub fn start_daemon() -> io::Result<()> {
+    start_daemon_with(&[])
+}
+
+/// Starts a pvmd with `args` (the console's `-n host`, `-d mask`,
+/// hostfile) and waits until it listens.
+pub fn start_daemon_with(args: &[String]) -> io::Result<()> {
     let bin = daemon_binary()
         .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no openvia pvmd found"))?;
     let mut fds = [0; 2];
@@ -71,6 +77,7 @@ pub fn start_daemon() -> io::Result<()> {
     let mut cmd = Command::new(bin);
     cmd.arg("--ready-fd")
         .arg("3")
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
