@@ -26,7 +26,7 @@ use crate::recv_reassembly::{Insert, Reassembly};
 use crate::rtt::RttEstimator;
 use crate::sack::expand;
 use crate::segment::segments_for;
-use crate::send_queue::SendQueue;
+use crate::send_queue::{CompleteOn, SendQueue};
 use crate::time::Time;
 
 /// Disconnect reason: orderly close by the application.
@@ -429,7 +429,7 @@ impl Connection {
         &mut self,
         now: Time,
         h: &HeaderRepr,
-        sack: Option<&openvia_wire::rum::AckRepr>,
+        sack: Option<&openvia_wire::rum::SackBlocks<'_>>,
     ) -> bool {
         let next = self.send.next_seq;
         let ack = expand(self.send.snd_una, h.ack);
@@ -438,7 +438,7 @@ impl Connection {
             return false;
         }
         let mut blocks = Vec::new();
-        for b in sack.map(|a| a.blocks()).unwrap_or(&[]) {
+        for b in sack.iter().flat_map(|a| a.iter()) {
             let start = expand(self.send.snd_una, b.start);
             let end = expand(start, b.end);
             if start < ack || end > next || end <= start {
@@ -448,7 +448,8 @@ impl Connection {
         }
         let una_before = self.send.snd_una;
         let consumed_before = self.credit.consumed();
-        let outcome = self.send.on_ack(ack, now);
+        let min_rtt = self.rtt.min_rtt();
+        let outcome = self.send.on_ack(ack, now, min_rtt);
         if outcome.newly_acked > 0 {
             if let Some(sample) = outcome.rtt_sample {
                 self.rtt.on_sample(sample);
@@ -470,8 +471,12 @@ impl Connection {
                 self.counters.fast_retransmits += 1;
             }
         }
+        let mut sack_sample = None;
         for (s, e) in blocks {
-            self.send.on_sack(s, e);
+            sack_sample = self.send.on_sack(s, e, now, min_rtt).or(sack_sample);
+        }
+        if let Some(sample) = sack_sample {
+            self.rtt.on_sample(sample);
         }
         let srtt = self.rtt.srtt();
         let marked = self.send.detect_losses(now, srtt, srtt / 4);
@@ -501,11 +506,23 @@ impl Connection {
             .then(|| now + self.probe_timeout());
     }
 
+    /// What a send waits for: on a reliable level the peer must hold the
+    /// data before the send is reported done, else a datagram lost after
+    /// completion (and a close or a connection loss before it was resent)
+    /// would lose a message that both sides reported as fine.
+    pub(crate) fn complete_on(&self) -> CompleteOn {
+        match self.config.reliability {
+            Reliability::Unreliable => CompleteOn::Sent,
+            Reliability::ReliableDelivery => CompleteOn::Acknowledged,
+            Reliability::ReliableReception => CompleteOn::Placed,
+        }
+    }
+
     pub(crate) fn collect_completions(&mut self) {
-        let on_placement = self.config.reliability == Reliability::ReliableReception;
+        let when = self.complete_on();
         let events = &mut self.events;
         self.send
-            .collect_completions(self.credit.consumed(), on_placement, &mut |id| {
+            .collect_completions(self.credit.consumed(), when, &mut |id| {
                 events.push_back(Event::SendCompleted(id))
             });
     }
