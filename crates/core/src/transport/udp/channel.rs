@@ -32,6 +32,7 @@ use openvia_proto::{
 };
 use openvia_wire::handshake::ViAttrs;
 
+use super::fault::{FaultConfig, Faults};
 use super::socket::{RxBatch, UdpSock, RX_BATCH, RX_BUF};
 use super::stats::STATS;
 use super::tx::{send_batch, Outside, TxBatch};
@@ -126,6 +127,8 @@ pub struct UdpChannel {
     echo: Option<AcceptEcho>,
     heard: bool,
     replies: Vec<OutgoingMessage>,
+    /// Injected faults on received datagrams (`OPENVIA_UDP_FAULTS`).
+    faults: Option<Faults>,
 }
 
 impl UdpChannel {
@@ -172,9 +175,16 @@ impl UdpChannel {
             heard: echo.is_none(),
             echo,
             replies: Vec::new(),
+            faults: None,
         };
         ch.drain_events();
         ch
+    }
+
+    /// Injects `faults` into what this channel receives (see [`super::fault`]).
+    pub fn with_faults(mut self, faults: Option<FaultConfig>) -> Self {
+        self.faults = faults.map(Faults::next_stream);
+        self
     }
 
     fn drain_events(&mut self) {
@@ -288,9 +298,15 @@ impl UdpChannel {
                     continue;
                 }
                 let (rx, conn) = (&self.rx, &mut self.conn);
-                for dg in rx.datagrams(k) {
-                    conn.handle_datagram(now, dg);
+                match self.faults.as_mut() {
+                    None => rx.datagrams(k).for_each(|dg| conn.handle_datagram(now, dg)),
+                    Some(f) => rx
+                        .datagrams(k)
+                        .for_each(|dg| f.receive(dg, &mut |d| conn.handle_datagram(now, d))),
                 }
+            }
+            if let Some(f) = self.faults.as_mut() {
+                f.end_batch(&mut |d| self.conn.handle_datagram(now, d));
             }
             if n < want || want == 1 {
                 break;
@@ -713,10 +729,12 @@ impl Channel for UdpChannel {
 }
 
 impl UdpChannel {
-    /// Before a disconnect: a send on the reliable delivery level completed
-    /// when it left, and a lost datagram of it would be gone with us. Keep
+    /// Before a disconnect: sends the peer has not acknowledged have not
+    /// completed (a reliable send completes only once the peer holds it)
+    /// and are flushed with an error when the channel closes. Keep
     /// answering (acknowledgements in, retransmissions out) until the peer
-    /// has everything, it fails, or [`LINGER_NS`] passes.
+    /// has everything, it fails, or [`LINGER_NS`] passes, so that an
+    /// orderly close loses nothing the peer could still get.
     fn linger(&mut self) {
         let deadline = crate::sys::now_ns() + LINGER_NS;
         while self.conn.awaiting_ack() && self.failed.is_none() {

@@ -164,7 +164,8 @@ impl UdpConnRequest {
             interval_ns: 20_000_000,
             give_up: now_ns + 30_000_000_000,
         };
-        let ch = UdpChannel::new(sock, conn, peer, Some(echo), u.settings.in_place_sends);
+        let ch = UdpChannel::new(sock, conn, peer, Some(echo), u.settings.in_place_sends)
+            .with_faults(u.settings.faults);
         vi.attach_channel(Box::new(ch), peer)
     }
 
@@ -359,7 +360,8 @@ fn client_connect(
                         .map_err(|_| ViaError::Resource("UDP connect"))?;
                     let remote_attrs = attrs_of(&peer);
                     let ch =
-                        UdpChannel::new(sock, conn, remote_attrs, None, u.settings.in_place_sends);
+                        UdpChannel::new(sock, conn, remote_attrs, None, u.settings.in_place_sends)
+                            .with_faults(u.settings.faults);
                     vi.attach_channel(Box::new(ch), remote_attrs)?;
                     return Ok(remote_attrs);
                 }
