@@ -334,6 +334,15 @@ impl Connection {
             Body::ConnectReject(h) => self.on_reject(&h),
             Body::Disconnect { reason } => {
                 self.last_heard = now;
+                // Its header carries the peer's final acknowledgement:
+                // sends it got complete now, before the loss of the
+                // connection fails the rest (its last ACK may have been
+                // lost, and nothing else from it will come).
+                if self.state == State::Connected
+                    && !self.on_feedback(now, &repr.header, None)
+                {
+                    self.counters.bogus_acks += 1;
+                }
                 self.enter_closed();
                 self.events.push_back(Event::PeerDisconnected { reason });
             }

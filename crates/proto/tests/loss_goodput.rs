@@ -202,3 +202,34 @@ fn delivery_completion_follows_the_acknowledgement() {
         .iter()
         .all(|(_, e)| !matches!(e, Event::ConnectionLost(_))));
 }
+
+/// The peer's DISCONNECT carries its cumulative acknowledgement: a server
+/// that closes right after taking our last message (its ACK lost) must
+/// not leave that send to fail with the connection when the peer did get
+/// it (viabench's final Bye failed this way at 20 % drop).
+#[test]
+fn a_disconnect_acknowledges_what_the_peer_received() {
+    for reliability in [
+        Reliability::ReliableDelivery,
+        Reliability::ReliableReception,
+    ] {
+        let cfg = Config {
+            reliability,
+            ..Config::default()
+        };
+        let mut sim = Sim::new(63, LinkConfig::perfect(), cfg.clone(), cfg);
+        assert!(sim.run_until(Duration::from_secs(1), connected));
+        sim.link_up_to_a = false;
+        sim.send_a(content(6, 0, 64));
+        assert!(sim.run_until(Duration::from_secs(1), |s| s.b.sink.received.len() == 1));
+        assert!(Sim::completions(&sim.a).is_empty(), "{reliability:?}");
+        sim.link_up_to_a = true;
+        sim.b().close();
+        assert!(sim.run_until(Duration::from_secs(1), |s| Sim::lost(&s.a).is_some()));
+        assert_eq!(Sim::completions(&sim.a), vec![0], "{reliability:?}");
+        assert!(matches!(
+            Sim::lost(&sim.a),
+            Some(Event::PeerDisconnected { .. })
+        ));
+    }
+}

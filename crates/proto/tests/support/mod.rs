@@ -175,6 +175,8 @@ pub struct Sim {
     pub link: LinkConfig,
     /// When false, every datagram is dropped (a dead link).
     pub link_up: bool,
+    /// When false, every datagram from b to a is dropped.
+    pub link_up_to_a: bool,
     pub a: Endpoint,
     pub b: Endpoint,
     server_config: Config,
@@ -205,6 +207,7 @@ impl Sim {
             rng,
             link,
             link_up: true,
+            link_up_to_a: true,
             a: Endpoint {
                 conn: Some(conn),
                 sink: CollectSink {
@@ -329,7 +332,7 @@ impl Sim {
         let start = self.busy_until[to_b as usize].max(self.now);
         let leaves = start + self.link.serialization(bytes.len());
         self.busy_until[to_b as usize] = leaves;
-        if !self.link_up || self.rng.chance(self.link.loss) {
+        if !self.link_up || (!to_b && !self.link_up_to_a) || self.rng.chance(self.link.loss) {
             return;
         }
         let copies = if self.rng.chance(self.link.duplicate) {
