@@ -338,9 +338,7 @@ impl Connection {
                 // sends it got complete now, before the loss of the
                 // connection fails the rest (its last ACK may have been
                 // lost, and nothing else from it will come).
-                if self.state == State::Connected
-                    && !self.on_feedback(now, &repr.header, None)
-                {
+                if self.state == State::Connected && !self.on_feedback(now, &repr.header, None) {
                     self.counters.bogus_acks += 1;
                 }
                 self.enter_closed();

@@ -14,6 +14,12 @@ use std::time::Duration;
 use openvia_proto::{Config, Event, Reliability, State, Time};
 use support::{content, fnv1a, LinkConfig, Sim};
 
+/// The levels that promise delivery.
+const RELIABLE: [Reliability; 2] = [
+    Reliability::ReliableDelivery,
+    Reliability::ReliableReception,
+];
+
 /// Both ends have finished the handshake.
 fn connected(s: &Sim) -> bool {
     s.a.conn
@@ -149,10 +155,7 @@ fn twenty_percent_loss_moves_64_mib_quickly() {
 /// error), on both reliable levels.
 #[test]
 fn reliable_send_completes_only_when_the_peer_holds_it() {
-    for reliability in [
-        Reliability::ReliableDelivery,
-        Reliability::ReliableReception,
-    ] {
+    for reliability in RELIABLE {
         let cfg = Config {
             reliability,
             keepalive_interval: Duration::from_millis(100),
@@ -209,10 +212,7 @@ fn delivery_completion_follows_the_acknowledgement() {
 /// it (viabench's final Bye failed this way at 20 % drop).
 #[test]
 fn a_disconnect_acknowledges_what_the_peer_received() {
-    for reliability in [
-        Reliability::ReliableDelivery,
-        Reliability::ReliableReception,
-    ] {
+    for reliability in RELIABLE {
         let cfg = Config {
             reliability,
             ..Config::default()
