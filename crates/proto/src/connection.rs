@@ -457,8 +457,9 @@ impl Connection {
         let consumed_before = self.credit.consumed();
         let min_rtt = self.rtt.min_rtt();
         let outcome = self.send.on_ack(ack, now, min_rtt);
+        let complete = blocks.len() < self.sack_room();
         if outcome.newly_acked > 0 {
-            if let Some(sample) = outcome.rtt_sample {
+            if let Some(sample) = outcome.rtt_sample.filter(|_| complete) {
                 self.rtt.on_sample(sample);
             } else {
                 self.rtt.reset_backoff();
@@ -478,11 +479,18 @@ impl Connection {
                 self.counters.fast_retransmits += 1;
             }
         }
+        // An ACK with as many blocks as it can hold may have left out the
+        // receiver's latest arrivals: a segment it reports for the first
+        // time may have arrived long before (holes below filled since), and
+        // its age then is no round trip. Samples come from complete ACKs
+        // only (under heavy loss, with every ACK full, the estimate holds
+        // still; taking them swelled SRTT from 60 µs to 80 ms at 20 % drop).
+        let complete = blocks.len() < self.sack_room();
         let mut sack_sample = None;
         for (s, e) in blocks {
             sack_sample = self.send.on_sack(s, e, now, min_rtt).or(sack_sample);
         }
-        if let Some(sample) = sack_sample {
+        if let Some(sample) = sack_sample.filter(|_| complete) {
             self.rtt.on_sample(sample);
         }
         let srtt = self.rtt.srtt();

@@ -157,9 +157,9 @@ impl Connection {
     /// that at 20 % loss one ACK still describes most of a window's holes
     /// (16 blocks, the old limit, let the sender learn of only 16 holes a
     /// round trip and cut goodput at 5 % loss to a few percent).
-    fn sack_room(&self) -> usize {
+    pub(crate) fn sack_room(&self) -> usize {
         let room = self.max_datagram_len() - openvia_wire::rum::HEADER_LEN - 4;
-        room / 8
+        (room / 8).min(openvia_wire::rum::MAX_SACK_BLOCKS)
     }
 
     fn arm_rto(&mut self, now: Time) {
