@@ -3,7 +3,7 @@
 # (scripts/netns.sh), peers in the same run, as JSON lines on stdout.
 # Server pinned to CPU 1 (`serve --cpu 1`), client to CPU 0 (`--cpu 0,1`).
 # Usage: scripts/udp_compare.sh [quick | lat MTU | bw MTU | modes MTU |
-#                                drop MTU | sweep]
+#                                drop MTU | loss MTU | sweep]
 #   (no argument) MTU 9000 and 1500: latency and the RUM modes; 1 % drop
 #   at 9000; then seed 000's sweep. quick: without the sweep.
 #   lat: 8-byte ping-pong, kernel UDP/TCP (blocking and busy-polling) and
@@ -13,6 +13,11 @@
 #        with kernel TCP;
 #   drop: streaming with every byte verified, lossless then with 1 % of
 #        the UDP datagrams dropped by nft, openvia and kernel TCP;
+#   loss: per-datagram loss: offloads off on the veths (so nft drops one
+#        datagram or TCP segment, never a GSO burst), then for each drop
+#        in DROPS (default "0 1 5 20") openvia and kernel TCP streaming
+#        LOSSN (default 64) 1 MiB messages, every byte verified, with
+#        nft's counts of packets seen and dropped on stderr;
 #   sweep: segment policy and size (fixed, page, largest, 1472, 4096,
 #        8958 bytes) at MTU 1500, 4138 and 9000 (and the page policy at
 #        4188, where a whole page fits), kernel TCP at each MTU.
@@ -107,6 +112,21 @@ drop() {
     "$NS" nodrop >&2
 }
 
+# Per-datagram loss: offloads off first, so that nft sees (and drops)
+# single datagrams and segments.
+loss() {
+    "$NS" offloads off >&2
+    for pct in ${DROPS:-0 1 5 20}; do
+        for t in udp kernel-tcp; do
+            "$NS" drop "$pct" >&2
+            run "loss-mtu$1-drop$pct" $t -- bandwidth -s 1M -n "${LOSSN:-64}" -w 16 --verify
+            echo "drop $pct % $t:" >&2
+            "$NS" counters >&2
+        done
+    done
+    "$NS" nodrop >&2
+}
+
 # Seed 000's sweep: segment policy or size x MTU. A segment larger than
 # the MTU allows travels as IP fragments (without GSO).
 sweep() {
@@ -132,7 +152,7 @@ lat | modes)
     "$NS" down
     exit 0
     ;;
-bw | drop)
+bw | drop | loss)
     "$NS" up "$2" >&2
     "$1" "$2"
     "$NS" down

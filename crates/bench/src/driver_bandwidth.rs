@@ -105,6 +105,16 @@ pub fn run(ep: &mut dyn Endpoint, p: &BandwidthParams) -> Result<BandwidthOutcom
     )?;
     let seconds = start.elapsed().as_secs_f64();
     let report = ReceiverReport::decode(&recv_control(ep)?)?;
+    // Every message sent is accounted for: delivered, or (a transport that
+    // may lose messages) reported lost. A shortfall is a failure of the
+    // run, never a figure.
+    let r = report.receipt;
+    if r.messages + r.lost_messages != p.messages {
+        return Err(BenchError::Protocol(format!(
+            "receiver accounts for {} delivered + {} lost of {} messages sent",
+            r.messages, r.lost_messages, p.messages
+        )));
+    }
     if report.mismatches > 0 {
         let (index, offset) = report.first_mismatch.unwrap_or((0, 0));
         return Err(BenchError::VerifyFailed {

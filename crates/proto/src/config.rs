@@ -14,7 +14,11 @@ use crate::segment::segments_for;
 pub enum Reliability {
     /// Lost messages are dropped whole and counted; never corrupted or duplicated.
     Unreliable,
-    /// Exactly once, in order; a send completes when it has left for the wire.
+    /// Exactly once, in order, or the connection fails. A send completes
+    /// when the peer acknowledged it (holds it in its receive buffer): the
+    /// spec allows completion once it left for the wire, but a datagram
+    /// lost after that would leave a completed send undelivered whenever
+    /// the connection ends before it is resent.
     ReliableDelivery,
     /// As delivery, but a send completes when the receiver has placed it.
     ReliableReception,

@@ -44,8 +44,9 @@ pub enum Event {
     Connected(PeerAttributes),
     /// The server refused the connect request.
     Rejected { reason: u32 },
-    /// A send finished: left for the wire (unreliable, reliable delivery)
-    /// or placed by the receiver (reliable reception). In posting order.
+    /// A send finished: left for the wire (unreliable), acknowledged by
+    /// the receiver (reliable delivery) or placed by it (reliable
+    /// reception). In posting order.
     SendCompleted(MessageId),
     /// The connection is dead; no further data moves. Sends not yet
     /// completed never will be: flush them.

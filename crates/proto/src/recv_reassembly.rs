@@ -209,16 +209,19 @@ impl Reassembly {
         self.consumed + (self.slots.len() as u64) > self.expected
     }
 
-    /// SACK blocks for segments received beyond `expected`.
-    pub fn sack(&self) -> openvia_wire::rum::AckRepr {
-        let mut b = SackBuilder::default();
+    /// SACK blocks for segments received beyond `expected`, the lowest
+    /// `limit` runs (the holes nearest the cumulative ack hold the
+    /// receiver's window shut; the sender learns the rest as they fill).
+    pub fn sack(&self, limit: usize) -> openvia_wire::rum::AckRepr {
+        let mut b = SackBuilder::with_limit(limit);
         let start = (self.expected - self.consumed) as usize;
         for (i, s) in self.slots.iter().enumerate().skip(start) {
             if matches!(s, Slot::Filled(_)) {
-                if b.is_full() {
+                let seq = self.consumed + i as u64;
+                if !b.accepts(seq) {
                     break;
                 }
-                b.add(self.consumed + i as u64);
+                b.add(seq);
             }
         }
         b.finish()

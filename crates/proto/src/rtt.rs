@@ -10,6 +10,8 @@ use std::time::Duration;
 pub struct RttEstimator {
     srtt: Option<Duration>,
     rttvar: Duration,
+    /// Smallest sample seen.
+    min_rtt: Option<Duration>,
     min_rto: Duration,
     max_rto: Duration,
     initial_rto: Duration,
@@ -24,6 +26,7 @@ impl RttEstimator {
         let mut r = Self {
             srtt: None,
             rttvar: Duration::ZERO,
+            min_rtt: None,
             min_rto,
             max_rto,
             initial_rto,
@@ -35,6 +38,7 @@ impl RttEstimator {
     }
 
     pub fn on_sample(&mut self, rtt: Duration) {
+        self.min_rtt = Some(self.min_rtt.map_or(rtt, |m| m.min(rtt)));
         match self.srtt {
             None => {
                 self.srtt = Some(rtt);
@@ -53,6 +57,13 @@ impl RttEstimator {
     /// Smoothed RTT, or the initial RTO before any sample.
     pub fn srtt(&self) -> Duration {
         self.srtt.unwrap_or(self.initial_rto)
+    }
+
+    /// Smallest round trip seen, or the initial RTO before any sample
+    /// (so that, before there is one, no retransmission counts as
+    /// delivered too soon).
+    pub fn min_rtt(&self) -> Duration {
+        self.min_rtt.unwrap_or(self.initial_rto)
     }
 
     pub fn rto(&self) -> Duration {

@@ -21,13 +21,30 @@ pub fn expand(reference: u64, wire: u32) -> u64 {
 }
 
 /// Builds an ACK body from runs of received sequence numbers.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SackBuilder {
     ack: AckRepr,
     run: Option<(u64, u64)>,
+    /// Blocks the datagram has room for.
+    limit: usize,
+}
+
+impl Default for SackBuilder {
+    fn default() -> Self {
+        Self::with_limit(openvia_wire::rum::MAX_SACK_BLOCKS)
+    }
 }
 
 impl SackBuilder {
+    /// A builder of at most `limit` blocks (capped at the wire's maximum).
+    pub fn with_limit(limit: usize) -> Self {
+        Self {
+            ack: AckRepr::default(),
+            run: None,
+            limit: limit.min(openvia_wire::rum::MAX_SACK_BLOCKS),
+        }
+    }
+
     /// Feed received sequence numbers in increasing order.
     pub fn add(&mut self, seq: u64) {
         match &mut self.run {
@@ -46,8 +63,13 @@ impl SackBuilder {
             });
         }
     }
-    pub fn is_full(&self) -> bool {
-        self.ack.blocks().len() == openvia_wire::rum::MAX_SACK_BLOCKS
+    /// Whether `seq` (the next in increasing order) still fits: it extends
+    /// the open run, or a new block has room.
+    pub fn accepts(&self, seq: u64) -> bool {
+        match self.run {
+            Some((_, end)) if end == seq => true,
+            open => self.ack.blocks().len() + usize::from(open.is_some()) < self.limit,
+        }
     }
     pub fn finish(mut self) -> AckRepr {
         self.flush();
@@ -77,5 +99,23 @@ mod tests {
         let a = b.finish();
         let spans: Vec<_> = a.blocks().iter().map(|b| (b.start, b.end)).collect();
         assert_eq!(spans, vec![(3, 6), (9, 10), (11, 13)]);
+    }
+
+    #[test]
+    fn builder_stops_at_its_limit() {
+        let mut b = SackBuilder::with_limit(2);
+        for s in [1, 2, 4, 5, 7, 9] {
+            if !b.accepts(s) {
+                break;
+            }
+            b.add(s);
+        }
+        let spans: Vec<_> = b
+            .finish()
+            .blocks()
+            .iter()
+            .map(|b| (b.start, b.end))
+            .collect();
+        assert_eq!(spans, vec![(1, 3), (4, 6)]);
     }
 }

@@ -84,6 +84,19 @@ pub struct SendQueue {
     spare: Vec<Vec<u8>>,
 }
 
+/// What a posted message waits for before it completes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompleteOn {
+    /// Its last segment left (unreliable: nothing would be resent anyway).
+    Sent,
+    /// The peer acknowledged every segment: it holds the data, and a loss
+    /// after this point is impossible without the connection failing on
+    /// both sides (reliable delivery).
+    Acknowledged,
+    /// The peer placed it in the application's memory (reliable reception).
+    Placed,
+}
+
 /// Result of a cumulative ack.
 #[derive(Debug, Default)]
 pub struct AckOutcome {
@@ -228,8 +241,20 @@ impl SendQueue {
         self.lost_floor = self.lost_floor.min(f.seq);
     }
 
+    /// Whether the receipt of `f`, reported at `now`, says when a segment
+    /// that reached the peer was sent: a segment sent once, or a
+    /// retransmission acknowledged at least `min_rtt` after it was resent
+    /// (sooner, it can only be the original arriving late). As RACK (RFC
+    /// 8985, 6.2): without the retransmissions, a lost retransmission is
+    /// found only by the timeout whenever nothing new can be sent (the
+    /// receiver's window closed behind the hole it should fill).
+    fn tells_delivery(f: &InFlight, now: Time, min_rtt: Duration) -> bool {
+        !f.retransmitted || now.saturating_since(f.sent_at) >= min_rtt
+    }
+
     /// Applies a cumulative ack (already checked to lie in `snd_una..=next_seq`).
-    pub fn on_ack(&mut self, ack: u64, now: Time) -> AckOutcome {
+    /// `min_rtt`: the smallest round trip seen (see [`Self::tells_delivery`]).
+    pub fn on_ack(&mut self, ack: u64, now: Time, min_rtt: Duration) -> AckOutcome {
         let mut out = AckOutcome::default();
         if ack <= self.snd_una {
             return out;
@@ -240,8 +265,14 @@ impl SendQueue {
             if f.seq >= ack {
                 break;
             }
-            if !f.retransmitted {
+            // A segment SACKed before gave its sample then: acknowledged
+            // cumulatively now, its age measures how long the hole below
+            // it took to fill, not a round trip (taken as one, it swelled
+            // the timeout to its cap under heavy loss).
+            if !f.retransmitted && !f.sacked {
                 out.rtt_sample = Some(now.saturating_since(f.sent_at));
+            }
+            if !f.sacked && Self::tells_delivery(f, now, min_rtt) {
                 self.delivered_sent_at = self.delivered_sent_at.max(Some(f.sent_at));
             }
             if f.sacked {
@@ -254,11 +285,17 @@ impl SendQueue {
         out
     }
 
-    /// Marks `[start, end)` as received by the peer.
-    pub fn on_sack(&mut self, start: u64, end: u64) {
-        let Some(front) = self.inflight.front().map(|f| f.seq) else {
-            return;
-        };
+    /// Marks `[start, end)` as received by the peer, reported at `now`.
+    /// Returns a round-trip sample if a segment sent once was newly SACKed.
+    pub fn on_sack(
+        &mut self,
+        start: u64,
+        end: u64,
+        now: Time,
+        min_rtt: Duration,
+    ) -> Option<Duration> {
+        let front = self.inflight.front()?.seq;
+        let mut sample = None;
         let from = start.saturating_sub(front) as usize;
         let to = (end.saturating_sub(front) as usize).min(self.inflight.len());
         for f in self.inflight.range_mut(from.min(to)..to) {
@@ -267,25 +304,30 @@ impl SendQueue {
             }
             f.sacked = true;
             self.sacked_count += 1;
-            if !f.retransmitted {
-                // A retransmitted one may be its original arriving late:
-                // its send time says nothing about what else got through.
+            if Self::tells_delivery(f, now, min_rtt) {
                 self.delivered_sent_at = self.delivered_sent_at.max(Some(f.sent_at));
+            }
+            if !f.retransmitted {
+                sample = Some(now.saturating_since(f.sent_at));
             }
             if f.lost {
                 f.lost = false;
                 self.lost_count -= 1;
             }
         }
+        sample
     }
 
     /// SACK-based loss detection. A segment not SACKed is lost when
     /// [`DUP_THRESHOLD`] SACKed segments lie above it (a retransmitted one
     /// only once it was resent `min_age` ago: its copy may be on the way),
-    /// or when a segment sent (once) more than `reorder_window` after it
-    /// has reached the peer (time-based, as RACK in RFC 8985: this also
-    /// finds a lost retransmission, which no sequence order can, instead
-    /// of leaving it to the retransmission timeout).
+    /// or when a segment sent more than `reorder_window` after it has
+    /// reached the peer (time-based, as RACK in RFC 8985: this also finds
+    /// a lost retransmission, which no sequence order can, instead of
+    /// leaving it to the retransmission timeout). The time rule judges
+    /// only segments below one SACKed: an ACK's blocks start at the
+    /// cumulative ack and may not reach the top, and what lies above the
+    /// last block reported is unknown, not missing.
     /// Returns how many were newly marked.
     pub fn detect_losses(
         &mut self,
@@ -308,7 +350,7 @@ impl SendQueue {
             } else if !f.lost
                 && ((sacked_above >= DUP_THRESHOLD
                     && (!f.retransmitted || now.saturating_since(f.sent_at) >= min_age))
-                    || horizon.is_some_and(|h| f.sent_at <= h))
+                    || (sacked_above > 0 && horizon.is_some_and(|h| f.sent_at <= h)))
             {
                 self.mark_lost(i);
                 marked += 1;
@@ -379,12 +421,12 @@ impl SendQueue {
     }
 
     /// Reports completions in posting order and frees finished messages.
-    /// `placed` is the peer's `consumed`; `on_placement` says completion
-    /// waits for it (reliable reception) rather than for transmission.
+    /// `placed` is the peer's `consumed`; `when` says what a message waits
+    /// for (see [`CompleteOn`]).
     pub fn collect_completions(
         &mut self,
         placed: u64,
-        on_placement: bool,
+        when: CompleteOn,
         completed: &mut impl FnMut(MessageId),
     ) {
         for m in self.messages.iter_mut() {
@@ -392,12 +434,15 @@ impl SendQueue {
                 continue;
             }
             let Some(last) = m.last_seq else { break };
-            if on_placement && placed <= last {
-                break;
-            }
+            let reached = match when {
+                CompleteOn::Sent => true,
+                CompleteOn::Acknowledged => self.snd_una > last,
+                CompleteOn::Placed => placed > last,
+            };
             // The caller's memory may change once it completes: not while
             // a segment of it may still be sent again.
-            if matches!(m.data, Payload::External { .. }) && self.snd_una <= last {
+            let external_held = matches!(m.data, Payload::External { .. }) && self.snd_una <= last;
+            if !reached || external_held {
                 break;
             }
             m.completed = true;
@@ -462,7 +507,7 @@ mod tests {
     fn holes_below_three_sacked_are_lost_once() {
         let t = Time::from_nanos(1_000);
         let mut q = queue_with(10, t);
-        q.on_sack(5, 10);
+        q.on_sack(5, 10, t, Duration::ZERO);
         assert_eq!(
             q.detect_losses(t, Duration::ZERO, Duration::from_secs(1)),
             5
@@ -475,7 +520,7 @@ mod tests {
             q.detect_losses(t, Duration::from_millis(1), Duration::from_secs(1)),
             0
         );
-        q.on_ack(10, t);
+        q.on_ack(10, t, Duration::ZERO);
         assert!(q.inflight_is_empty() && !q.has_lost());
     }
 
@@ -483,7 +528,7 @@ mod tests {
     fn a_lost_retransmission_is_found_by_send_time() {
         let t0 = Time::from_nanos(1_000_000);
         let mut q = queue_with(4, t0);
-        q.on_sack(1, 4);
+        q.on_sack(1, 4, t0, Duration::ZERO);
         assert_eq!(q.detect_losses(t0, Duration::ZERO, Duration::ZERO), 1);
         let t1 = t0 + Duration::from_millis(1);
         assert_eq!(drain_lost(&mut q, t1), vec![0]);
@@ -492,7 +537,7 @@ mod tests {
         q.push(OutgoingMessage::send(vec![1u8; 100]));
         let t2 = t1 + Duration::from_millis(1);
         q.cut_next(100, t2).expect("a segment");
-        q.on_sack(4, 5);
+        q.on_sack(4, 5, t2, Duration::ZERO);
         let marked = q.detect_losses(t2, Duration::from_secs(1), Duration::from_micros(100));
         assert_eq!(marked, 1);
         assert_eq!(drain_lost(&mut q, t2), vec![0]);
@@ -504,13 +549,13 @@ mod tests {
         let mut q = queue_with(6, t);
         assert_eq!(q.mark_tail_lost(), 1);
         assert_eq!(drain_lost(&mut q, t), vec![5]);
-        q.on_sack(3, 4);
+        q.on_sack(3, 4, t, Duration::ZERO);
         assert_eq!(q.mark_tail_lost(), 3);
         assert_eq!(drain_lost(&mut q, t), vec![0, 1, 2]);
         // Cumulative ack over marked segments keeps the count right.
         q.on_rto();
         assert!(q.has_lost());
-        q.on_ack(6, t);
+        q.on_ack(6, t, Duration::ZERO);
         assert!(!q.has_lost() && q.next_lost(t).is_none());
     }
 }

@@ -46,6 +46,13 @@ pub struct LinkConfig {
     pub reorder_delay: Duration,
     pub delay: Duration,
     pub jitter: Duration,
+    /// Bottleneck rate in bytes per second each way (0: unlimited). A
+    /// datagram occupies the link for its length over the rate, in
+    /// sending order, before its delay starts.
+    pub rate: u64,
+    /// Bytes a sender may have waiting for the bottleneck before it is
+    /// held (a socket buffer: backpressure, not loss).
+    pub txqueue: u64,
 }
 
 impl LinkConfig {
@@ -57,6 +64,8 @@ impl LinkConfig {
             reorder_delay: Duration::ZERO,
             delay: Duration::from_micros(50),
             jitter: Duration::ZERO,
+            rate: 0,
+            txqueue: 0,
         }
     }
     pub fn lossy(loss: f64) -> Self {
@@ -67,6 +76,29 @@ impl LinkConfig {
             reorder_delay: Duration::from_micros(300),
             delay: Duration::from_micros(50),
             jitter: Duration::from_micros(20),
+            rate: 0,
+            txqueue: 0,
+        }
+    }
+    /// Independent per-datagram loss on a link of `rate` bytes/s with a
+    /// 100 µs one-way delay and a 1 MiB send buffer, nothing else.
+    pub fn bottleneck(loss: f64, rate: u64) -> Self {
+        Self {
+            loss,
+            duplicate: 0.0,
+            reorder: 0.0,
+            reorder_delay: Duration::ZERO,
+            delay: Duration::from_micros(100),
+            jitter: Duration::ZERO,
+            rate,
+            txqueue: 1 << 20,
+        }
+    }
+    /// How long `len` bytes occupy the bottleneck.
+    fn serialization(&self, len: usize) -> Duration {
+        match self.rate {
+            0 => Duration::ZERO,
+            r => Duration::from_nanos(len as u64 * 1_000_000_000 / r),
         }
     }
 }
@@ -143,6 +175,8 @@ pub struct Sim {
     pub link: LinkConfig,
     /// When false, every datagram is dropped (a dead link).
     pub link_up: bool,
+    /// When false, every datagram from b to a is dropped.
+    pub link_up_to_a: bool,
     pub a: Endpoint,
     pub b: Endpoint,
     server_config: Config,
@@ -150,6 +184,8 @@ pub struct Sim {
     order: u64,
     buf: Vec<u8>,
     pub datagrams: u64,
+    /// When each direction's bottleneck is free again ([a→b, b→a]).
+    busy_until: [Time; 2],
     /// Payloads from this size on leave through `poll_transmit_split`
     /// (usize::MAX: `poll_transmit`, payloads copied by the protocol).
     pub split_min: usize,
@@ -171,6 +207,7 @@ impl Sim {
             rng,
             link,
             link_up: true,
+            link_up_to_a: true,
             a: Endpoint {
                 conn: Some(conn),
                 sink: CollectSink {
@@ -192,6 +229,7 @@ impl Sim {
             order: 0,
             buf: vec![0u8; 70_000],
             datagrams: 0,
+            busy_until: [Time::ZERO; 2],
             split_min: usize::MAX,
             external: Vec::new(),
         }
@@ -244,6 +282,9 @@ impl Sim {
     /// Sends what `to_b`'s sender has to send.
     fn transmit_all(&mut self, to_b: bool) {
         loop {
+            if self.held(to_b) {
+                break;
+            }
             let now = self.now;
             let split_min = self.split_min;
             let ep = if to_b { &mut self.a } else { &mut self.b };
@@ -270,9 +311,28 @@ impl Sim {
             .expect("send")
     }
 
+    /// The sender toward `to_b` has a full send buffer.
+    fn held(&self, to_b: bool) -> bool {
+        self.link.rate != 0
+            && self.busy_until[to_b as usize]
+                > self.now + self.link.serialization(self.link.txqueue as usize)
+    }
+
+    /// When the send buffer toward `to_b` has room again, if it is full.
+    fn unheld_at(&self, to_b: bool) -> Option<Time> {
+        self.held(to_b).then(|| {
+            let backlog = self.link.serialization(self.link.txqueue as usize);
+            Time::from_nanos(self.busy_until[to_b as usize].as_nanos() - backlog.as_nanos() as u64)
+        })
+    }
+
     fn enqueue(&mut self, to_b: bool, bytes: Vec<u8>) {
         self.datagrams += 1;
-        if !self.link_up || self.rng.chance(self.link.loss) {
+        // The bottleneck is taken whether or not the datagram is lost later.
+        let start = self.busy_until[to_b as usize].max(self.now);
+        let leaves = start + self.link.serialization(bytes.len());
+        self.busy_until[to_b as usize] = leaves;
+        if !self.link_up || (!to_b && !self.link_up_to_a) || self.rng.chance(self.link.loss) {
             return;
         }
         let copies = if self.rng.chance(self.link.duplicate) {
@@ -291,7 +351,7 @@ impl Sim {
             }
             self.order += 1;
             self.queue.push(Reverse(InFlightDatagram {
-                at: self.now + delay,
+                at: leaves + delay,
                 order: self.order,
                 to_b,
                 bytes: bytes.clone(),
@@ -353,7 +413,9 @@ impl Sim {
         let q = self.queue.peek().map(|r| r.0.at);
         let ta = self.a.conn.as_ref().and_then(|c| c.poll_timeout());
         let tb = self.b.conn.as_ref().and_then(|c| c.poll_timeout());
-        [q, ta, tb].into_iter().flatten().min()
+        let ua = self.unheld_at(true);
+        let ub = self.unheld_at(false);
+        [q, ta, tb, ua, ub].into_iter().flatten().min()
     }
 
     /// One step of virtual time. Returns false when nothing is left to do.

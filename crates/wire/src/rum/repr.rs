@@ -62,10 +62,19 @@ pub struct SackBlock {
 
 /// An ACK body: up to [`MAX_SACK_BLOCKS`] SACK blocks, stored inline so
 /// building one never allocates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AckRepr {
     blocks: [SackBlock; MAX_SACK_BLOCKS],
     count: u8,
+}
+
+impl Default for AckRepr {
+    fn default() -> Self {
+        Self {
+            blocks: [SackBlock::default(); MAX_SACK_BLOCKS],
+            count: 0,
+        }
+    }
 }
 
 impl AckRepr {
@@ -82,13 +91,60 @@ impl AckRepr {
     pub fn blocks(&self) -> &[SackBlock] {
         &self.blocks[..self.count as usize]
     }
+    /// The blocks as an ACK body to emit.
+    pub fn as_body(&self) -> SackBlocks<'_> {
+        SackBlocks::Built(self.blocks())
+    }
 }
+
+/// The SACK blocks of an ACK body: read in place from a parsed packet
+/// (already checked), or those of an [`AckRepr`] to emit. In place, so
+/// that [`Body`] stays small: an inline array of
+/// [`MAX_SACK_BLOCKS`] would be copied with every DATA packet parsed.
+#[derive(Debug, Clone, Copy)]
+pub enum SackBlocks<'a> {
+    /// 8 bytes per block, start and end big-endian.
+    Wire(&'a [u8]),
+    Built(&'a [SackBlock]),
+}
+
+impl<'a> SackBlocks<'a> {
+    pub fn len(&self) -> usize {
+        match self {
+            Self::Wire(b) => b.len() / 8,
+            Self::Built(b) => b.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    pub fn iter(&self) -> impl Iterator<Item = SackBlock> + 'a {
+        let (wire, built): (&'a [u8], &'a [SackBlock]) = match *self {
+            Self::Wire(b) => (b, &[]),
+            Self::Built(b) => (&[], b),
+        };
+        let be = |c: &[u8]| u32::from_be_bytes([c[0], c[1], c[2], c[3]]);
+        wire.chunks_exact(8)
+            .map(move |c| SackBlock {
+                start: be(&c[..4]),
+                end: be(&c[4..]),
+            })
+            .chain(built.iter().copied())
+    }
+}
+
+impl PartialEq for SackBlocks<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+impl Eq for SackBlocks<'_> {}
 
 /// The type-specific part of a packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Body<'a> {
     Data(DataRepr<'a>),
-    Ack(AckRepr),
+    Ack(SackBlocks<'a>),
     ConnectRequest(HandshakeRepr<'a>),
     ConnectAccept(HandshakeRepr<'a>),
     ConnectReject(HandshakeRepr<'a>),
@@ -127,13 +183,10 @@ impl<'a> Repr<'a> {
                 payload: &bytes[HEADER_LEN + DATA_HEADER_LEN..],
             }),
             PacketType::Ack => {
-                let mut ack = AckRepr::default();
-                for i in 0..p.sack_count() {
-                    if let Some((start, end)) = p.sack_block(i) {
-                        ack.push(SackBlock { start, end });
-                    }
-                }
-                Body::Ack(ack)
+                let k = p.sack_count();
+                Body::Ack(SackBlocks::Wire(
+                    &bytes[HEADER_LEN + 4..HEADER_LEN + 4 + 8 * k],
+                ))
             }
             PacketType::ConnectRequest => {
                 Body::ConnectRequest(HandshakeRepr::parse(&bytes[HEADER_LEN..]))
@@ -167,7 +220,7 @@ impl<'a> Repr<'a> {
     fn body_len(&self) -> usize {
         match &self.body {
             Body::Data(d) => DATA_HEADER_LEN + d.payload.len(),
-            Body::Ack(a) => 4 + 8 * a.blocks().len(),
+            Body::Ack(a) => 4 + 8 * a.len(),
             Body::ConnectRequest(h) | Body::ConnectAccept(h) | Body::ConnectReject(h) => {
                 h.body_len()
             }
@@ -243,9 +296,12 @@ impl<'a> Repr<'a> {
         match &self.body {
             Body::Data(d) => emit_data(d, tail, body)?,
             Body::Ack(a) => {
-                body[0] = a.blocks().len() as u8;
+                if a.len() > MAX_SACK_BLOCKS {
+                    return Err(EmitError::FieldRange("sack count"));
+                }
+                body[0] = a.len() as u8;
                 body[1..4].fill(0);
-                for (i, blk) in a.blocks().iter().enumerate() {
+                for (i, blk) in a.iter().enumerate() {
                     let span = blk.end.wrapping_sub(blk.start);
                     if span == 0 || span > u32::MAX / 2 {
                         return Err(EmitError::FieldRange("sack block"));

@@ -44,6 +44,7 @@ use openvia_proto::{
 };
 use openvia_wire::handshake::ViAttrs;
 
+use super::fault::{FaultConfig, Faults};
 use super::packet_auth::{overhead, Opened, PacketAuth};
 use super::socket::{refused, RxBatch, UdpSock, RX_BATCH, RX_BUF};
 use super::stats::STATS;
@@ -164,6 +165,8 @@ pub struct UdpChannel {
     echo: Option<AcceptEcho>,
     heard: bool,
     replies: Vec<OutgoingMessage>,
+    /// Injected faults on received datagrams (`OPENVIA_UDP_FAULTS`).
+    faults: Option<Faults>,
 }
 
 impl UdpChannel {
@@ -213,9 +216,16 @@ impl UdpChannel {
             heard: echo.is_none(),
             echo,
             replies: Vec::new(),
+            faults: None,
         };
         ch.drain_events();
         ch
+    }
+
+    /// Injects `faults` into what this channel receives (see [`super::fault`]).
+    pub fn with_faults(mut self, faults: Option<FaultConfig>) -> Self {
+        self.faults = faults.map(Faults::next_stream);
+        self
     }
 
     fn drain_events(&mut self) {
@@ -365,20 +375,25 @@ impl UdpChannel {
                     STATS.truncated.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
-                let (rx, conn) = (&self.rx, &mut self.conn);
-                for dg in rx.datagrams(k) {
-                    match self.auth.as_ref().map(|a| a.open(dg)) {
-                        None => conn.handle_datagram(now, dg),
-                        Some(Opened::Packet(p)) => {
-                            accepted = true;
-                            conn.handle_datagram(now, p);
-                        }
-                        Some(Opened::Handshake) => conn.handle_datagram(now, dg),
-                        Some(Opened::Forged) => {
-                            STATS.auth_failures.fetch_add(1, Ordering::Relaxed);
-                        }
+                let (rx, conn, auth) = (&self.rx, &mut self.conn, self.auth.as_ref());
+                // Faults act as the network would: before authentication.
+                let mut deliver = |dg: &[u8]| {
+                    if open_and_handle(auth, conn, now, dg) {
+                        accepted = true;
                     }
+                };
+                match self.faults.as_mut() {
+                    None => rx.datagrams(k).for_each(&mut deliver),
+                    Some(f) => rx.datagrams(k).for_each(|dg| f.receive(dg, &mut deliver)),
                 }
+            }
+            if let Some(f) = self.faults.as_mut() {
+                let (conn, auth) = (&mut self.conn, self.auth.as_ref());
+                f.end_batch(&mut |dg| {
+                    if open_and_handle(auth, conn, now, dg) {
+                        accepted = true;
+                    }
+                });
             }
             if accepted && answers {
                 self.unreachable = None;
@@ -508,6 +523,29 @@ fn nack(seq: u64, bits: u32) -> OutgoingMessage {
         mem_handle: NACK_HANDLE,
         remote_addr: seq,
         data: Vec::new().into(),
+    }
+}
+
+/// Hands one received datagram to the protocol, through its authenticator
+/// when the connection has a key; true when it was an authenticated packet.
+fn open_and_handle(auth: Option<&PacketAuth>, conn: &mut Connection, now: Time, dg: &[u8]) -> bool {
+    match auth.map(|a| a.open(dg)) {
+        None => {
+            conn.handle_datagram(now, dg);
+            false
+        }
+        Some(Opened::Packet(p)) => {
+            conn.handle_datagram(now, p);
+            true
+        }
+        Some(Opened::Handshake) => {
+            conn.handle_datagram(now, dg);
+            false
+        }
+        Some(Opened::Forged) => {
+            STATS.auth_failures.fetch_add(1, Ordering::Relaxed);
+            false
+        }
     }
 }
 
@@ -837,10 +875,12 @@ impl Channel for UdpChannel {
 }
 
 impl UdpChannel {
-    /// Before a disconnect: a send on the reliable delivery level completed
-    /// when it left, and a lost datagram of it would be gone with us. Keep
+    /// Before a disconnect: sends the peer has not acknowledged have not
+    /// completed (a reliable send completes only once the peer holds it)
+    /// and are flushed with an error when the channel closes. Keep
     /// answering (acknowledgements in, retransmissions out) until the peer
-    /// has everything, it fails, or [`LINGER_NS`] passes.
+    /// has everything, it fails, or [`LINGER_NS`] passes, so that an
+    /// orderly close loses nothing the peer could still get.
     fn linger(&mut self) {
         let deadline = crate::sys::now_ns() + LINGER_NS;
         while self.conn.awaiting_ack() && self.failed.is_none() {

@@ -171,7 +171,8 @@ impl UdpConnRequest {
             Some(echo),
             u.settings.in_place_sends,
             u.settings.key.as_deref(),
-        );
+        )
+        .with_faults(u.settings.faults);
         vi.attach_channel(Box::new(ch), peer)
     }
 
@@ -372,7 +373,8 @@ fn client_connect(
                         None,
                         u.settings.in_place_sends,
                         key,
-                    );
+                    )
+                    .with_faults(u.settings.faults);
                     vi.attach_channel(Box::new(ch), remote_attrs)?;
                     return Ok(remote_attrs);
                 }

@@ -7,6 +7,7 @@
 //! - `channel`: the [`Channel`](crate::transport::Channel) of a connected VI.
 //! - `agent`: the per-host rendezvous on the well-known port.
 //! - `connect`: client, server and peer-to-peer connection setup.
+//! - `fault`: seeded fault injection on received datagrams (tests).
 //! - `mac`: SHA-256/HMAC for the cluster key; `gmac` and `packet_auth`:
 //!   every packet authenticated under it.
 //! - `stats`: drop counters.
@@ -14,6 +15,7 @@
 pub mod agent;
 pub mod channel;
 pub mod connect;
+pub mod fault;
 pub mod gmac;
 pub mod mac;
 pub mod packet_auth;
@@ -60,6 +62,7 @@ pub const DEFAULT_WINDOW_BYTES: usize = 8 << 20;
 /// | `OPENVIA_UDP_KEEPALIVE_MS` | keepalive interval of an idle VI (its ICMP answer tells a dead peer process) | 50 |
 /// | `OPENVIA_UDP_DEAD_MS` | silence after which the peer is dead | 3000 |
 /// | `OPENVIA_UDP_MIN_RTO_US` | lower bound of the retransmission timeout | 10000 |
+/// | `OPENVIA_UDP_FAULTS` | injected faults, e.g. `drop=0.05,dup=0.01,reorder=0.01,corrupt=0.001,seed=7` ([`fault`]) | none |
 #[derive(Clone, Debug)]
 pub struct UdpSettings {
     pub agent_port: u16,
@@ -82,6 +85,8 @@ pub struct UdpSettings {
     /// host) must not look like loss: each spurious timeout resends the
     /// whole window. SACK and fast retransmit handle real loss sooner.
     pub min_rto: Duration,
+    /// Faults injected into every connection's received datagrams.
+    pub faults: Option<fault::FaultConfig>,
 }
 
 /// How the segment size is chosen.
@@ -153,6 +158,8 @@ impl UdpSettings {
                     .unwrap_or(10_000)
                     .clamp(100, 1_000_000),
             ),
+            faults: fault::FaultConfig::parse(&env("OPENVIA_UDP_FAULTS").unwrap_or_default())
+                .map_err(ViaError::InvalidParameter)?,
         })
     }
 }
