@@ -4,11 +4,12 @@
 //!
 //! An entry only names the VI and the queue; the program then takes the
 //! descriptor with SendDone/RecvDone on that VI, as VIA specifies.
-//! Completions are produced by whoever drives a VI's progress, so polling a
-//! CQ first drives the VIs attached to it.
+//! Completions are produced by whoever drives a VI's progress; polling a
+//! CQ drives the VIs its notices name (see `nic::notices`), the last one
+//! first.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::error::{Result, ViaError};
@@ -37,6 +38,11 @@ pub struct CompletionQueue {
     capacity: AtomicUsize,
     vis: Mutex<Vec<Weak<Vi>>>,
     notify: Mutex<Option<CqNotify>>,
+    /// A notify handler is installed (spares pollers the lock).
+    notify_set: AtomicBool,
+    /// The VI the last notice named: a poll looks at it before the
+    /// notices (a ping-pong's next message comes on the same VI).
+    hot: Mutex<Weak<Vi>>,
     /// Opaque value for the C shell (its handle).
     pub token: AtomicU64,
 }
@@ -53,6 +59,8 @@ impl CompletionQueue {
             capacity: AtomicUsize::new(capacity),
             vis: Mutex::new(Vec::new()),
             notify: Mutex::new(None),
+            notify_set: AtomicBool::new(false),
+            hot: Mutex::new(Weak::new()),
             token: AtomicU64::new(0),
         })
     }
@@ -137,22 +145,33 @@ impl CompletionQueue {
 
     pub(crate) fn set_notify(&self, f: CqNotify) {
         *self.notify.lock().unwrap_or_else(|e| e.into_inner()) = Some(f);
+        self.notify_set.store(true, Ordering::Release);
     }
 
     pub(crate) fn take_notify_if_ready(&self) -> Option<(CqNotify, CqEntry)> {
-        if self.is_empty() {
+        if self.is_empty() || !self.has_notify() {
             return None;
         }
         let mut n = self.notify.lock().unwrap_or_else(|e| e.into_inner());
         n.as_ref()?;
         let e = self.pop()?;
+        self.notify_set.store(false, Ordering::Release);
         n.take().map(|f| (f, e))
     }
 
     pub(crate) fn has_notify(&self) -> bool {
-        self.notify
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some()
+        self.notify_set.load(Ordering::Acquire)
+    }
+
+    /// The VI a poll should look at first.
+    pub(crate) fn hot(&self) -> Option<Arc<Vi>> {
+        self.hot.lock().unwrap_or_else(|e| e.into_inner()).upgrade()
+    }
+
+    pub(crate) fn set_hot(&self, vi: &Arc<Vi>) {
+        let mut h = self.hot.lock().unwrap_or_else(|e| e.into_inner());
+        if !std::ptr::eq(h.as_ptr(), Arc::as_ptr(vi)) {
+            *h = Arc::downgrade(vi);
+        }
     }
 }

@@ -15,7 +15,9 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
+mod notices;
 mod progress;
+use notices::NoticeTable;
 use progress::progress_loop;
 use std::time::Duration;
 
@@ -138,6 +140,10 @@ pub struct NicShared {
     next_ptag: AtomicU32,
     vis: Mutex<HashMap<u64, Weak<Vi>>>,
     cqs: Mutex<Vec<Weak<CompletionQueue>>>,
+    /// VIs with a CQ, by the notice key their peers push (see `notices`).
+    notice: Mutex<NoticeTable>,
+    /// CQ polls that found no notice (see `notices`).
+    notice_idle: AtomicU32,
     pub(crate) doorbell: LocalDoorbell,
     epoll: Arc<Epoll>,
     watched: Mutex<Watched>,
@@ -232,6 +238,8 @@ impl Nic {
             next_ptag: AtomicU32::new((crate::sys::random_u64() as u32 & 0xffff) | 1),
             vis: Mutex::new(HashMap::new()),
             cqs: Mutex::new(Vec::new()),
+            notice: Mutex::new(NoticeTable::default()),
+            notice_idle: AtomicU32::new(0),
             doorbell,
             epoll: epoll.clone(),
             watched: Mutex::new(Watched {
@@ -433,13 +441,24 @@ impl Nic {
         if vis.len() >= MAX_VI {
             return Err(ViaError::Resource("VIs"));
         }
+        let key = if send_cq.is_some() || recv_cq.is_some() {
+            let mut t = self.shared.notice.lock().unwrap_or_else(|e| e.into_inner());
+            t.reserve()
+        } else {
+            0
+        };
         let vi = Arc::new(Vi::new(
             next_id(),
             self.shared.clone(),
             attrs,
             send_cq.clone(),
             recv_cq.clone(),
+            key,
         ));
+        if key != 0 {
+            let mut t = self.shared.notice.lock().unwrap_or_else(|e| e.into_inner());
+            t.set(key, &vi);
+        }
         vis.insert(vi.id(), Arc::downgrade(&vi));
         drop(vis);
         if let Some(cq) = &send_cq {
@@ -622,22 +641,18 @@ impl NicShared {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&vi.id());
+        if vi.notice_key() != 0 {
+            self.notice
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .release(vi.notice_key());
+        }
         if let Some(cq) = &vi.send_cq {
             cq.detach(vi.id());
         }
         if let Some(cq) = &vi.recv_cq {
             cq.detach(vi.id());
         }
-    }
-
-    fn cq_poll(&self, cq: &Arc<CompletionQueue>) -> Option<crate::cq::CqEntry> {
-        if let Some(e) = cq.pop() {
-            return Some(e);
-        }
-        for vi in cq.members() {
-            vi.poke(false);
-        }
-        cq.pop()
     }
 
     pub(crate) fn watch(&self, fd: RawFd, vi_id: u64) {

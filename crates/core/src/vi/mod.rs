@@ -118,6 +118,12 @@ pub struct Vi {
     pub(crate) peer: Mutex<Option<crate::connect::PeerConnect>>,
     /// Opaque value for the C shell (its handle).
     pub token: AtomicU64,
+    /// What peers push to tell our CQ pollers this VI has work (0: no CQ).
+    notice_key: u32,
+    /// Times this VI was driven by a poll (tests check a CQ drives only
+    /// the VIs with work).
+    #[cfg(test)]
+    pub(crate) pokes: AtomicU64,
 }
 
 impl Vi {
@@ -127,8 +133,12 @@ impl Vi {
         attrs: ViAttributes,
         send_cq: Option<Arc<CompletionQueue>>,
         recv_cq: Option<Arc<CompletionQueue>>,
+        notice_key: u32,
     ) -> Self {
         Self {
+            notice_key,
+            #[cfg(test)]
+            pokes: AtomicU64::new(0),
             id,
             nic,
             state: AtomicU8::new(ViState::Idle as u8),
@@ -152,6 +162,11 @@ impl Vi {
 
     pub fn id(&self) -> u64 {
         self.id
+    }
+
+    /// The key peers push into our notice ring for this VI (0: none).
+    pub(crate) fn notice_key(&self) -> u32 {
+        self.notice_key
     }
 
     /// The owning NIC's opaque token (the C shell's NIC handle).
@@ -399,6 +414,8 @@ impl Vi {
     /// progress thread. `only_if_free`: give up if another thread holds the
     /// lock. Returns whether anything completed or moved.
     pub(crate) fn poke(&self, only_if_free: bool) -> bool {
+        #[cfg(test)]
+        self.pokes.fetch_add(1, Ordering::Relaxed);
         let mut deferred = Vec::new();
         let mut g = if only_if_free {
             match self.inner.try_lock() {
