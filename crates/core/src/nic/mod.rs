@@ -32,8 +32,9 @@ use crate::vi::{reliability, Vi, ViAttributes, ViState, MAX_DESCRIPTORS_PER_QUEU
 
 /// Largest transfer one descriptor may carry on this provider.
 pub const MAX_TRANSFER_SIZE: u64 = 1 << 30;
-/// Most VIs / CQs per NIC.
-pub const MAX_VI: usize = 4096;
+/// Descriptors one connected shared-memory VI holds.
+const FDS_PER_VI: usize = 4;
+/// Most CQs per NIC. (Most VIs: the `OPENVIA_MAX_VI` setting.)
 pub const MAX_CQ: usize = 4096;
 pub const MAX_PTAGS: usize = 1024;
 /// Host addresses are 16 bytes: IPv6, or IPv4 mapped into IPv6.
@@ -216,6 +217,10 @@ impl Nic {
             unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
         });
         let config = Config::global();
+        // Each connection holds a few descriptors (socket, region, the
+        // peer's doorbell and eventfd): make room for a full NIC's worth
+        // now, not in the middle of a connect (see `reserve_fds`).
+        crate::sys::reserve_fds(FDS_PER_VI * config.max_vi + 256);
         let doorbell =
             LocalDoorbell::new(udp.is_some()).map_err(|_| ViaError::Resource("shared memory"))?;
         let epoll = Arc::new(Epoll::new().map_err(|_| ViaError::Resource("epoll"))?);
@@ -286,7 +291,7 @@ impl Nic {
             max_register_bytes: MAX_REGISTER_BLOCK,
             max_register_regions: (MAX_REGIONS - 1) as u64,
             max_register_block_bytes: MAX_REGISTER_BLOCK,
-            max_vi: MAX_VI as u64,
+            max_vi: self.shared.config.max_vi as u64,
             max_descriptors_per_queue: MAX_DESCRIPTORS_PER_QUEUE as u64,
             max_segments_per_desc: MAX_SEGMENTS as u64,
             max_cq: MAX_CQ as u64,
@@ -438,8 +443,10 @@ impl Nic {
         }
         let mut vis = self.shared.vis.lock().unwrap_or_else(|e| e.into_inner());
         vis.retain(|_, w| w.strong_count() > 0);
-        if vis.len() >= MAX_VI {
-            return Err(ViaError::Resource("VIs"));
+        if vis.len() >= self.shared.config.max_vi {
+            return Err(ViaError::Resource(
+                "VIs: the NIC has OPENVIA_MAX_VI of them (raise the setting)",
+            ));
         }
         let key = if send_cq.is_some() || recv_cq.is_some() {
             let mut t = self.shared.notice.lock().unwrap_or_else(|e| e.into_inner());
@@ -708,6 +715,10 @@ impl NicShared {
             .clone();
         match h {
             Some(h) => h(&e),
+            // A peer that went away is the program's business (its VIs are
+            // in the error state, its Waits return): without a callback it
+            // is reported only when debugging, not once per VI on stderr.
+            None if e.code == ErrorCode::ConnLost && !self.config.debug => {}
             None => eprintln!(
                 "openvia: asynchronous error {:?} on {:?} (vi {:?})",
                 e.code, e.resource, e.vi_id
