@@ -519,7 +519,9 @@ impl Nic {
     pub fn cq_done(&self, cq: &Arc<CompletionQueue>) -> Result<crate::cq::CqEntry> {
         self.shared.check_owner()?;
         self.shared.touch();
-        self.shared.cq_poll(cq).ok_or(ViaError::NotDone)
+        self.shared
+            .cq_poll(cq, &mut Default::default())
+            .ok_or(ViaError::NotDone)
     }
 
     /// `VipCQWait`.
@@ -529,9 +531,11 @@ impl Nic {
         timeout: Option<Duration>,
     ) -> Result<crate::cq::CqEntry> {
         self.shared.check_owner()?;
+        // The VI to look at first, kept across the polls of this wait.
+        let mut hot = Default::default();
         crate::wait::wait_for(&self.shared, timeout, || {
             self.shared.touch();
-            self.shared.cq_poll(cq)
+            self.shared.cq_poll(cq, &mut hot)
         })
     }
 

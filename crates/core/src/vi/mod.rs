@@ -169,6 +169,13 @@ impl Vi {
         self.notice_key
     }
 
+    /// Whether our CQ polls this VI on every look (see `nic::notices`).
+    pub(crate) fn set_watched(&self, on: bool) {
+        if let Some(ch) = self.lock().channel.as_mut() {
+            ch.set_watched(on);
+        }
+    }
+
     /// The owning NIC's opaque token (the C shell's NIC handle).
     pub fn nic_token(&self) -> u64 {
         self.nic.token.load(Ordering::Relaxed)
@@ -427,12 +434,16 @@ impl Vi {
             self.lock()
         };
         let inner = &mut *g;
-        let did = match inner.channel.as_ref() {
-            Some(ch) if ch.has_work() || inner.sq.completed < inner.sq.entries.len() => {
-                self.progress_locked(inner, &mut deferred)
-            }
-            _ => false,
-        };
+        // A plain message first, the way RecvDone takes it (a CQ poll's
+        // common case); then whatever else is there.
+        let simple = self.complete_simple_recv(inner);
+        let did = simple
+            | match inner.channel.as_ref() {
+                Some(ch) if ch.has_work() || inner.sq.completed < inner.sq.entries.len() => {
+                    self.progress_locked(inner, &mut deferred)
+                }
+                _ => false,
+            };
         self.collect_notifies(inner, &mut deferred);
         drop(g);
         let any = did || !deferred.is_empty();
@@ -449,21 +460,10 @@ impl Vi {
         } else {
             inner.sq.completed > 0
         };
-        if !q_has && recv && inner.recv_notify.is_none() && inner.rq.refused == 0 {
-            if let (Some(ch), Some(e)) = (
-                inner.channel.as_mut(),
-                inner.rq.entries.get(inner.rq.completed),
-            ) {
-                if let Some((len, imm)) = ch.take_simple_recv(&e.ranges, e.capacity) {
-                    inner.rq.complete_next(len, imm, false, 0);
-                    if let Some(cq) = &self.recv_cq {
-                        cq.push(self.id, self.token.load(Ordering::Relaxed), true);
-                    }
-                    let d = inner.rq.pop_completed();
-                    drop(g);
-                    return d;
-                }
-            }
+        if !q_has && recv && self.complete_simple_recv(inner) {
+            let d = inner.rq.pop_completed();
+            drop(g);
+            return d;
         }
         if !q_has {
             if let Some(ch) = inner.channel.as_ref() {
@@ -484,6 +484,30 @@ impl Vi {
             self.run_deferred(deferred);
         }
         d
+    }
+
+    /// The fast path of a plain receive: a whole small message at the
+    /// ring's head goes straight into the next posted receive. Returns
+    /// whether one completed (and went to the receive CQ).
+    #[inline]
+    fn complete_simple_recv(&self, inner: &mut ViInner) -> bool {
+        if inner.recv_notify.is_some() || inner.rq.refused != 0 {
+            return false;
+        }
+        let (Some(ch), Some(e)) = (
+            inner.channel.as_mut(),
+            inner.rq.entries.get(inner.rq.completed),
+        ) else {
+            return false;
+        };
+        let Some((len, imm)) = ch.take_simple_recv(&e.ranges, e.capacity) else {
+            return false;
+        };
+        inner.rq.complete_next(len, imm, false, 0);
+        if let Some(cq) = &self.recv_cq {
+            cq.push(self.id, self.token.load(Ordering::Relaxed), true);
+        }
+        true
     }
 
     /// `VipSendDone`: the oldest completed send descriptor, if any.

@@ -144,7 +144,7 @@ fn server_finish(
     region.set_own_key(false, vi.notice_key());
     // SAFETY: the region moves into the channel with the doorbell and is
     // dropped after it (the mapping itself never moves).
-    unsafe { peer.set_notice_key(region.peer_key(false)) };
+    unsafe { peer.set_notice_keys(region.peer_key(false), region.peer_key(true)) };
     let (probe_addr, probe_value) = nic.doorbell.probe();
     let accept = Message::Accept(Accept {
         attrs: vi.attributes().wire(),
@@ -326,7 +326,7 @@ fn client_exchange(
     let mut peer = PeerDoorbell::map(page, event).map_err(|_| ViaError::Rejected)?;
     region.set_own_key(true, vi.notice_key());
     // SAFETY: as in `server_finish`.
-    unsafe { peer.set_notice_key(region.peer_key(true)) };
+    unsafe { peer.set_notice_keys(region.peer_key(true), region.peer_key(false)) };
     let i_reach_server = probe(cred.pid, accept.probe_addr, accept.probe_value);
     sock.send(
         &Message::Ready {

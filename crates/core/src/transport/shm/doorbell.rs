@@ -28,6 +28,8 @@ use crate::sys::poll::{signal_raw, EventFd};
 use crate::sys::{futex, membarrier};
 
 pub const PAGE_LEN: usize = 4096;
+/// The bit of a notice key word that says the VI's CQ polls it anyway.
+pub const WATCHED: u32 = 1 << 31;
 /// The whole doorbell region: the page, then the notice ring.
 pub const REGION_LEN: usize = PAGE_LEN + notice::RING_BYTES.next_multiple_of(PAGE_LEN);
 const MAGIC: u64 = 0x4f56_4941_4442_454c; // "OVIADBEL"
@@ -90,7 +92,7 @@ impl LocalDoorbell {
     }
 
     /// The sleeping side's fence (see `local_only`).
-    fn sleeper_fence(&self) {
+    pub(crate) fn sleeper_fence(&self) {
         if self.local_only {
             std::sync::atomic::fence(Ordering::SeqCst);
         } else {
@@ -173,8 +175,11 @@ pub struct PeerDoorbell {
     event: OwnedFd,
     notices: NoticeRing,
     /// The peer VI's notice key, in the connection region (0: its VI has
-    /// no CQ, no notice needed). Null until the channel sets it.
+    /// no CQ, no notice needed; with [`WATCHED`]: its CQ polls it anyway).
+    /// Null until the channel sets it.
     key: *const AtomicU32,
+    /// Our own VI's key word in the same region (for [`WATCHED`]).
+    own_key: *const AtomicU32,
     /// How far the peer's CQ pollers got, as last seen.
     notice_head: std::cell::Cell<u64>,
 }
@@ -199,26 +204,48 @@ impl PeerDoorbell {
             event,
             notices,
             key: std::ptr::null(),
+            own_key: std::ptr::null(),
             notice_head: std::cell::Cell::new(0),
         })
     }
 
-    /// Where the peer VI's notice key lies.
+    /// Where the peer VI's notice key and our own lie.
     ///
     /// # Safety
-    /// `key` must stay valid for as long as this doorbell lives.
-    pub unsafe fn set_notice_key(&mut self, key: *const AtomicU32) {
-        self.key = key;
+    /// Both must stay valid for as long as this doorbell lives.
+    pub unsafe fn set_notice_keys(&mut self, peer: *const AtomicU32, own: *const AtomicU32) {
+        self.key = peer;
+        self.own_key = own;
+    }
+
+    /// Tells the peer whether our CQ polls our VI on every look anyway
+    /// (then it pushes no notices for it). Turning it off is only safe
+    /// followed by a fence on our side ([`LocalDoorbell::sleeper_fence`])
+    /// and a look at the VI: a peer may have skipped a notice just before.
+    pub fn set_watched(&self, on: bool) {
+        if self.own_key.is_null() {
+            return;
+        }
+        // SAFETY: see `set_notice_keys`.
+        let k = unsafe { &*self.own_key };
+        if on {
+            k.fetch_or(WATCHED, Ordering::Relaxed);
+        } else {
+            k.fetch_and(!WATCHED, Ordering::SeqCst);
+        }
     }
 
     /// Tells the peer's CQ pollers which VI has work, then wakes the peer
     /// if anyone there sleeps. Call after publishing.
     #[inline]
     pub fn ring(&self) {
+        // Our record is published before the key's WATCHED bit is read
+        // (the peer clears it, fences, then looks: see `set_watched`).
+        membarrier::light();
         if !self.key.is_null() {
-            // SAFETY: see `set_notice_key`.
+            // SAFETY: see `set_notice_keys`.
             let key = unsafe { &*self.key }.load(Ordering::Relaxed);
-            if key != 0 {
+            if key != 0 && key & WATCHED == 0 {
                 let mut head = self.notice_head.get();
                 self.notices.push(key, &mut head);
                 self.notice_head.set(head);

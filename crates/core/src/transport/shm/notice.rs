@@ -165,6 +165,12 @@ impl NoticeRing {
         None
     }
 
+    /// Notices pushed so far (tests).
+    #[cfg(test)]
+    pub fn pushed(&self) -> u64 {
+        self.ctl().tail.load(Ordering::Relaxed)
+    }
+
     /// Whether notices were dropped since the last call (clears the flag).
     pub fn take_overflow(&self) -> bool {
         let o = &self.ctl().overflow;

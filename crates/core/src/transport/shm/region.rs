@@ -75,7 +75,8 @@ impl ConnRegion {
         self.key(is_client).store(key, Ordering::Release);
     }
 
-    /// The word holding the peer VI's notice key; valid while the region is.
+    /// The word holding the other side's notice key (`is_client`: we are
+    /// the client); valid while the region is.
     pub fn peer_key(&self, is_client: bool) -> *const AtomicU32 {
         self.key(!is_client)
     }
