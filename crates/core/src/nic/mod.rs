@@ -495,7 +495,8 @@ impl Nic {
         Ok(())
     }
 
-    /// `VipErrorCallback`: None restores the default (log to stderr).
+    /// `VipErrorCallback`: None restores the default (log to stderr, but
+    /// lost connections only with `OPENVIA_DEBUG`).
     pub fn set_error_handler(&self, h: Option<ErrorHandler>) -> Result<()> {
         self.shared.check_owner()?;
         *self

@@ -55,7 +55,7 @@ fn notices_of(m: &SharedMapping) -> NoticeRing {
 }
 
 fn page(m: &SharedMapping) -> &Page {
-    // SAFETY: the mapping is at least PAGE_LEN bytes (checked at map time),
+    // SAFETY: the mapping is REGION_LEN >= PAGE_LEN bytes (made that size),
     // page-aligned, and Page is made of plain integers and atomics.
     unsafe { &*(m.as_ptr() as *const Page) }
 }
