@@ -219,7 +219,8 @@ impl Nic {
         let config = Config::global();
         // Each connection holds a few descriptors (socket, region, the
         // peer's doorbell and eventfd): make room for a full NIC's worth
-        // now, not in the middle of a connect (see `reserve_fds`).
+        // now, not in the middle of a connect (see `reserve_fds`: only
+        // while the process has a single thread).
         crate::sys::reserve_fds(FDS_PER_VI * config.max_vi + 256);
         let doorbell =
             LocalDoorbell::new(udp.is_some()).map_err(|_| ViaError::Resource("shared memory"))?;

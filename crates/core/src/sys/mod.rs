@@ -80,16 +80,31 @@ pub fn cpu_relax() {
     std::hint::spin_loop();
 }
 
+/// Threads of this process (from /proc; 0 if unknown).
+fn thread_count() -> usize {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which may hold spaces): state is the
+    // first, num_threads the 18th.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(17)?.parse().ok())
+        .unwrap_or(0)
+}
+
 /// Grows this process's file-descriptor table to hold `n` descriptors
 /// (at most the soft RLIMIT_NOFILE) before they are needed.
 ///
 /// The kernel grows the table by doubling, and in a process with more than
-/// one thread every growth waits for an RCU grace period (25–35 ms
+/// one thread every growth waits for an RCU grace period (20–35 ms
 /// measured): a connect that happened to open the 64th, 128th, ...
-/// descriptor stalled that long. Growing it once, while the process may
-/// still have one thread, moves that wait out of every connect. The table
-/// never shrinks, so this is done once per process (cheap after that).
+/// descriptor stalled that long. Growing it while the process has one
+/// thread costs no such wait and moves it out of every connect. A process
+/// that already has threads is left alone: there the growth would cost the
+/// wait now, even for a program that never opens many connections (a PVM
+/// task), and it will pay it only if it does. The table never shrinks.
 pub fn reserve_fds(n: usize) {
+    if thread_count() != 1 {
+        return;
+    }
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
