@@ -176,3 +176,25 @@ fn accept_then_client_sees_connected() {
     assert_eq!(client, "Ok");
     assert_eq!(state, "Connected");
 }
+
+#[test]
+fn a_peer_leaving_without_disconnect_is_quiet_without_a_handler() {
+    // A program with no error callback whose peer exits without
+    // VipDisconnect: its VIs break, and stderr stays clean (the default
+    // handling reports a lost peer only with OPENVIA_DEBUG set).
+    let disc = unique_disc("abandon");
+    let kv = |role: &str| args(role, &[("disc", disc.clone()), ("vis", "8".into())]);
+    let (server, client) = run_pair(
+        EXE,
+        kv("abandon-server"),
+        kv("abandon-client"),
+        &base_env(true),
+    );
+    assert_eq!(client.expect_u64("connected"), 8);
+    assert_eq!(server.expect_u64("broken"), 8);
+    assert!(
+        !server.stderr.contains("asynchronous error"),
+        "the survivor printed:\n{}",
+        server.stderr
+    );
+}

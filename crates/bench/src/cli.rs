@@ -29,6 +29,67 @@ pub enum Command {
     Transports(TransportsArgs),
     /// Cost of VipPostSend + VipSendDone per descriptor (shared-memory device).
     Overhead(OverheadArgs),
+    /// Many connections: round-robin ping-pong over N VIs, waiting per VI
+    /// or on one CQ; connect times and memory (shared-memory device).
+    Scale(ScaleArgs),
+}
+
+/// How `scale` waits for each receive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ScaleWait {
+    /// VipRecvWait on the VI.
+    Vi,
+    /// VipCQWait on one CQ fed by every receive queue.
+    Cq,
+    /// VipCQDone polled in a loop.
+    CqDone,
+}
+
+impl ScaleWait {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ScaleWait::Vi => "vi",
+            ScaleWait::Cq => "cq",
+            ScaleWait::CqDone => "cq-done",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ScaleRole {
+    Client,
+    Server,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ScaleArgs {
+    /// Connected VI pairs.
+    #[arg(long, default_value_t = 1)]
+    pub vis: usize,
+    #[arg(long, value_enum, default_value_t = ScaleWait::Vi)]
+    pub wait: ScaleWait,
+    /// Measured round trips (over all VIs).
+    #[arg(long, default_value_t = 200_000)]
+    pub rounds: u64,
+    #[arg(long, default_value_t = 20_000)]
+    pub warmup: u64,
+    /// Round trips per timed batch (the median is over batches).
+    #[arg(long, default_value_t = 2048)]
+    pub batch: u64,
+    /// First make every ring wrap (16 KiB ping-pongs), as busy connections' have.
+    #[arg(long)]
+    pub wrap: bool,
+    /// CPUs for client,server (`0,1` default, `none` to disable pinning).
+    #[arg(long, value_parser = parse_pin)]
+    pub cpu: Option<PinRequest>,
+    #[arg(long)]
+    pub json: bool,
+    #[arg(long, value_enum, default_value_t = ScaleRole::Client, hide = true)]
+    pub role: ScaleRole,
+    #[arg(long, hide = true)]
+    pub disc: Option<String>,
+    #[arg(long, hide = true)]
+    pub server_cpu: Option<usize>,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -17,6 +17,7 @@ mod pattern;
 mod peer;
 mod pinning;
 mod report;
+mod scale;
 mod serve;
 mod session;
 mod stats;
@@ -36,6 +37,7 @@ fn main() -> ExitCode {
         Command::Compare(args) => compare::run(args),
         Command::Transports(args) => commands::list_transports(args),
         Command::Overhead(args) => overhead::run(args),
+        Command::Scale(args) => scale::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -4,6 +4,9 @@
 
 use std::sync::OnceLock;
 
+/// The largest `OPENVIA_MAX_VI` taken (VI ids and notice keys stay small).
+pub const MAX_VI_LIMIT: usize = 1 << 20;
+
 /// Settings of the shared-memory device and the waiting policy.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -31,6 +34,11 @@ pub struct Config {
     /// Longest single sleep of a Wait, in ms (a safety net against a lost
     /// wake-up). `OPENVIA_BLOCK_CAP_MS`.
     pub block_cap_ms: u64,
+    /// Most VIs one NIC may have at once. `OPENVIA_MAX_VI`.
+    pub max_vi: usize,
+    /// Without an error callback, also report lost connections (a peer that
+    /// went away) on stderr. `OPENVIA_DEBUG=1`.
+    pub debug: bool,
 }
 
 impl Default for Config {
@@ -44,6 +52,8 @@ impl Default for Config {
             cma_min: 8 * 1024 * 1024,
             progress_interval_us: 20_000,
             block_cap_ms: 50,
+            max_vi: 4096,
+            debug: false,
         }
     }
 }
@@ -83,6 +93,12 @@ impl Config {
         }
         if let Some(v) = env_u64("OPENVIA_BLOCK_CAP_MS") {
             c.block_cap_ms = v.max(1);
+        }
+        if let Some(v) = env_u64("OPENVIA_MAX_VI") {
+            c.max_vi = (v as usize).clamp(1, MAX_VI_LIMIT);
+        }
+        if let Some(v) = env_u64("OPENVIA_DEBUG") {
+            c.debug = v != 0;
         }
         if let Some(v) = env_u64("OPENVIA_PROGRESS_US") {
             c.progress_interval_us = v.max(10);

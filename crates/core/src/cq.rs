@@ -4,11 +4,12 @@
 //!
 //! An entry only names the VI and the queue; the program then takes the
 //! descriptor with SendDone/RecvDone on that VI, as VIA specifies.
-//! Completions are produced by whoever drives a VI's progress, so polling a
-//! CQ first drives the VIs attached to it.
+//! Completions are produced by whoever drives a VI's progress; polling a
+//! CQ drives the VIs its notices name (see `nic::notices`), the last one
+//! first.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::error::{Result, ViaError};
@@ -26,6 +27,49 @@ pub struct CqEntry {
     pub recv: bool,
 }
 
+/// Notices in a row for the hot VI after which its peer is told to stop
+/// sending them (every poll looks at the hot VI anyway).
+const WATCH_AFTER: u32 = 64;
+
+/// The VI a poll looks at first, and how settled that choice is.
+struct Hot {
+    vi: Weak<Vi>,
+    /// Notices in a row that named it.
+    streak: u32,
+    /// Its peer was told to send no notices for it.
+    watched: bool,
+}
+
+/// A poller's copy of the CQ's hot VI, refreshed when it changes.
+pub(crate) struct HotCopy {
+    gen: u64,
+    vi: Option<Arc<Vi>>,
+}
+
+impl Default for HotCopy {
+    fn default() -> Self {
+        // No generation matches: the first look reads the CQ's.
+        Self {
+            gen: u64::MAX,
+            vi: None,
+        }
+    }
+}
+
+impl HotCopy {
+    /// The CQ's hot VI now (one load unless it changed).
+    pub(crate) fn get(&mut self, cq: &CompletionQueue) -> Option<&Arc<Vi>> {
+        let gen = cq.hot_gen.load(Ordering::Acquire);
+        if gen != self.gen {
+            let h = cq.hot.lock().unwrap_or_else(|e| e.into_inner());
+            self.vi = h.vi.upgrade();
+            // Read under the lock: changes bump it under the lock too.
+            self.gen = cq.hot_gen.load(Ordering::Acquire);
+        }
+        self.vi.as_ref()
+    }
+}
+
 /// A one-shot handler run with the CQ's next entry.
 pub type CqNotify = Box<dyn FnOnce(CqEntry) + Send>;
 
@@ -37,6 +81,18 @@ pub struct CompletionQueue {
     capacity: AtomicUsize,
     vis: Mutex<Vec<Weak<Vi>>>,
     notify: Mutex<Option<CqNotify>>,
+    /// A notify handler is installed (spares pollers the lock).
+    notify_set: AtomicBool,
+    /// The VI the last notice named: a poll looks at it before the
+    /// notices (a ping-pong's next message comes on the same VI).
+    hot: Mutex<Hot>,
+    /// Bumped whenever the hot VI changes (pollers keep a copy).
+    hot_gen: AtomicU64,
+    /// The hot VI's peer sends no notices (read without the lock).
+    hot_watched: AtomicBool,
+    /// The hot VI was named more than once in a row (read without the
+    /// lock): only then is it worth a look before the notices.
+    hot_settled: AtomicBool,
     /// Opaque value for the C shell (its handle).
     pub token: AtomicU64,
 }
@@ -53,6 +109,15 @@ impl CompletionQueue {
             capacity: AtomicUsize::new(capacity),
             vis: Mutex::new(Vec::new()),
             notify: Mutex::new(None),
+            notify_set: AtomicBool::new(false),
+            hot: Mutex::new(Hot {
+                vi: Weak::new(),
+                streak: 0,
+                watched: false,
+            }),
+            hot_gen: AtomicU64::new(0),
+            hot_watched: AtomicBool::new(false),
+            hot_settled: AtomicBool::new(false),
             token: AtomicU64::new(0),
         })
     }
@@ -121,6 +186,15 @@ impl CompletionQueue {
         let mut q = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         q.retain(|e| e.vi_id != vi_id);
         self.count.store(q.len(), Ordering::Release);
+        drop(q);
+        let mut h = self.hot.lock().unwrap_or_else(|e| e.into_inner());
+        if h.vi.upgrade().is_none_or(|v| v.id() == vi_id) {
+            h.vi = Weak::new();
+            h.watched = false;
+            self.hot_watched.store(false, Ordering::Relaxed);
+            self.hot_settled.store(false, Ordering::Relaxed);
+            self.hot_gen.fetch_add(1, Ordering::Release);
+        }
     }
 
     /// Whether any VI still uses this CQ.
@@ -137,22 +211,69 @@ impl CompletionQueue {
 
     pub(crate) fn set_notify(&self, f: CqNotify) {
         *self.notify.lock().unwrap_or_else(|e| e.into_inner()) = Some(f);
+        self.notify_set.store(true, Ordering::Release);
     }
 
     pub(crate) fn take_notify_if_ready(&self) -> Option<(CqNotify, CqEntry)> {
-        if self.is_empty() {
+        if self.is_empty() || !self.has_notify() {
             return None;
         }
         let mut n = self.notify.lock().unwrap_or_else(|e| e.into_inner());
         n.as_ref()?;
         let e = self.pop()?;
+        self.notify_set.store(false, Ordering::Release);
         n.take().map(|f| (f, e))
     }
 
     pub(crate) fn has_notify(&self) -> bool {
-        self.notify
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some()
+        self.notify_set.load(Ordering::Acquire)
+    }
+
+    /// Whether the hot VI is worth a look before the notices (it was
+    /// named twice in a row: a ping-pong, a stream; not round-robin).
+    pub(crate) fn hot_is_settled(&self) -> bool {
+        self.hot_settled.load(Ordering::Relaxed)
+    }
+
+    /// Whether the hot VI's peer already sends no notices for it.
+    pub(crate) fn hot_is_watched(&self) -> bool {
+        self.hot_watched.load(Ordering::Relaxed)
+    }
+
+    /// A notice named `vi` (of this CQ) last (or a poll found it had work): it becomes the hot VI, or
+    /// stays it one notice longer. A VI hot for [`WATCH_AFTER`] notices
+    /// has its peer told to stop them (every poll looks at it first
+    /// anyway). Returns the VI that stopped being hot while watched: its
+    /// peer was told to resume, and the caller must fence and look at it
+    /// (a notice may have been skipped just before).
+    pub(crate) fn noticed(&self, vi: &Arc<Vi>) -> Option<Arc<Vi>> {
+        // The watched flags change under this lock, so a VI is watched
+        // only while it is the hot one.
+        let mut h = self.hot.lock().unwrap_or_else(|e| e.into_inner());
+        if std::ptr::eq(h.vi.as_ptr(), Arc::as_ptr(vi)) {
+            h.streak = h.streak.saturating_add(1);
+            if h.streak == 1 {
+                self.hot_settled.store(true, Ordering::Relaxed);
+            }
+            if h.streak >= WATCH_AFTER && !h.watched {
+                h.watched = true;
+                vi.set_watched(true);
+                self.hot_watched.store(true, Ordering::Relaxed);
+            }
+            return None;
+        }
+        let old = if h.watched { h.vi.upgrade() } else { None };
+        if let Some(o) = &old {
+            o.set_watched(false);
+        }
+        self.hot_watched.store(false, Ordering::Relaxed);
+        self.hot_settled.store(false, Ordering::Relaxed);
+        *h = Hot {
+            vi: Arc::downgrade(vi),
+            streak: 0,
+            watched: false,
+        };
+        self.hot_gen.fetch_add(1, Ordering::Release);
+        old
     }
 }

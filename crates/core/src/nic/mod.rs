@@ -15,7 +15,9 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
+mod notices;
 mod progress;
+use notices::NoticeTable;
 use progress::progress_loop;
 use std::time::Duration;
 
@@ -30,8 +32,9 @@ use crate::vi::{reliability, Vi, ViAttributes, ViState, MAX_DESCRIPTORS_PER_QUEU
 
 /// Largest transfer one descriptor may carry on this provider.
 pub const MAX_TRANSFER_SIZE: u64 = 1 << 30;
-/// Most VIs / CQs per NIC.
-pub const MAX_VI: usize = 4096;
+/// Descriptors one connected shared-memory VI holds.
+const FDS_PER_VI: usize = 4;
+/// Most CQs per NIC. (Most VIs: the `OPENVIA_MAX_VI` setting.)
 pub const MAX_CQ: usize = 4096;
 pub const MAX_PTAGS: usize = 1024;
 /// Host addresses are 16 bytes: IPv6, or IPv4 mapped into IPv6.
@@ -138,6 +141,10 @@ pub struct NicShared {
     next_ptag: AtomicU32,
     vis: Mutex<HashMap<u64, Weak<Vi>>>,
     cqs: Mutex<Vec<Weak<CompletionQueue>>>,
+    /// VIs with a CQ, by the notice key their peers push (see `notices`).
+    notice: Mutex<NoticeTable>,
+    /// CQ polls that found no notice (see `notices`).
+    notice_idle: AtomicU32,
     pub(crate) doorbell: LocalDoorbell,
     epoll: Arc<Epoll>,
     watched: Mutex<Watched>,
@@ -210,6 +217,11 @@ impl Nic {
             unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
         });
         let config = Config::global();
+        // Each connection holds a few descriptors (socket, region, the
+        // peer's doorbell and eventfd): make room for a full NIC's worth
+        // now, not in the middle of a connect (see `reserve_fds`: only
+        // while the process has a single thread).
+        crate::sys::reserve_fds(FDS_PER_VI * config.max_vi + 256);
         let doorbell =
             LocalDoorbell::new(udp.is_some()).map_err(|_| ViaError::Resource("shared memory"))?;
         let epoll = Arc::new(Epoll::new().map_err(|_| ViaError::Resource("epoll"))?);
@@ -232,6 +244,8 @@ impl Nic {
             next_ptag: AtomicU32::new((crate::sys::random_u64() as u32 & 0xffff) | 1),
             vis: Mutex::new(HashMap::new()),
             cqs: Mutex::new(Vec::new()),
+            notice: Mutex::new(NoticeTable::default()),
+            notice_idle: AtomicU32::new(0),
             doorbell,
             epoll: epoll.clone(),
             watched: Mutex::new(Watched {
@@ -278,7 +292,7 @@ impl Nic {
             max_register_bytes: MAX_REGISTER_BLOCK,
             max_register_regions: (MAX_REGIONS - 1) as u64,
             max_register_block_bytes: MAX_REGISTER_BLOCK,
-            max_vi: MAX_VI as u64,
+            max_vi: self.shared.config.max_vi as u64,
             max_descriptors_per_queue: MAX_DESCRIPTORS_PER_QUEUE as u64,
             max_segments_per_desc: MAX_SEGMENTS as u64,
             max_cq: MAX_CQ as u64,
@@ -438,16 +452,29 @@ impl Nic {
         }
         let mut vis = self.shared.vis.lock().unwrap_or_else(|e| e.into_inner());
         vis.retain(|_, w| w.strong_count() > 0);
-        if vis.len() >= MAX_VI {
-            return Err(ViaError::Resource("VIs"));
+        if vis.len() >= self.shared.config.max_vi {
+            return Err(ViaError::Resource(
+                "VIs: the NIC has OPENVIA_MAX_VI of them (raise the setting)",
+            ));
         }
+        let key = if send_cq.is_some() || recv_cq.is_some() {
+            let mut t = self.shared.notice.lock().unwrap_or_else(|e| e.into_inner());
+            t.reserve()
+        } else {
+            0
+        };
         let vi = Arc::new(Vi::new(
             next_id(),
             self.shared.clone(),
             attrs,
             send_cq.clone(),
             recv_cq.clone(),
+            key,
         ));
+        if key != 0 {
+            let mut t = self.shared.notice.lock().unwrap_or_else(|e| e.into_inner());
+            t.set(key, &vi);
+        }
         vis.insert(vi.id(), Arc::downgrade(&vi));
         drop(vis);
         if let Some(cq) = &send_cq {
@@ -478,7 +505,8 @@ impl Nic {
         Ok(())
     }
 
-    /// `VipErrorCallback`: None restores the default (log to stderr).
+    /// `VipErrorCallback`: None restores the default (log to stderr, but
+    /// lost connections only with `OPENVIA_DEBUG`).
     pub fn set_error_handler(&self, h: Option<ErrorHandler>) -> Result<()> {
         self.shared.check_owner()?;
         *self
@@ -502,7 +530,9 @@ impl Nic {
     pub fn cq_done(&self, cq: &Arc<CompletionQueue>) -> Result<crate::cq::CqEntry> {
         self.shared.check_owner()?;
         self.shared.touch();
-        self.shared.cq_poll(cq).ok_or(ViaError::NotDone)
+        self.shared
+            .cq_poll(cq, &mut Default::default())
+            .ok_or(ViaError::NotDone)
     }
 
     /// `VipCQWait`.
@@ -512,9 +542,11 @@ impl Nic {
         timeout: Option<Duration>,
     ) -> Result<crate::cq::CqEntry> {
         self.shared.check_owner()?;
+        // The VI to look at first, kept across the polls of this wait.
+        let mut hot = Default::default();
         crate::wait::wait_for(&self.shared, timeout, || {
             self.shared.touch();
-            self.shared.cq_poll(cq)
+            self.shared.cq_poll(cq, &mut hot)
         })
     }
 
@@ -631,22 +663,18 @@ impl NicShared {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&vi.id());
+        if vi.notice_key() != 0 {
+            self.notice
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .release(vi.notice_key());
+        }
         if let Some(cq) = &vi.send_cq {
             cq.detach(vi.id());
         }
         if let Some(cq) = &vi.recv_cq {
             cq.detach(vi.id());
         }
-    }
-
-    fn cq_poll(&self, cq: &Arc<CompletionQueue>) -> Option<crate::cq::CqEntry> {
-        if let Some(e) = cq.pop() {
-            return Some(e);
-        }
-        for vi in cq.members() {
-            vi.poke(false);
-        }
-        cq.pop()
     }
 
     pub(crate) fn watch(&self, fd: RawFd, vi_id: u64) {
@@ -702,6 +730,10 @@ impl NicShared {
             .clone();
         match h {
             Some(h) => h(&e),
+            // A peer that went away is the program's business (its VIs are
+            // in the error state, its Waits return): without a callback it
+            // is reported only when debugging, not once per VI on stderr.
+            None if e.code == ErrorCode::ConnLost && !self.config.debug => {}
             None => eprintln!(
                 "openvia: asynchronous error {:?} on {:?} (vi {:?})",
                 e.code, e.resource, e.vi_id

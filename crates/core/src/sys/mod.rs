@@ -79,3 +79,62 @@ pub(crate) fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
 pub fn cpu_relax() {
     std::hint::spin_loop();
 }
+
+/// Threads of this process (from /proc; 0 if unknown).
+fn thread_count() -> usize {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which may hold spaces): state is the
+    // first, num_threads the 18th.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(17)?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Grows this process's file-descriptor table to hold `n` descriptors
+/// (at most the soft RLIMIT_NOFILE) before they are needed.
+///
+/// The kernel grows the table by doubling, and in a process with more than
+/// one thread every growth waits for an RCU grace period (20–35 ms
+/// measured): a connect that happened to open the 64th, 128th, ...
+/// descriptor stalled that long. Growing it while the process has one
+/// thread costs no such wait and moves it out of every connect. A process
+/// that already has threads is left alone: there the growth would cost the
+/// wait now, even for a program that never opens many connections (a PVM
+/// task), and it will pay it only if it does. The table never shrinks.
+pub fn reserve_fds(n: usize) {
+    if thread_count() != 1 {
+        return;
+    }
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid out-pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return;
+    }
+    let want = (n as u64).min(lim.rlim_cur);
+    if want < 2 {
+        return;
+    }
+    // SAFETY: F_DUPFD_CLOEXEC of stdin-or-any open descriptor returns a new
+    // descriptor >= want-1 (growing the table) or fails; we close what we
+    // got and touch nothing else. /dev/null is opened if 0 is not open.
+    unsafe {
+        let mut src = 0;
+        let mut opened = -1;
+        if libc::fcntl(0, libc::F_GETFD) < 0 {
+            opened = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+            src = opened;
+        }
+        if src >= 0 {
+            let fd = libc::fcntl(src, libc::F_DUPFD_CLOEXEC, (want - 1) as libc::c_int);
+            if fd >= 0 {
+                libc::close(fd);
+            }
+        }
+        if opened >= 0 {
+            libc::close(opened);
+        }
+    }
+}

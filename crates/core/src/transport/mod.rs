@@ -110,4 +110,8 @@ pub trait Channel: Send {
     fn timer_deadline_ns(&self) -> Option<u64> {
         None
     }
+
+    /// Our CQ polls this VI on every look (or no longer does): the peer
+    /// may stop (or must resume) telling it which VI has work.
+    fn set_watched(&mut self, _on: bool) {}
 }

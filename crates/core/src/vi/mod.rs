@@ -118,6 +118,12 @@ pub struct Vi {
     pub(crate) peer: Mutex<Option<crate::connect::PeerConnect>>,
     /// Opaque value for the C shell (its handle).
     pub token: AtomicU64,
+    /// What peers push to tell our CQ pollers this VI has work (0: no CQ).
+    notice_key: u32,
+    /// Times this VI was driven by a poll (tests check a CQ drives only
+    /// the VIs with work).
+    #[cfg(test)]
+    pub(crate) pokes: AtomicU64,
 }
 
 impl Vi {
@@ -127,8 +133,12 @@ impl Vi {
         attrs: ViAttributes,
         send_cq: Option<Arc<CompletionQueue>>,
         recv_cq: Option<Arc<CompletionQueue>>,
+        notice_key: u32,
     ) -> Self {
         Self {
+            notice_key,
+            #[cfg(test)]
+            pokes: AtomicU64::new(0),
             id,
             nic,
             state: AtomicU8::new(ViState::Idle as u8),
@@ -152,6 +162,18 @@ impl Vi {
 
     pub fn id(&self) -> u64 {
         self.id
+    }
+
+    /// The key peers push into our notice ring for this VI (0: none).
+    pub(crate) fn notice_key(&self) -> u32 {
+        self.notice_key
+    }
+
+    /// Whether our CQ polls this VI on every look (see `nic::notices`).
+    pub(crate) fn set_watched(&self, on: bool) {
+        if let Some(ch) = self.lock().channel.as_mut() {
+            ch.set_watched(on);
+        }
     }
 
     /// The owning NIC's opaque token (the C shell's NIC handle).
@@ -414,6 +436,8 @@ impl Vi {
     /// progress thread. `only_if_free`: give up if another thread holds the
     /// lock. Returns whether anything completed or moved.
     pub(crate) fn poke(&self, only_if_free: bool) -> bool {
+        #[cfg(test)]
+        self.pokes.fetch_add(1, Ordering::Relaxed);
         let mut deferred = Vec::new();
         let mut g = if only_if_free {
             match self.inner.try_lock() {
@@ -425,12 +449,16 @@ impl Vi {
             self.lock()
         };
         let inner = &mut *g;
-        let did = match inner.channel.as_ref() {
-            Some(ch) if ch.has_work() || inner.sq.completed < inner.sq.entries.len() => {
-                self.progress_locked(inner, &mut deferred)
-            }
-            _ => false,
-        };
+        // A plain message first, the way RecvDone takes it (a CQ poll's
+        // common case); then whatever else is there.
+        let simple = self.complete_simple_recv(inner);
+        let did = simple
+            | match inner.channel.as_ref() {
+                Some(ch) if ch.has_work() || inner.sq.completed < inner.sq.entries.len() => {
+                    self.progress_locked(inner, &mut deferred)
+                }
+                _ => false,
+            };
         self.collect_notifies(inner, &mut deferred);
         drop(g);
         let any = did || !deferred.is_empty();
@@ -447,23 +475,10 @@ impl Vi {
         } else {
             inner.sq.completed > 0
         };
-        if !q_has && recv && inner.recv_notify.is_none() && inner.rq.refused == 0 {
-            if let (Some(ch), Some(e)) = (
-                inner.channel.as_mut(),
-                inner.rq.entries.get(inner.rq.completed),
-            ) {
-                if let Some((len, imm)) = ch.take_simple_recv(&e.ranges, e.capacity) {
-                    inner
-                        .rq
-                        .complete_next(&self.nic.registry, len, imm, false, 0);
-                    if let Some(cq) = &self.recv_cq {
-                        cq.push(self.id, self.token.load(Ordering::Relaxed), true);
-                    }
-                    let d = inner.rq.pop_completed();
-                    drop(g);
-                    return d;
-                }
-            }
+        if !q_has && recv && self.complete_simple_recv(inner) {
+            let d = inner.rq.pop_completed();
+            drop(g);
+            return d;
         }
         if !q_has {
             if let Some(ch) = inner.channel.as_ref() {
@@ -484,6 +499,32 @@ impl Vi {
             self.run_deferred(deferred);
         }
         d
+    }
+
+    /// The fast path of a plain receive: a whole small message at the
+    /// ring's head goes straight into the next posted receive. Returns
+    /// whether one completed (and went to the receive CQ).
+    #[inline]
+    fn complete_simple_recv(&self, inner: &mut ViInner) -> bool {
+        if inner.recv_notify.is_some() || inner.rq.refused != 0 {
+            return false;
+        }
+        let (Some(ch), Some(e)) = (
+            inner.channel.as_mut(),
+            inner.rq.entries.get(inner.rq.completed),
+        ) else {
+            return false;
+        };
+        let Some((len, imm)) = ch.take_simple_recv(&e.ranges, e.capacity) else {
+            return false;
+        };
+        inner
+            .rq
+            .complete_next(&self.nic.registry, len, imm, false, 0);
+        if let Some(cq) = &self.recv_cq {
+            cq.push(self.id, self.token.load(Ordering::Relaxed), true);
+        }
+        true
     }
 
     /// `VipSendDone`: the oldest completed send descriptor, if any.

@@ -124,12 +124,20 @@ pub struct Endpoint {
 
 impl Endpoint {
     pub fn open() -> Endpoint {
+        let ep = Endpoint::open_without_handler();
+        let log = ep.errors.clone();
+        ep.nic
+            .set_error_handler(Some(Arc::new(move |e: &AsyncError| log.record(e))))
+            .expect("install error handler");
+        ep
+    }
+
+    /// As a program that installs no error callback (the provider's
+    /// default handling applies; `errors` stays empty).
+    pub fn open_without_handler() -> Endpoint {
         let nic = Nic::open(None).expect("open /dev/via_lo");
         let ptag = nic.create_ptag().expect("create ptag");
         let errors = Arc::new(ErrorLog::default());
-        let log = errors.clone();
-        nic.set_error_handler(Some(Arc::new(move |e: &AsyncError| log.record(e))))
-            .expect("install error handler");
         Endpoint { nic, ptag, errors }
     }
 

@@ -48,6 +48,8 @@ fn main() {
         "peer" => peer::peer(&opts),
         "connect-once" => setup::connect_once(&opts),
         "accept-once" => setup::accept_once(&opts),
+        "abandon-client" => setup::abandon_client(&opts),
+        "abandon-server" => setup::abandon_server(&opts),
         _ => {
             eprintln!("usage: via_peer <role> [key=value ...]; unknown role `{role}`");
             std::process::exit(2);

@@ -1,6 +1,8 @@
 //! Connection set-up on its own: a client that tries once and reports
 //! the outcome (and how long it took), and a server that accepts or
-//! rejects one request and reports what its side saw.
+//! rejects one request and reports what its side saw. And a client that
+//! connects several VIs and exits without disconnecting, against a server
+//! with no error callback that waits until all its VIs broke.
 
 use std::time::Instant;
 
@@ -55,4 +57,39 @@ pub fn accept_once(opts: &Opts) {
         let m = Arena::new(&ep.nic, ep.ptag, 1, 0, false, false);
         await_peer_close(&vi, &m, 0);
     }
+}
+
+/// Connects `vis` VIs to `disc`, says so, and exits without VipDisconnect.
+pub fn abandon_client(opts: &Opts) {
+    let ep = Endpoint::open();
+    let disc = opts.str("disc");
+    let vis: Vec<_> = (0..opts.usize_or("vis", 1))
+        .map(|_| ep.vi(opts.reliability()))
+        .collect();
+    for vi in &vis {
+        ep.connect(vi, disc);
+    }
+    println!("RESULT connected={}", vis.len());
+    std::process::exit(0);
+}
+
+/// Accepts `vis` VIs with no error callback installed, then waits until
+/// every one went to the error state (the client left without a word).
+pub fn abandon_server(opts: &Opts) {
+    let ep = Endpoint::open_without_handler();
+    let disc = opts.str("disc");
+    let vis: Vec<_> = (0..opts.usize_or("vis", 1))
+        .map(|_| ep.vi(opts.reliability()))
+        .collect();
+    ep.listen(disc).expect("listen");
+    println!("READY");
+    for vi in &vis {
+        ep.accept(disc, vi);
+    }
+    let until = Instant::now() + WAIT;
+    while vis.iter().any(|v| v.state() != ViState::Error) {
+        assert!(Instant::now() < until, "VIs still connected after {WAIT:?}");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    println!("RESULT broken={}", vis.len());
 }

@@ -833,6 +833,10 @@ impl Channel for ShmChannel {
         }
     }
 
+    fn set_watched(&mut self, on: bool) {
+        self.peer.set_watched(on);
+    }
+
     fn close(&mut self, broken: bool) {
         if self.closed {
             return;

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use openvia_wire::handshake::{Accept, Address, Message, Mode, Reason, Request, ViAttrs};
 
 use super::channel::{ChannelParts, ShmChannel};
-use super::doorbell::{PeerDoorbell, PAGE_LEN};
+use super::doorbell::{PeerDoorbell, REGION_LEN as NIC_REGION_LEN};
 use super::region::{region_len, ConnRegion};
 use crate::error::{Result, ViaError};
 use crate::nic::NicShared;
@@ -137,16 +137,20 @@ fn server_finish(
     page: OwnedFd,
     event: OwnedFd,
 ) -> Result<()> {
-    let peer = PeerDoorbell::map(page, event).map_err(|_| ViaError::Rejected)?;
+    let mut peer = PeerDoorbell::map(page, event).map_err(|_| ViaError::Rejected)?;
     let i_reach_client = probe(cred.pid, req.probe_addr, req.probe_value);
     let region = ConnRegion::create(nic.config.ring_bytes)
         .map_err(|_| ViaError::Resource("shared memory"))?;
+    region.set_own_key(false, vi.notice_key());
+    // SAFETY: the region moves into the channel with the doorbell and is
+    // dropped after it (the mapping itself never moves).
+    unsafe { peer.set_notice_keys(region.peer_key(false), region.peer_key(true)) };
     let (probe_addr, probe_value) = nic.doorbell.probe();
     let accept = Message::Accept(Accept {
         attrs: vi.attributes().wire(),
         conn_region_len: region.len() as u64,
         ring_bytes: region.ring_bytes() as u32,
-        nic_region_len: PAGE_LEN as u32,
+        nic_region_len: NIC_REGION_LEN as u32,
         probe_addr,
         probe_value,
         peer_cma: i_reach_client,
@@ -199,7 +203,7 @@ fn read_request(
         let _ = sock.send(&Message::Reject(Reason::BadRequest).emit(), &[]);
         return None;
     };
-    if fds.len() != 2 || req.nic_region_len as usize != PAGE_LEN {
+    if fds.len() != 2 || req.nic_region_len as usize != NIC_REGION_LEN {
         return None;
     }
     let event = fds.pop()?;
@@ -309,7 +313,7 @@ fn client_exchange(
         _ => return Err(ViaError::Rejected),
     };
     if fds.len() != 3
-        || accept.nic_region_len as usize != PAGE_LEN
+        || accept.nic_region_len as usize != NIC_REGION_LEN
         || accept.conn_region_len != region_len(accept.ring_bytes as usize) as u64
     {
         return Err(ViaError::Rejected);
@@ -319,7 +323,10 @@ fn client_exchange(
     let region_fd = fds.pop().ok_or(ViaError::Rejected)?;
     let region =
         ConnRegion::open(region_fd, accept.ring_bytes as usize).map_err(|_| ViaError::Rejected)?;
-    let peer = PeerDoorbell::map(page, event).map_err(|_| ViaError::Rejected)?;
+    let mut peer = PeerDoorbell::map(page, event).map_err(|_| ViaError::Rejected)?;
+    region.set_own_key(true, vi.notice_key());
+    // SAFETY: as in `server_finish`.
+    unsafe { peer.set_notice_keys(region.peer_key(true), region.peer_key(false)) };
     let i_reach_server = probe(cred.pid, accept.probe_addr, accept.probe_value);
     sock.send(
         &Message::Ready {
@@ -349,7 +356,7 @@ fn new_request(vi: &Arc<Vi>, mode: Mode, local: &Address, remote: &Address) -> R
         attrs: vi.attributes().wire(),
         local: local.clone(),
         remote: remote.clone(),
-        nic_region_len: PAGE_LEN as u32,
+        nic_region_len: NIC_REGION_LEN as u32,
         probe_addr,
         probe_value,
     }

@@ -13,17 +13,25 @@
 //! the new data when it re-checks, or the writer sees the sleeper's flag.
 //! The writer's fence is made free by membarrier(2) (see
 //! `sys::membarrier`): the sleeper, about to block anyway, pays for both.
+//!
+//! After the page comes the NIC's notice ring (see `notice`): a peer that
+//! rings for a VI whose queues feed a CQ first says which VI.
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
+use super::notice::{self, NoticeRing};
 use crate::sys::mapping::SharedMapping;
 use crate::sys::poll::{signal_raw, EventFd};
 use crate::sys::{futex, membarrier};
 
 pub const PAGE_LEN: usize = 4096;
+/// The bit of a notice key word that says the VI's CQ polls it anyway.
+pub const WATCHED: u32 = 1 << 31;
+/// The whole doorbell region: the page, then the notice ring.
+pub const REGION_LEN: usize = PAGE_LEN + notice::RING_BYTES.next_multiple_of(PAGE_LEN);
 const MAGIC: u64 = 0x4f56_4941_4442_454c; // "OVIADBEL"
 
 #[repr(C, align(64))]
@@ -40,8 +48,14 @@ struct Page {
 
 const _: () = assert!(std::mem::size_of::<Page>() <= PAGE_LEN);
 
+fn notices_of(m: &SharedMapping) -> NoticeRing {
+    // SAFETY: the mapping is REGION_LEN bytes (checked at map time) and
+    // outlives the view (its owner holds both).
+    unsafe { NoticeRing::at(m.as_ptr().add(PAGE_LEN)) }
+}
+
 fn page(m: &SharedMapping) -> &Page {
-    // SAFETY: the mapping is at least PAGE_LEN bytes (checked at map time),
+    // SAFETY: the mapping is REGION_LEN >= PAGE_LEN bytes (made that size),
     // page-aligned, and Page is made of plain integers and atomics.
     unsafe { &*(m.as_ptr() as *const Page) }
 }
@@ -63,7 +77,7 @@ impl LocalDoorbell {
         if !local_only {
             membarrier::register();
         }
-        let map = SharedMapping::create("openvia-doorbell", PAGE_LEN)?;
+        let map = SharedMapping::create("openvia-doorbell", REGION_LEN)?;
         let p = page(&map);
         // SAFETY: freshly created and not yet shared; plain store.
         unsafe { std::ptr::write_volatile(std::ptr::addr_of!(p.magic) as *mut u64, MAGIC) };
@@ -78,7 +92,7 @@ impl LocalDoorbell {
     }
 
     /// The sleeping side's fence (see `local_only`).
-    fn sleeper_fence(&self) {
+    pub(crate) fn sleeper_fence(&self) {
         if self.local_only {
             std::sync::atomic::fence(Ordering::SeqCst);
         } else {
@@ -88,6 +102,11 @@ impl LocalDoorbell {
 
     pub fn page_fd(&self) -> &OwnedFd {
         self.map.fd()
+    }
+
+    /// The notice ring peers write for our VIs.
+    pub fn notices(&self) -> NoticeRing {
+        notices_of(&self.map)
     }
 
     pub fn event(&self) -> &EventFd {
@@ -154,23 +173,84 @@ impl LocalDoorbell {
 pub struct PeerDoorbell {
     map: SharedMapping,
     event: OwnedFd,
+    notices: NoticeRing,
+    /// The peer VI's notice key, in the connection region (0: its VI has
+    /// no CQ, no notice needed; with [`WATCHED`]: its CQ polls it anyway).
+    /// Null until the channel sets it.
+    key: *const AtomicU32,
+    /// Our own VI's key word in the same region (for [`WATCHED`]).
+    own_key: *const AtomicU32,
+    /// How far the peer's CQ pollers got, as last seen.
+    notice_head: std::cell::Cell<u64>,
 }
+
+// SAFETY: `key` points into the connection region, which the channel owning
+// this doorbell keeps mapped for as long as the doorbell lives; it is only
+// read atomically.
+unsafe impl Send for PeerDoorbell {}
 
 impl PeerDoorbell {
     pub fn map(page_fd: OwnedFd, event: OwnedFd) -> io::Result<Self> {
-        let map = SharedMapping::map(page_fd, PAGE_LEN)?;
+        let map = SharedMapping::map(page_fd, REGION_LEN)?;
         if page(&map).magic != MAGIC {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 "not a doorbell page",
             ));
         }
-        Ok(Self { map, event })
+        let notices = notices_of(&map);
+        Ok(Self {
+            map,
+            event,
+            notices,
+            key: std::ptr::null(),
+            own_key: std::ptr::null(),
+            notice_head: std::cell::Cell::new(0),
+        })
     }
 
-    /// Wakes the peer if anyone there sleeps. Call after publishing.
+    /// Where the peer VI's notice key and our own lie.
+    ///
+    /// # Safety
+    /// Both must stay valid for as long as this doorbell lives.
+    pub unsafe fn set_notice_keys(&mut self, peer: *const AtomicU32, own: *const AtomicU32) {
+        self.key = peer;
+        self.own_key = own;
+    }
+
+    /// Tells the peer whether our CQ polls our VI on every look anyway
+    /// (then it pushes no notices for it). Turning it off is only safe
+    /// followed by a fence on our side ([`LocalDoorbell::sleeper_fence`])
+    /// and a look at the VI: a peer may have skipped a notice just before.
+    pub fn set_watched(&self, on: bool) {
+        if self.own_key.is_null() {
+            return;
+        }
+        // SAFETY: see `set_notice_keys`.
+        let k = unsafe { &*self.own_key };
+        if on {
+            k.fetch_or(WATCHED, Ordering::Relaxed);
+        } else {
+            k.fetch_and(!WATCHED, Ordering::SeqCst);
+        }
+    }
+
+    /// Tells the peer's CQ pollers which VI has work, then wakes the peer
+    /// if anyone there sleeps. Call after publishing.
     #[inline]
     pub fn ring(&self) {
+        // Our record is published before the key's WATCHED bit is read
+        // (the peer clears it, fences, then looks: see `set_watched`).
+        membarrier::light();
+        if !self.key.is_null() {
+            // SAFETY: see `set_notice_keys`.
+            let key = unsafe { &*self.key }.load(Ordering::Relaxed);
+            if key != 0 && key & WATCHED == 0 {
+                let mut head = self.notice_head.get();
+                self.notices.push(key, &mut head);
+                self.notice_head.set(head);
+            }
+        }
         ring(page(&self.map), self.event.as_raw_fd());
     }
 }

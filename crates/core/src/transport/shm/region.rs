@@ -1,11 +1,13 @@
 //! The shared region of one connection: a header page with the two rings'
 //! consumer words, then the two rings' data. The server creates it at
 //! accept time and passes the memfd to the client; ring 0 carries client →
-//! server, ring 1 server → client.
+//! server, ring 1 server → client. Each side also writes its VI's notice
+//! key there (see `notice`) before the other side can send, for the other
+//! side to push when it rings.
 
 use std::io;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::ring::{RingCtl, RingView};
 use crate::sys::mapping::SharedMapping;
@@ -14,6 +16,9 @@ const MAGIC: u64 = 0x4f56_4941_5245_474e; // "OVIAREGN"
 const HEADER: usize = 4096;
 const CTL0: usize = 64;
 const CTL1: usize = 128;
+/// Notice keys of the client's and the server's VI (written once, at setup).
+const KEY_CLIENT: usize = 192;
+const KEY_SERVER: usize = 196;
 
 pub struct ConnRegion {
     map: SharedMapping,
@@ -57,6 +62,23 @@ impl ConnRegion {
         debug_assert!(off + 8 <= HEADER && off.is_multiple_of(8));
         // SAFETY: inside the header page of a live mapping, 8-byte aligned.
         unsafe { AtomicU64::from_ptr(self.map.as_ptr().add(off).cast()) }
+    }
+
+    fn key(&self, of_client: bool) -> &AtomicU32 {
+        let off = if of_client { KEY_CLIENT } else { KEY_SERVER };
+        // SAFETY: inside the header page of a live mapping, 4-byte aligned.
+        unsafe { AtomicU32::from_ptr(self.map.as_ptr().add(off).cast()) }
+    }
+
+    /// Publishes our VI's notice key (before the peer may send to it).
+    pub fn set_own_key(&self, is_client: bool, key: u32) {
+        self.key(is_client).store(key, Ordering::Release);
+    }
+
+    /// The word holding the other side's notice key (`is_client`: we are
+    /// the client); valid while the region is.
+    pub fn peer_key(&self, is_client: bool) -> *const AtomicU32 {
+        self.key(!is_client)
     }
 
     fn view(&self, ring: usize) -> RingView {
