@@ -8,7 +8,13 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 SOVERSION := 1
 STAGE := $(CURDIR)/dist
 
-.PHONY: all build install stage test test-rust test-c test-pvm clean bench
+.PHONY: all build install stage test test-deps test-rust test-c test-pvm clean bench
+
+# Debian packages each job needs; scripts/ensure-packages.sh installs the
+# missing ones as root, else names them and the command, and stops.
+ENSURE := scripts/ensure-packages.sh
+TEST_PKGS := gcc g++ make pkg-config python3 iproute2 nftables pvm pvm-dev pvm-examples
+BENCH_PKGS := ucx-utils libfabric-bin
 
 all: build
 
@@ -32,12 +38,15 @@ install: build
 stage:
 	$(MAKE) install PREFIX=$(STAGE)
 
-test: test-rust test-c test-pvm
+test: test-deps test-rust test-c test-pvm
 
-test-rust:
+test-deps:
+	@$(ENSURE) $(TEST_PKGS)
+
+test-rust: test-deps
 	$(CARGO) test --workspace
 
-test-c: stage
+test-c: test-deps stage
 	@# A C user's build line must work against the installed tree.
 	cc -Wall -Wextra -Werror -o $(STAGE)/vnettest-pkgconfig examples/c/vnettest.c examples/c/vipl_example.c \
 		$$(PKG_CONFIG_PATH=$(STAGE)/lib/pkgconfig pkg-config --cflags --libs vipl)
@@ -47,7 +56,7 @@ test-c: stage
 # PVM 3 compatibility: our header against Debian's, and Debian's unmodified
 # example binaries on our libpvm3.so.3 and pvmd (needs pvm, pvm-dev,
 # pvm-examples).
-test-pvm: build
+test-pvm: test-deps build
 	tests/pvm/abi_check.sh
 	tests/pvm/run_examples.sh $(CURDIR)/target/release
 	tests/pvm/multihost.sh $(CURDIR)/target/release
@@ -58,8 +67,5 @@ clean:
 
 # The main job: build, then openvia beside UCX, libfabric and the kernel.
 bench: build
-	@command -v ucx_perftest >/dev/null && command -v fi_pingpong >/dev/null || \
-		{ command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
-		  apt-get update -qq && apt-get install -y -qq ucx-utils libfabric-bin >/dev/null; } || \
-		echo "note: ucx-utils/libfabric-bin missing; their rows will say so"
+	@$(ENSURE) --optional "their rows will say so" $(BENCH_PKGS)
 	python3 python/compare.py --viabench target/release/viabench
