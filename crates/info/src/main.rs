@@ -6,6 +6,8 @@
 
 mod devices;
 
+use std::fmt::Write as _;
+use std::io::Write as _;
 use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
@@ -48,7 +50,7 @@ fn human_bytes(n: u64) -> String {
     }
 }
 
-fn print_device(d: &devices::DeviceInfo, verbose: bool) {
+fn print_device(o: &mut String, d: &devices::DeviceInfo, verbose: bool) {
     let mut head = format!("{:<18} {}", d.name, d.kind);
     if let Some(i) = &d.interface {
         head += &format!(" on {i}");
@@ -59,17 +61,17 @@ fn print_device(d: &devices::DeviceInfo, verbose: bool) {
     if let Some(m) = d.mtu {
         head += &format!(", MTU {m}");
     }
-    println!("{head}");
-    println!("    behind:  {}", d.behind);
+    let _ = writeln!(o, "{head}");
+    let _ = writeln!(o, "    behind:  {}", d.behind);
     if let Some(e) = &d.error {
-        println!("    cannot open: {e}");
+        let _ = writeln!(o, "    cannot open: {e}");
         return;
     }
     if let (Some(p), Some(b)) = (&d.segment_policy, d.segment_bytes) {
-        println!("    segment: {p} ({b} payload bytes per datagram)");
+        let _ = writeln!(o, "    segment: {p} ({b} payload bytes per datagram)");
     }
     let Some(a) = &d.attributes else { return };
-    println!(
+    let _ = writeln!(o, 
         "    max transfer {}, {} segments per descriptor, reliability {}, RDMA read on {}, native MTU {}",
         human_bytes(a.max_transfer_size),
         a.max_segments_per_desc,
@@ -81,7 +83,7 @@ fn print_device(d: &devices::DeviceInfo, verbose: bool) {
         let v = serde_json::to_value(a).unwrap_or_default();
         if let Some(m) = v.as_object() {
             for (k, v) in m {
-                println!("      {k:<26} {v}");
+                let _ = writeln!(o, "      {k:<26} {v}");
             }
         }
     }
@@ -90,13 +92,12 @@ fn print_device(d: &devices::DeviceInfo, verbose: bool) {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.settings_doc {
-        Some(DocFormat::Markdown) => {
-            print!("{}", settings::markdown());
-            return ExitCode::SUCCESS;
-        }
+        Some(DocFormat::Markdown) => return emit(&settings::markdown(), ExitCode::SUCCESS),
         Some(DocFormat::Man) => {
-            print!("{}", settings::man_page(env!("CARGO_PKG_VERSION")));
-            return ExitCode::SUCCESS;
+            return emit(
+                &settings::man_page(env!("CARGO_PKG_VERSION")),
+                ExitCode::SUCCESS,
+            )
         }
         None => {}
     }
@@ -112,6 +113,7 @@ fn main() -> ExitCode {
         )],
         None => devices::all(),
     };
+    let mut o = String::new();
     let in_force = settings::in_force();
     let unknown = settings::unknown_in_env();
     if cli.json {
@@ -134,29 +136,41 @@ fn main() -> ExitCode {
             "settings": settings,
             "unknown_env": unknown,
         });
-        println!("{out:#}");
+        let _ = writeln!(o, "{out:#}");
     } else {
-        println!("openvia {} devices:", env!("CARGO_PKG_VERSION"));
+        let _ = writeln!(o, "openvia {} devices:", env!("CARGO_PKG_VERSION"));
         for d in &devs {
-            print_device(d, cli.verbose);
+            print_device(&mut o, d, cli.verbose);
         }
-        println!("\nsettings in force (docs/settings.md, openvia-settings(7)):");
+        let _ = writeln!(
+            o,
+            "\nsettings in force (docs/settings.md, openvia-settings(7)):"
+        );
         for r in &in_force {
             let src = match r.source {
                 Source::Env => "env",
                 Source::Default => "default",
             };
-            println!("  {:<27} {:<24} ({src})", r.setting.name, r.value);
+            let _ = writeln!(o, "  {:<27} {:<24} ({src})", r.setting.name, r.value);
             if cli.verbose {
-                println!("      {}", r.setting.doc);
+                let _ = writeln!(o, "      {}", r.setting.doc);
             }
         }
         for u in &unknown {
-            println!("  {u:<27} not an openvia setting (misspelt?)");
+            let _ = writeln!(o, "  {u:<27} not an openvia setting (misspelt?)");
         }
     }
-    if devs.iter().all(|d| d.error.is_some()) {
-        return ExitCode::FAILURE;
-    }
-    ExitCode::SUCCESS
+    let code = if devs.iter().all(|d| d.error.is_some()) {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    };
+    emit(&o, code)
+}
+
+/// Writes the whole output at once; a reader that went away (`| head`)
+/// is no error worth a panic.
+fn emit(text: &str, code: ExitCode) -> ExitCode {
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+    code
 }
