@@ -71,7 +71,8 @@ fn print_device(o: &mut String, d: &devices::DeviceInfo, verbose: bool) {
         let _ = writeln!(o, "    segment: {p} ({b} payload bytes per datagram)");
     }
     let Some(a) = &d.attributes else { return };
-    let _ = writeln!(o, 
+    let _ = writeln!(
+        o,
         "    max transfer {}, {} segments per descriptor, reliability {}, RDMA read on {}, native MTU {}",
         human_bytes(a.max_transfer_size),
         a.max_segments_per_desc,
