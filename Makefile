@@ -3,19 +3,22 @@
 #   make install PREFIX=dir lays out bin/ lib/ include/ lib/pkgconfig/
 #   make test               everything CI runs
 #   make bench              openvia beside UCX, libfabric and the kernel (a table)
+#   make report             every seed's figures as PNG + JSON and report/index.html
+#                           (make report-quick: the same in a few minutes)
 PREFIX ?= /usr/local
 CARGO ?= cargo
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 SOVERSION := 1
 STAGE := $(CURDIR)/dist
 
-.PHONY: all build install stage test test-deps test-rust test-c test-pvm test-man clean bench
+.PHONY: all build install stage test test-deps test-rust test-c test-pvm test-man test-report clean bench report report-quick
 
 # Debian packages each job needs; scripts/ensure-packages.sh installs the
 # missing ones as root, else names them and the command, and stops.
 ENSURE := scripts/ensure-packages.sh
 TEST_PKGS := gcc g++ make pkg-config python3 iproute2 nftables pvm pvm-dev pvm-examples man-db groff-base
 BENCH_PKGS := ucx-utils libfabric-bin
+REPORT_PKGS := python3-matplotlib
 MAN1 := $(wildcard docs/man/*.1)
 MAN7 := $(wildcard docs/man/*.7)
 
@@ -46,7 +49,7 @@ install: build
 stage:
 	$(MAKE) install PREFIX=$(STAGE)
 
-test: test-deps test-rust test-c test-pvm test-man
+test: test-deps test-rust test-c test-pvm test-man test-report
 
 test-deps:
 	@$(ENSURE) $(TEST_PKGS)
@@ -90,3 +93,23 @@ clean:
 bench: build
 	@$(ENSURE) --optional "their rows will say so" $(BENCH_PKGS)
 	python3 python/compare.py --viabench target/release/viabench
+	@echo "Plots of every seed's figures: make report (about 25 min; make report-quick: under 5 min)"
+
+# Every seed's figures, regenerated here: report/index.html (python/report.py).
+report: build
+	@$(ENSURE) $(REPORT_PKGS)
+	@$(ENSURE) --optional "their curves will be absent" $(BENCH_PKGS)
+	python3 python/report.py
+
+report-quick: build
+	@$(ENSURE) $(REPORT_PKGS)
+	@$(ENSURE) --optional "their curves will be absent" $(BENCH_PKGS)
+	python3 python/report.py --quick
+
+# The quick report into dist/report, then every figure it claims is
+# checked: a valid PNG with its JSON (python/report_check.py).
+test-report: test-deps build
+	@$(ENSURE) $(REPORT_PKGS)
+	@$(ENSURE) --optional "their curves will be absent" $(BENCH_PKGS)
+	python3 python/report.py --quick --out $(STAGE)/report
+	python3 python/report_check.py $(STAGE)/report

@@ -4,9 +4,13 @@
 # Usage: scripts/netns.sh up [MTU] | down | drop PERCENT | nodrop
 # `drop` installs an nft rule in ovB dropping PERCENT % of incoming UDP at
 # random (both directions are covered by also adding it in ovA).
+# OV_NS_A, OV_NS_B and OV_VETH (the veth pair's names while in the root
+# namespace, OV_VETH0/1) choose other names, so that two users of this
+# script can hold a pair each at the same time.
 set -eu
 A=${OV_NS_A:-ovA}
 B=${OV_NS_B:-ovB}
+V=${OV_VETH:-ov-veth}
 cmd=${1:-up}
 case "$cmd" in
 up)
@@ -15,9 +19,9 @@ up)
     ip netns del "$B" 2>/dev/null || true
     ip netns add "$A"
     ip netns add "$B"
-    ip link add ov-veth0 type veth peer name ov-veth1
-    ip link set ov-veth0 netns "$A" name veth0
-    ip link set ov-veth1 netns "$B" name veth1
+    ip link add "${V}0" type veth peer name "${V}1"
+    ip link set "${V}0" netns "$A" name veth0
+    ip link set "${V}1" netns "$B" name veth1
     ip -n "$A" addr add 10.77.0.1/24 dev veth0
     ip -n "$B" addr add 10.77.0.2/24 dev veth1
     for ns in "$A" "$B"; do
