@@ -175,12 +175,13 @@ def figures_seed000(run):
         seg = {1500: 1472, 4138: 4096, 9000: 8958}[mtu]
 
         def label(r):
+            if r["transport"] == "kernel-tcp-spin":
+                return "kernel TCP (busy-poll)"
             if r["transport"].startswith("kernel-tcp"):
                 return "kernel TCP"
             pol = r["label"].rsplit("-seg", 1)[-1]
             return "openvia, %s segments" % pol
 
-        order = ["kernel TCP"] + ["openvia, %s segments" % p for p in SEG_POLICIES]
         for test, key, scale, unit, paper in (("latency", "median_ns", 1e-3, "one-way latency, µs (median)",
                                                "Fig. 7/9"),
                                               ("bandwidth", "gbytes_per_s", 1e3, "bandwidth, MB/s", "Fig. 8/10")):
@@ -190,8 +191,11 @@ def figures_seed000(run):
                    "ratio_to": "kernel TCP", "lower_is_better": test == "latency",
                    "notes": ["Two network namespaces joined by veth, MTU %d (fixed policy: %d-byte "
                              "segments; page: page-aligned; largest: the largest that fits the MTU). "
-                             "%d round trips / %d messages (window 16) per size, one run."
+                             "%d round trips / %d messages (window 16) per size, one run. openvia busy-polls; "
+                             "kernel TCP blocks (its latency also busy-polling)."
                              % (mtu, seg, run.s.iters, run.s.msgs)]}
+            order = (["kernel TCP"] + (["kernel TCP (busy-poll)"] if test == "latency" else [])
+                     + ["openvia, %s segments" % p for p in SEG_POLICIES])
             if recs is None:
                 fig["series"], fig["absent"] = [], [{"label": "all", "why": run.missing_why.get(
                     "seed000-mtu%d" % mtu, "not run")}]
@@ -228,7 +232,8 @@ def figures_seed002(run):
     bw_order = ["openvia RUM Hetero", "openvia RUM Homo", "openvia flow-control-only", "kernel TCP",
                 "raw UDP (kernel)"]
     note = ("Two network namespaces joined by veth, MTU %d; %d messages per size, window 16; raw UDP "
-            "counts delivered bytes only (what it loses is in the table below)." % (RUM_MTU, run.s.msgs))
+            "counts delivered bytes only (what it loses is in the table below). openvia and raw UDP "
+            "busy-poll, kernel TCP blocks." % (RUM_MTU, run.s.msgs))
     for test, key, scale, unit, paper, order in (
             ("bandwidth", "gbytes_per_s", 1e3, "throughput, MB/s", "Fig. 7", bw_order),
             ("latency", "median_ns", 1e-3, "one-way latency, µs (median)", "Fig. 8",
@@ -507,13 +512,13 @@ def machine():
 
 # (name, seed, estimated seconds quick, full, step)
 # Estimates: measured on the project's 2-vCPU machine while other builds ran.
-STEPS = [("seed 000: MTU %d, 3 segment policies + kernel TCP" % mtu, "000", 12, 60, step_seed000_mtu(mtu))
+STEPS = [("seed 000: MTU %d, 3 segment policies + kernel TCP" % mtu, "000", 15, 80, step_seed000_mtu(mtu))
          for mtu in MTUS] + [
-    ("seed 002: RUM modes, kernel TCP, raw UDP", "002", 12, 60, step_seed002),
-    ("seed 001: both devices vs kernel TCP, post overhead", "001", 25, 90, step_seed001),
-    ("shared memory vs UCX and libfabric", "shm", 40, 300, step_compare),
-    ("seed 003: PVM local (Table 1, Tables 2/3)", "003", 15, 60, step_pvm_local),
-    ("seed 003: PVM remote (Table 1)", "003", 50, 150, step_pvm_remote),
+    ("seed 002: RUM modes, kernel TCP, raw UDP", "002", 12, 30, step_seed002),
+    ("seed 001: both devices vs kernel TCP, post overhead", "001", 25, 80, step_seed001),
+    ("shared memory vs UCX and libfabric", "shm", 40, 400, step_compare),
+    ("seed 003: PVM local (Table 1, Tables 2/3)", "003", 15, 35, step_pvm_local),
+    ("seed 003: PVM remote (Table 1)", "003", 50, 70, step_pvm_remote),
 ]
 STEP_KEYS = ["seed000-mtu%d" % m for m in MTUS] + ["seed002", "seed001", "compare", "seed003-local",
                                                    "seed003-remote"]
@@ -568,7 +573,9 @@ def main():
         elapsed = time.monotonic() - start
         left = est - done_est
         if done_est > 0:
-            left *= elapsed / done_est  # scale the estimate by how fast this machine has been
+            # Scale by how fast this machine has been so far, within reason:
+            # one slow step says little about the rest.
+            left *= min(2.0, max(0.5, elapsed / done_est))
         print("report: [%d/%d] %s (elapsed %s, about %s left)" % (i + 1, len(plan), name, fmt_s(elapsed),
                                                                    fmt_s(left)), file=sys.stderr)
         try:

@@ -18,7 +18,8 @@
 #        4188, where a whole page fits), kernel TCP at each MTU.
 #   sizes: latency and bandwidth over the sizes in SIZES (default the
 #        paper's 32 B .. 64 KiB) for each segment policy in SEGS (default
-#        "fixed page largest") and kernel TCP, at one MTU (seed 000's
+#        "fixed page largest") and kernel TCP (latency also busy-polling),
+#        at one MTU (seed 000's
 #        Fig. 7-10);
 #   rum: bandwidth over SIZES for the RUM modes (Hetero, Homo,
 #        flow-control-only), kernel TCP and raw kernel UDP (which counts
@@ -135,6 +136,7 @@ SIZES=${SIZES:-32,64,128,256,512,1K,2K,4K,8K,16K,32K,64K}
 
 sizes() {
     run "sizes-mtu$1" kernel-tcp -- latency -s "$SIZES" -n "$ITERS"
+    run "sizes-mtu$1" kernel-tcp-spin -- latency -s "$SIZES" -n "$ITERS"
     run "sizes-mtu$1" kernel-tcp -- bandwidth -s "$SIZES" -n "$BWN" -w 16
     for seg in ${SEGS:-fixed page largest}; do
         run "sizes-mtu$1-seg$seg" udp OPENVIA_UDP_SEGMENT=$seg -- latency -s "$SIZES" -n "$ITERS"
