@@ -29,32 +29,14 @@ pub struct DeviceInfo {
     /// Segment policy and the payload bytes per datagram it gives (udp).
     pub segment_policy: Option<String>,
     pub segment_bytes: Option<u64>,
-    pub attributes: Option<Attributes>,
+    /// What VipQueryNic reports (bit sets as numbers; spelt out below).
+    pub attributes: Option<NicAttributes>,
+    /// `reliability_support` as the spec's short names (UR, RD, RR).
+    pub reliability: Vec<&'static str>,
+    /// `rdma_read_support` likewise.
+    pub rdma_read: Vec<&'static str>,
     /// Why VipOpenNic failed, when it did.
     pub error: Option<String>,
-}
-
-/// `VIP_NIC_ATTRIBUTES`, with the bit sets spelt out.
-#[derive(Serialize, Debug)]
-pub struct Attributes {
-    pub name: String,
-    pub hardware_version: u64,
-    pub provider_version: u64,
-    pub thread_safe: bool,
-    pub max_discriminator_len: u16,
-    pub max_register_bytes: u64,
-    pub max_register_regions: u64,
-    pub max_register_block_bytes: u64,
-    pub max_vi: u64,
-    pub max_descriptors_per_queue: u64,
-    pub max_segments_per_desc: u64,
-    pub max_cq: u64,
-    pub max_cq_entries: u64,
-    pub max_transfer_size: u64,
-    pub native_mtu: u64,
-    pub max_ptags: u64,
-    pub reliability_support: Vec<&'static str>,
-    pub rdma_read_support: Vec<&'static str>,
 }
 
 /// VIA reliability bits as the spec's short names.
@@ -68,31 +50,6 @@ pub fn reliability_names(bits: u16) -> Vec<&'static str> {
     .filter(|(b, _)| bits & b != 0)
     .map(|&(_, n)| n)
     .collect()
-}
-
-impl From<NicAttributes> for Attributes {
-    fn from(a: NicAttributes) -> Self {
-        Self {
-            name: a.name,
-            hardware_version: a.hardware_version,
-            provider_version: a.provider_version,
-            thread_safe: a.thread_safe,
-            max_discriminator_len: a.max_discriminator_len,
-            max_register_bytes: a.max_register_bytes,
-            max_register_regions: a.max_register_regions,
-            max_register_block_bytes: a.max_register_block_bytes,
-            max_vi: a.max_vi,
-            max_descriptors_per_queue: a.max_descriptors_per_queue,
-            max_segments_per_desc: a.max_segments_per_desc,
-            max_cq: a.max_cq,
-            max_cq_entries: a.max_cq_entries,
-            max_transfer_size: a.max_transfer_size,
-            native_mtu: a.native_mtu,
-            max_ptags: a.max_ptags,
-            reliability_support: reliability_names(a.reliability_support),
-            rdma_read_support: reliability_names(a.rdma_read_support),
-        }
-    }
 }
 
 /// Interfaces with an address, in the kernel's order, once each. `lo` is
@@ -156,6 +113,8 @@ pub fn probe(name: &str, kind: &'static str, interface: Option<String>) -> Devic
         segment_policy: None,
         segment_bytes: None,
         attributes: None,
+        reliability: Vec::new(),
+        rdma_read: Vec::new(),
         error: None,
     };
     match Nic::open(Some(name)) {
@@ -173,7 +132,9 @@ pub fn probe(name: &str, kind: &'static str, interface: Option<String>) -> Devic
                 info.segment_policy = Some(segment_policy(u.settings.segment));
                 info.segment_bytes = Some(u.segment_size() as u64);
             }
-            info.attributes = Some(a.into());
+            info.reliability = reliability_names(a.reliability_support);
+            info.rdma_read = reliability_names(a.rdma_read_support);
+            info.attributes = Some(a);
         }
         Err(e) => {
             info.error = Some(e.to_string());

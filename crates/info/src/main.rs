@@ -76,8 +76,8 @@ fn print_device(o: &mut String, d: &devices::DeviceInfo, verbose: bool) {
         "    max transfer {}, {} segments per descriptor, reliability {}, RDMA read on {}, native MTU {}",
         human_bytes(a.max_transfer_size),
         a.max_segments_per_desc,
-        a.reliability_support.join(" "),
-        a.rdma_read_support.join(" "),
+        d.reliability.join(" "),
+        d.rdma_read.join(" "),
         a.native_mtu
     );
     if verbose {
