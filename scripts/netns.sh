@@ -10,9 +10,13 @@
 # (TCP's or the UDP device's UDP_SEGMENT) crosses the veth as one packet,
 # and nft drops the whole burst instead of one datagram or segment.
 # `counters` prints, per namespace, the packets nft saw and dropped.
+# OV_NS_A, OV_NS_B and OV_VETH (the veth pair's names while in the root
+# namespace, OV_VETH0/1) choose other names, so that two users of this
+# script can hold a pair each at the same time.
 set -eu
 A=${OV_NS_A:-ovA}
 B=${OV_NS_B:-ovB}
+V=${OV_VETH:-ov-veth}
 cmd=${1:-up}
 case "$cmd" in
 up)
@@ -21,9 +25,9 @@ up)
     ip netns del "$B" 2>/dev/null || true
     ip netns add "$A"
     ip netns add "$B"
-    ip link add ov-veth0 type veth peer name ov-veth1
-    ip link set ov-veth0 netns "$A" name veth0
-    ip link set ov-veth1 netns "$B" name veth1
+    ip link add "${V}0" type veth peer name "${V}1"
+    ip link set "${V}0" netns "$A" name veth0
+    ip link set "${V}1" netns "$B" name veth1
     ip -n "$A" addr add 10.77.0.1/24 dev veth0
     ip -n "$B" addr add 10.77.0.2/24 dev veth1
     for ns in "$A" "$B"; do
@@ -50,6 +54,8 @@ drop)
     ;;
 offloads)
     state=${2:-off}
+    command -v ethtool >/dev/null ||
+        { echo "netns.sh offloads: needs ethtool (apt-get install ethtool)" >&2; exit 1; }
     for pair in "$A veth0" "$B veth1"; do
         set -- $pair
         for f in tso gso gro tx-udp-segmentation; do

@@ -3,7 +3,7 @@
 # (scripts/netns.sh), peers in the same run, as JSON lines on stdout.
 # Server pinned to CPU 1 (`serve --cpu 1`), client to CPU 0 (`--cpu 0,1`).
 # Usage: scripts/udp_compare.sh [quick | lat MTU | bw MTU | modes MTU |
-#                                drop MTU | loss MTU | sweep]
+#                                drop MTU | loss MTU | sweep | sizes MTU | rum MTU]
 #   (no argument) MTU 9000 and 1500: latency and the RUM modes; 1 % drop
 #   at 9000; then seed 000's sweep. quick: without the sweep.
 #   lat: 8-byte ping-pong, kernel UDP/TCP (blocking and busy-polling) and
@@ -21,6 +21,16 @@
 #   sweep: segment policy and size (fixed, page, largest, 1472, 4096,
 #        8958 bytes) at MTU 1500, 4138 and 9000 (and the page policy at
 #        4188, where a whole page fits), kernel TCP at each MTU.
+#   sizes: latency and bandwidth over the sizes in SIZES (default the
+#        paper's 32 B .. 64 KiB) for each segment policy in SEGS (default
+#        "fixed page largest") and kernel TCP (latency also busy-polling),
+#        at one MTU (seed 000's
+#        Fig. 7-10);
+#   rum: bandwidth over SIZES for the RUM modes (Hetero, Homo,
+#        flow-control-only), kernel TCP and raw kernel UDP (which counts
+#        what it loses), and latency over SIZES for Hetero, kernel TCP and
+#        UDP (seed 002's Fig. 7-8).
+# OV_NS_A / OV_NS_B / OV_VETH name the namespaces and veth (scripts/netns.sh).
 # Needs root and target/release/viabench (or VIABENCH=path). ITERS, BWN
 # set the latency iterations and the streamed 1 MiB messages; LAT_PEERS
 # the kernel peers of `lat` (default: UDP and TCP, blocking and
@@ -142,6 +152,30 @@ sweep() {
     "$NS" down
 }
 
+SIZES=${SIZES:-32,64,128,256,512,1K,2K,4K,8K,16K,32K,64K}
+
+sizes() {
+    run "sizes-mtu$1" kernel-tcp -- latency -s "$SIZES" -n "$ITERS"
+    run "sizes-mtu$1" kernel-tcp-spin -- latency -s "$SIZES" -n "$ITERS"
+    run "sizes-mtu$1" kernel-tcp -- bandwidth -s "$SIZES" -n "$BWN" -w 16
+    for seg in ${SEGS:-fixed page largest}; do
+        run "sizes-mtu$1-seg$seg" udp OPENVIA_UDP_SEGMENT=$seg -- latency -s "$SIZES" -n "$ITERS"
+        run "sizes-mtu$1-seg$seg" udp OPENVIA_UDP_SEGMENT=$seg -- bandwidth -s "$SIZES" -n "$BWN" -w 16
+    done
+}
+
+rum() {
+    for t in kernel-tcp kernel-udp-spin; do
+        run "rum-mtu$1" $t -- bandwidth -s "$SIZES" -n "$BWN" -w 16
+        run "rum-mtu$1" $t -- latency -s "$SIZES" -n "$ITERS"
+    done
+    for flow in hetero homo; do
+        run "rum-mtu$1-$flow" udp OPENVIA_UDP_FLOW=$flow -- bandwidth -s "$SIZES" -n "$BWN" -w 16
+    done
+    run "rum-mtu$1-lossless" udp OPENVIA_UDP_LOSSLESS=1 -- bandwidth -s "$SIZES" -n "$BWN" -w 16
+    run "rum-mtu$1-hetero" udp -- latency -s "$SIZES" -n "$ITERS"
+}
+
 case "${1:-}" in
 lat | modes)
     "$NS" up "$2" >&2
@@ -152,7 +186,7 @@ lat | modes)
     "$NS" down
     exit 0
     ;;
-bw | drop | loss)
+bw | drop | loss | sizes | rum)
     "$NS" up "$2" >&2
     "$1" "$2"
     "$NS" down

@@ -74,7 +74,7 @@ fi
 # executable), one printing its environment, one waiting to be killed.
 ep=$work/home/pvm3/bin/LINUX64
 mkdir -p "$ep"
-printf '#!/bin/sh\necho "A=$OPENVIA_A B=$OPENVIA_B"\nprintf "no newline"\n' >"$ep/showenv"
+printf '#!/bin/sh\necho "A=$CONSOLE_TEST_A B=$CONSOLE_TEST_B"\nprintf "no newline"\n' >"$ep/showenv"
 printf '#!/bin/sh\necho waiting\nexec sleep 120\n' >"$ep/waiter"
 chmod +x "$ep/showenv" "$ep/waiter"
 ours() {
@@ -82,13 +82,13 @@ ours() {
 		"$here/console_job.sh" 30 "$@" -- "$bindir/pvm" | normalise /dev/stdin |
 		sed 's/^pvm> //' # where prompts fall between job lines is timing
 }
-ours 'setenv OPENVIA_A one two' 'setenv OPENVIA_B b' 'export OPENVIA_A' 'spawn -> showenv' >"$work/job.out"
+ours 'setenv CONSOLE_TEST_A one two' 'setenv CONSOLE_TEST_B b' 'export CONSOLE_TEST_A' 'spawn -> showenv' >"$work/job.out"
 cat >"$work/job.want" <<'WANT'
 pvmd already running.
 alias h help
-setenv OPENVIA_A one two
-setenv OPENVIA_B b
-export OPENVIA_A
+setenv CONSOLE_TEST_A one two
+setenv CONSOLE_TEST_B b
+export CONSOLE_TEST_A
 spawn -> showenv
 [1]
 1 successful

@@ -1,6 +1,7 @@
 //! Tunables, read once from the environment so that a benchmark or a test
 //! can change them without recompiling. Every setting has a default that was
-//! measured on the project's machine (see docs/tuning.md).
+//! measured on the project's machine; every setting is listed in
+//! [`crate::settings`] (docs/settings.md).
 
 use std::sync::OnceLock;
 
@@ -58,8 +59,9 @@ impl Default for Config {
     }
 }
 
-fn env_u64(name: &str) -> Option<u64> {
-    let v = std::env::var(name).ok()?;
+/// A count with an optional K or M suffix (KiB, MiB), as the settings
+/// take them.
+pub fn parse_size(v: &str) -> Option<u64> {
     let v = v.trim();
     let (num, mul) = match v.char_indices().last() {
         Some((i, 'K' | 'k')) => (&v[..i], 1024),
@@ -67,6 +69,10 @@ fn env_u64(name: &str) -> Option<u64> {
         _ => (v, 1),
     };
     num.parse::<u64>().ok().map(|n| n * mul)
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    parse_size(&std::env::var(name).ok()?)
 }
 
 impl Config {

@@ -35,6 +35,7 @@ pub mod mem;
 pub mod nic;
 pub mod ns;
 pub mod ranges;
+pub mod settings;
 pub mod sys;
 pub mod transport;
 pub mod vi;

@@ -92,6 +92,7 @@ pub enum Device {
 
 /// What `VipQueryNic` reports.
 #[derive(Clone, Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct NicAttributes {
     pub name: String,
     pub hardware_version: u64,

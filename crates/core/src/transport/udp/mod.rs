@@ -45,24 +45,8 @@ pub const UDP_MAX_TRANSFER: u64 = 16 << 20;
 /// and 1.5 MB is less than two 1 MiB messages in flight.
 pub const DEFAULT_WINDOW_BYTES: usize = 8 << 20;
 
-/// Settings of the network device, from the environment:
-///
-/// | variable | meaning | default |
-/// |---|---|---|
-/// | `OPENVIA_AGENT_PORT` | well-known agent port | 7250 |
-/// | `OPENVIA_UDP_BIND` | address of the generic `/dev/via_udp` | first non-loopback |
-/// | `OPENVIA_CLUSTER_KEY` | key file authenticating every datagram (`packet_auth`) | none |
-/// | `OPENVIA_UDP_MTU` | MTU to assume instead of the interface's | interface |
-/// | `OPENVIA_UDP_SEGMENT` | `fixed`, `page`, `largest` or a byte count | `fixed` |
-/// | `OPENVIA_UDP_FLOW` | `hetero`, `homo` | `hetero` |
-/// | `OPENVIA_UDP_LOSSLESS` | 1: flow-control-only mode (no retransmission) | 0 |
-/// | `OPENVIA_UDP_WINDOW` | receive window in segments (raised to one message) | 8 MiB of segments, ≥ 1024 |
-/// | `OPENVIA_UDP_GSO`, `OPENVIA_UDP_GRO` | 0 turns the offload off | 1 |
-/// | `OPENVIA_UDP_COPY_SENDS` | 1: copy large sends at post instead of reading them in place | 0 |
-/// | `OPENVIA_UDP_KEEPALIVE_MS` | keepalive interval of an idle VI (its ICMP answer tells a dead peer process) | 50 |
-/// | `OPENVIA_UDP_DEAD_MS` | silence after which the peer is dead | 3000 |
-/// | `OPENVIA_UDP_MIN_RTO_US` | lower bound of the retransmission timeout | 10000 |
-/// | `OPENVIA_UDP_FAULTS` | injected faults, e.g. `drop=0.05,dup=0.01,reorder=0.01,corrupt=0.001,seed=7` ([`fault`]) | none |
+/// Settings of the network device, from the environment (the `OPENVIA_*`
+/// variables of scope `udp` in [`crate::settings::SETTINGS`], docs/settings.md).
 #[derive(Clone, Debug)]
 pub struct UdpSettings {
     pub agent_port: u16,
