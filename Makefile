@@ -13,7 +13,7 @@ STAGE := $(CURDIR)/dist
 all: build
 
 build:
-	$(CARGO) build --release -p vipl -p viabench -p pvm3 -p openvia-pvm
+	$(CARGO) build --release -p vipl -p viabench -p pvm3 -p openvia-pvm -p viaip
 
 install: build
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include
@@ -25,6 +25,7 @@ install: build
 	ln -sf libpvm3.so.3 $(DESTDIR)$(PREFIX)/lib/libpvm3.so
 	install -m 755 target/release/pvmd $(DESTDIR)$(PREFIX)/bin/pvmd
 	install -m 755 target/release/pvm $(DESTDIR)$(PREFIX)/bin/pvm
+	install -m 755 target/release/viaip $(DESTDIR)$(PREFIX)/bin/viaip
 	install -m 644 include/pvm3.h $(DESTDIR)$(PREFIX)/include/pvm3.h
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' vipl.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/vipl.pc
 
