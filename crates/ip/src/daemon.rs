@@ -68,6 +68,9 @@ pub struct Interface {
     pub peers: Vec<Arc<Peer>>,
     /// Links accepted from hosts not in the peers list.
     strangers: Mutex<Vec<HostAddr>>,
+    /// A link accepted while `open` bound the listener, for the accepting
+    /// thread to start.
+    early: Mutex<Option<RxLink>>,
 }
 
 impl Interface {
@@ -149,7 +152,13 @@ pub fn open(cfg: UpConfig) -> Result<Arc<Interface>, String> {
             })
         })
         .collect();
+    // Bind the agent and our discriminator's listener now, before the
+    // caller reports readiness: a peer may connect the moment we are up.
+    let early = fabric
+        .accept(Duration::from_millis(1))
+        .map_err(|e| format!("listening on {}: {e}", fabric.device))?;
     Ok(Arc::new(Interface {
+        early: Mutex::new(early),
         tun,
         fabric,
         addr: cfg.addr,
@@ -181,8 +190,13 @@ pub fn run(ifc: Arc<Interface>, control: std::os::unix::net::UnixListener) -> St
 }
 
 fn accept_loop(ifc: &Arc<Interface>) {
+    let mut early = ifc.early.lock().unwrap_or_else(|e| e.into_inner()).take();
     loop {
-        match ifc.fabric.accept(Duration::from_secs(1)) {
+        let next = match early.take() {
+            Some(link) => Ok(Some(link)),
+            None => ifc.fabric.accept(Duration::from_secs(1)),
+        };
+        match next {
             Ok(Some(link)) => {
                 let ifc = ifc.clone();
                 let _ = std::thread::Builder::new()
