@@ -21,9 +21,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::counters::{Counters, Drop};
+use crate::discovery::Discovery;
 use crate::link::{Fabric, Mode, RecvFailure, RxLink, SendFailure, TxLink};
 use crate::packet::{ipv4_destination, Refusal};
-use crate::peers::{host_text, HostAddr};
+use crate::peers::{host_addr, host_text, HostAddr};
 use crate::tun::Tun;
 
 /// How long one connect attempt may take.
@@ -42,11 +43,27 @@ pub struct UpConfig {
     pub mode: Mode,
     pub mtu: Option<usize>,
     pub peers: Vec<(Ipv4Addr, HostAddr)>,
+    /// The underlay interface, if known: neighbours are then also found
+    /// by asking the link (`discovery.rs`).
+    pub link: Option<String>,
 }
 
 const DOWN: u8 = 0;
 const CONNECTING: u8 = 1;
 const UP: u8 = 2;
+
+impl Peer {
+    fn new(overlay: Ipv4Addr, host: HostAddr) -> Peer {
+        Peer {
+            overlay,
+            host,
+            state: AtomicU8::new(DOWN),
+            connects: AtomicU64::new(0),
+            rx_links: AtomicU32::new(0),
+            counters: Counters::default(),
+        }
+    }
+}
 
 /// One peer: where it is, its link's state and its counters.
 pub struct Peer {
@@ -65,17 +82,44 @@ pub struct Interface {
     pub addr: Ipv4Addr,
     pub prefix: u8,
     pub counters: Counters,
-    pub peers: Vec<Arc<Peer>>,
+    /// Listed in the peers file, then learnt by discovery (only added).
+    peers: Mutex<Vec<Arc<Peer>>>,
     /// Links accepted from hosts not in the peers list.
     strangers: Mutex<Vec<HostAddr>>,
     /// A link accepted while `open` bound the listener, for the accepting
     /// thread to start.
     early: Mutex<Option<RxLink>>,
+    /// The discovery socket, until `run` hands it to the sending loop.
+    discovery: Mutex<Option<Discovery>>,
+    /// Discovery messages that were not.
+    pub discovery_garbage: AtomicU64,
 }
 
 impl Interface {
-    fn peer_by_host(&self, host: &HostAddr) -> Option<&Arc<Peer>> {
-        self.peers.iter().find(|p| &p.host == host)
+    /// The peers known now.
+    pub fn peers(&self) -> Vec<Arc<Peer>> {
+        self.peers.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn peer_by_host(&self, host: &HostAddr) -> Option<Arc<Peer>> {
+        self.peers().into_iter().find(|p| &p.host == host)
+    }
+
+    /// Adds a peer learnt from the link, unless its address is known.
+    fn learn(&self, overlay: Ipv4Addr, host: HostAddr) {
+        let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        if overlay != self.addr && !peers.iter().any(|p| p.overlay == overlay) {
+            peers.push(Arc::new(Peer::new(overlay, host)));
+        }
+    }
+
+    fn in_subnet(&self, a: Ipv4Addr) -> bool {
+        let mask = if self.prefix == 0 {
+            0
+        } else {
+            u32::MAX << (32 - u32::from(self.prefix))
+        };
+        u32::from(a) & mask == u32::from(self.addr) & mask
     }
 
     fn broadcast(&self) -> Ipv4Addr {
@@ -101,7 +145,11 @@ impl Interface {
             std::process::id(),
             self.counters.render()
         );
-        for p in &self.peers {
+        let junk = self.discovery_garbage.load(Ordering::Relaxed);
+        if junk > 0 {
+            let _ = writeln!(s, "    discovery: malformed={junk}");
+        }
+        for p in &self.peers() {
             let state = match p.state.load(Ordering::Relaxed) {
                 UP => "up",
                 CONNECTING => "connecting",
@@ -141,17 +189,12 @@ pub fn open(cfg: UpConfig) -> Result<Arc<Interface>, String> {
         .peers
         .iter()
         .filter(|(overlay, host)| *overlay != cfg.addr && *host != fabric.host)
-        .map(|&(overlay, host)| {
-            Arc::new(Peer {
-                overlay,
-                host,
-                state: AtomicU8::new(DOWN),
-                connects: AtomicU64::new(0),
-                rx_links: AtomicU32::new(0),
-                counters: Counters::default(),
-            })
-        })
+        .map(|&(overlay, host)| Arc::new(Peer::new(overlay, host)))
         .collect();
+    let discovery = match &cfg.link {
+        Some(l) => Some(Discovery::bind(l).map_err(|e| format!("discovery socket on {l}: {e}"))?),
+        None => None,
+    };
     // Bind the agent and our discriminator's listener now, before the
     // caller reports readiness: a peer may connect the moment we are up.
     let early = fabric
@@ -164,8 +207,10 @@ pub fn open(cfg: UpConfig) -> Result<Arc<Interface>, String> {
         addr: cfg.addr,
         prefix: cfg.prefix,
         counters: Counters::default(),
-        peers,
+        peers: Mutex::new(peers),
         strangers: Mutex::new(Vec::new()),
+        discovery: Mutex::new(discovery),
+        discovery_garbage: AtomicU64::new(0),
     }))
 }
 
@@ -186,7 +231,33 @@ pub fn run(ifc: Arc<Interface>, control: std::os::unix::net::UnixListener) -> St
             .spawn(move || accept_loop(&ifc))
             .expect("spawn accept thread");
     }
-    Sender::new(ifc).run()
+    let discovery = ifc
+        .discovery
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
+    if let Some(d) = &discovery {
+        if let Ok(answering) = d.try_clone() {
+            let ifc = ifc.clone();
+            std::thread::Builder::new()
+                .name("viaip-discovery".into())
+                .spawn(move || {
+                    let mode = ifc.fabric.mode.name();
+                    let why = answering.serve(
+                        mode,
+                        ifc.addr,
+                        &|a| ifc.in_subnet(a),
+                        &|overlay, ip| ifc.learn(overlay, host_addr(ip)),
+                        &|| {
+                            ifc.discovery_garbage.fetch_add(1, Ordering::Relaxed);
+                        },
+                    );
+                    eprintln!("viaip: discovery: {why}");
+                })
+                .expect("spawn discovery thread");
+        }
+    }
+    Sender::new(ifc, discovery).run()
 }
 
 fn accept_loop(ifc: &Arc<Interface>) {
@@ -214,7 +285,7 @@ fn accept_loop(ifc: &Arc<Interface>) {
 
 /// Writes one peer's packets to the TUN until its link fails.
 fn recv_loop(ifc: &Interface, link: RxLink) {
-    let peer = ifc.peer_by_host(&link.peer).cloned();
+    let peer = ifc.peer_by_host(&link.peer);
     match &peer {
         Some(p) => {
             p.rx_links.fetch_add(1, Ordering::Relaxed);
@@ -276,6 +347,9 @@ fn recv_loop(ifc: &Interface, link: RxLink) {
 /// The sending loop's state: a link per connected peer.
 struct Sender {
     ifc: Arc<Interface>,
+    /// The interface's peers as this loop last saw them (only added to).
+    peers: Vec<Arc<Peer>>,
+    discovery: Option<Discovery>,
     links: HashMap<usize, TxLink>,
     retry_at: Vec<Instant>,
     done_tx: mpsc::Sender<(usize, Option<TxLink>)>,
@@ -283,11 +357,12 @@ struct Sender {
 }
 
 impl Sender {
-    fn new(ifc: Arc<Interface>) -> Sender {
+    fn new(ifc: Arc<Interface>, discovery: Option<Discovery>) -> Sender {
         let (done_tx, done_rx) = mpsc::channel();
-        let now = Instant::now();
         Sender {
-            retry_at: vec![now; ifc.peers.len()],
+            retry_at: Vec::new(),
+            peers: Vec::new(),
+            discovery,
             ifc,
             links: HashMap::new(),
             done_tx,
@@ -316,8 +391,12 @@ impl Sender {
     /// Takes finished connects, drops failed links and starts the connects
     /// that are due.
     fn maintain(&mut self) {
+        if self.peers.len() != self.ifc.peers.lock().map_or(0, |p| p.len()) {
+            self.peers = self.ifc.peers();
+            self.retry_at.resize(self.peers.len(), Instant::now());
+        }
         while let Ok((i, link)) = self.done_rx.try_recv() {
-            let peer = &self.ifc.peers[i];
+            let peer = &self.peers[i];
             match link {
                 Some(l) => {
                     peer.connects.fetch_add(1, Ordering::Relaxed);
@@ -340,16 +419,17 @@ impl Sender {
             self.link_down(i);
         }
         let now = Instant::now();
-        for i in 0..self.ifc.peers.len() {
-            let peer = &self.ifc.peers[i];
+        for i in 0..self.peers.len() {
+            let peer = &self.peers[i];
             if peer.state.load(Ordering::Relaxed) == DOWN && now >= self.retry_at[i] {
                 peer.state.store(CONNECTING, Ordering::Relaxed);
                 let ifc = self.ifc.clone();
+                let host = peer.host;
                 let done = self.done_tx.clone();
                 let spawned = std::thread::Builder::new()
                     .name("viaip-connect".into())
                     .spawn(move || {
-                        let link = ifc.fabric.connect(&ifc.peers[i].host, CONNECT_TIMEOUT).ok();
+                        let link = ifc.fabric.connect(&host, CONNECT_TIMEOUT).ok();
                         let _ = done.send((i, link));
                     });
                 if spawned.is_err() {
@@ -368,7 +448,7 @@ impl Sender {
                 .name("viaip-close".into())
                 .spawn(move || drop(link));
         }
-        self.ifc.peers[i].state.store(DOWN, Ordering::Relaxed);
+        self.peers[i].state.store(DOWN, Ordering::Relaxed);
         self.retry_at[i] = Instant::now();
     }
 
@@ -383,19 +463,26 @@ impl Sender {
             return ifc.counters.drop(Drop::TooBig);
         }
         if dst.is_multicast() || dst.is_broadcast() || dst == ifc.broadcast() {
-            for i in 0..ifc.peers.len() {
+            for i in 0..self.peers.len() {
                 self.send_to(i, pkt);
             }
             return;
         }
-        match ifc.peers.iter().position(|p| p.overlay == dst) {
+        match self.peers.iter().position(|p| p.overlay == dst) {
             Some(i) => self.send_to(i, pkt),
-            None => ifc.counters.drop(Drop::NoRoute),
+            None => {
+                // As a packet waiting for ARP would be: dropped, and the
+                // link asked who holds the address.
+                if let (Some(d), true) = (&mut self.discovery, ifc.in_subnet(dst)) {
+                    d.ask(ifc.fabric.mode.name(), dst, ifc.addr);
+                }
+                ifc.counters.drop(Drop::NoRoute)
+            }
         }
     }
 
     fn send_to(&mut self, i: usize, pkt: &[u8]) {
-        let peer = self.ifc.peers[i].clone();
+        let peer = self.peers[i].clone();
         let verdict = match self.links.get_mut(&i) {
             None => Err(Drop::PeerDown),
             Some(link) => match link.send(pkt, SLOT_WAIT) {

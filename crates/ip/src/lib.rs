@@ -10,6 +10,7 @@
 pub mod control;
 pub mod counters;
 pub mod daemon;
+pub mod discovery;
 pub mod link;
 pub mod packet;
 pub mod peers;

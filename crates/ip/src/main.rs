@@ -164,7 +164,7 @@ fn up(cfg: UpConfig, bg: bool) -> Result<(), String> {
         "viaip: {ifname} up, {} mode, mtu {}, {} peer(s), pid {}\n",
         ifc.fabric.mode.name(),
         ifc.fabric.mtu,
-        ifc.peers.len(),
+        ifc.peers().len(),
         std::process::id()
     );
     match report {
@@ -194,11 +194,19 @@ fn main() -> ExitCode {
             background,
         } => (|| {
             let (addr, prefix) = parse_cidr(&addr)?;
-            let device = match (link, device) {
+            let device = match (&link, device) {
                 (Some(l), _) => format!("/dev/via_{l}"),
                 (None, Some(d)) => d,
                 (None, None) => "/dev/via_udp".to_string(),
             };
+            // The underlay interface, for discovery: named, or the
+            // interface a `/dev/via_<ifname>` device is opened on.
+            let link = link.or_else(|| {
+                device
+                    .strip_prefix("/dev/via_")
+                    .filter(|i| *i != "udp" && *i != "lo")
+                    .map(str::to_string)
+            });
             let peers = match peers {
                 Some(path) => {
                     let text =
@@ -219,6 +227,7 @@ fn main() -> ExitCode {
                 mode,
                 mtu,
                 peers,
+                link,
             };
             up(cfg, background)
         })(),

@@ -75,12 +75,19 @@ fn garbage_is_dropped_and_counted() {
     });
     let mut malformed = 0;
     for _ in 0..200 {
-        malformed = counter(&pair.show(0), "malformed");
+        let report = pair.show(0);
+        malformed = counter(report.lines().nth(1).unwrap_or(""), "malformed");
         if malformed >= 3 {
             break;
         }
     }
     assert_eq!(malformed, 3, "{}", pair.show(0));
+    // Five junk datagrams reached the discovery port too.
+    assert!(
+        pair.show(0).contains("discovery: malformed=5"),
+        "{}",
+        pair.show(0)
+    );
     let _b = pair.up(1, "connected");
     assert!(
         (0..10).any(|_| ping(&pair.ns[1], Ipv4Addr::from(over.octets()))),

@@ -105,3 +105,40 @@ fn kill_9_leaves_nothing_behind() {
     let _a = pair.up(0, "connected");
     assert!(pair.has_link(0, "viaip0"));
 }
+
+#[test]
+fn neighbours_are_found_without_configuration() {
+    let _g = serial();
+    if skip("neighbours_are_found_without_configuration") {
+        return;
+    }
+    let pair = Pair::new(1500);
+    let _a = pair.up_with(0, "connected", &[]);
+    let _b = pair.up_with(1, "connected", &[]);
+    assert!(pair.show(0).contains("0 peer") || !pair.show(0).contains("peer "));
+    assert!(
+        (0..10).any(|_| ping(&pair.ns[0], pair.over[1])),
+        "no echo reply without a peers file: {}",
+        pair.show(0)
+    );
+    let (sent, got, n) = tcp_transfer(&pair.ns[1], &pair.ns[0], pair.over[0], 4 << 20);
+    assert_eq!((sent, n), (got, 4 << 20));
+    for i in 0..2 {
+        let want = format!(
+            "peer {} at {}: link up",
+            pair.over[1 - i],
+            pair.under[1 - i]
+        );
+        assert!(pair.show(i).contains(&want), "{}", pair.show(i));
+    }
+    // Junk at the discovery port is counted and changes nothing.
+    let target = pair.under[0];
+    in_ns(&pair.ns[1], move || {
+        let s = std::net::UdpSocket::bind("0.0.0.0:0").expect("udp");
+        s.send_to(b"viaip1 who connected nonsense", (target, 7251))
+            .expect("send");
+    });
+    let counted = (0..200).any(|_| pair.show(0).contains("discovery: malformed=1"));
+    assert!(counted, "{}", pair.show(0));
+    assert!(ping(&pair.ns[0], pair.over[1]) || ping(&pair.ns[0], pair.over[1]));
+}

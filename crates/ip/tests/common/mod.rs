@@ -137,17 +137,16 @@ impl Pair {
     /// Starts viaip in namespace i, interface `viaip0`; returns once it
     /// printed its readiness line.
     pub fn up(&self, i: usize, mode: &str) -> Instance {
+        self.up_with(i, mode, &["--peers", &self.peers_file])
+    }
+
+    /// As `up`, with `extra` arguments instead of the peers file.
+    pub fn up_with(&self, i: usize, mode: &str, extra: &[&str]) -> Instance {
         let addr = format!("{}/24", self.over[i]);
         let mut child = Command::new("ip")
             .args(["netns", "exec", &self.ns[i], VIAIP, "up", "viaip0", &addr])
-            .args([
-                "--link",
-                &self.veth[i],
-                "--peers",
-                &self.peers_file,
-                "--mode",
-                mode,
-            ])
+            .args(["--link", &self.veth[i], "--mode", mode])
+            .args(extra)
             .env("OPENVIA_UDP_KEEPALIVE_MS", "200")
             .env("OPENVIA_UDP_DEAD_MS", "1000")
             .stdout(Stdio::piped())
