@@ -2,6 +2,7 @@
 # viaip against the plain veth under it, same run, alternating rounds:
 # iperf3 TCP throughput and a TCP ping-pong (64-byte messages, python).
 # Usage (root): scripts/viaip-bench.sh [VIAIP_BINARY] [ROUNDS] [MTU...]
+# VIAIP_MODE=datagram measures datagram mode (default connected).
 # Namespaces viaipbA/viaipbB are created and deleted by this script.
 set -euo pipefail
 BIN=${1:-target/release/viaip}; ROUNDS=${2:-3}; shift 2 || true
@@ -33,7 +34,10 @@ pingpong() { # ns_srv ns_cli addr -> median RTT in us
   ip netns exec $2 python3 "$PP" client $3; exec 3<&-; }
 iperf() { # addr -> Gbit/s
   ip netns exec $B iperf3 -s -1 -B $1 >/dev/null 2>&1 & local s=$!
-  for _ in $(seq 50); do ip netns exec $A iperf3 -c $1 -t 3 -J 2>/dev/null > /tmp/viaip-iperf.json && break; done
+  # iperf3 -J exits 0 even when the server was not listening yet: retry
+  # until the report has an end.
+  for _ in $(seq 50); do ip netns exec $A iperf3 -c $1 -t 3 -J 2>/dev/null > /tmp/viaip-iperf.json || true
+    grep -q '"sum_received"' /tmp/viaip-iperf.json && break; done
   wait $s || true
   python3 -c 'import json;print("%.2f"%(json.load(open("/tmp/viaip-iperf.json"))["end"]["sum_received"]["bits_per_second"]/1e9))'; }
 for MTU in $MTUS; do
@@ -43,8 +47,8 @@ for MTU in $MTUS; do
   for n in $A $B; do ip -n $n link set lo up; done
   ip -n $A link set viaipbva mtu $MTU up; ip -n $B link set viaipbvb mtu $MTU up
   printf '10.74.0.1 10.75.0.1\n10.74.0.2 10.75.0.2\n' > /tmp/viaip-bench-peers
-  ip netns exec $A $BIN up viaipb 10.74.0.1/24 --link viaipbva --peers /tmp/viaip-bench-peers -d >/dev/null
-  ip netns exec $B $BIN up viaipb 10.74.0.2/24 --link viaipbvb --peers /tmp/viaip-bench-peers -d >/dev/null
+  ip netns exec $A $BIN up viaipb 10.74.0.1/24 --link viaipbva --peers /tmp/viaip-bench-peers --mode ${VIAIP_MODE:-connected} -d >/dev/null
+  ip netns exec $B $BIN up viaipb 10.74.0.2/24 --link viaipbvb --peers /tmp/viaip-bench-peers --mode ${VIAIP_MODE:-connected} -d >/dev/null
   for r in $(seq $ROUNDS); do
     echo "mtu $MTU round $r plain_gbps $(iperf 10.75.0.2) viaip_gbps $(iperf 10.74.0.2) plain_rtt_us $(pingpong $B $A 10.75.0.2) viaip_rtt_us $(pingpong $B $A 10.74.0.2)"
   done
