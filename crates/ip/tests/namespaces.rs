@@ -142,3 +142,48 @@ fn neighbours_are_found_without_configuration() {
     assert!(counted, "{}", pair.show(0));
     assert!(ping(&pair.ns[0], pair.over[1]) || ping(&pair.ns[0], pair.over[1]));
 }
+
+#[test]
+fn background_instance_is_up_when_up_returns() {
+    let _g = serial();
+    if skip("background_instance_is_up_when_up_returns") {
+        return;
+    }
+    let pair = Pair::new(1500);
+    let addr = format!("{}/24", pair.over[0]);
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", &pair.ns[0], VIAIP, "up", "viaip0", &addr])
+        .args(["--link", &pair.veth[0], "-d"])
+        .output()
+        .expect("viaip up -d");
+    assert!(out.status.success(), "{out:?}");
+    let line = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(line.starts_with("viaip: viaip0 up"), "{line:?}");
+    assert!(
+        pair.has_link(0, "viaip0"),
+        "up -d returned before the interface"
+    );
+    let pid: i32 = line
+        .rsplit("pid ")
+        .next()
+        .and_then(|p| p.trim().parse().ok())
+        .expect("pid in the readiness line");
+    assert!(pid > 1, "{line:?}");
+    // SAFETY: pidfd_open takes a pid and flags; the result is checked.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
+    assert!(pidfd >= 0, "pidfd_open");
+    // SAFETY: signalling the background instance started above.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let mut p = libc::pollfd {
+        fd: pidfd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one live pollfd; the pidfd becomes readable when it exits.
+    let n = unsafe { libc::poll(&mut p, 1, 10_000) };
+    // SAFETY: our descriptor.
+    unsafe { libc::close(pidfd) };
+    assert_eq!(n, 1, "the background instance did not end on SIGTERM");
+    assert!(!pair.has_link(0, "viaip0"), "SIGTERM left the interface");
+    assert_eq!(pair.show(0), "");
+}
