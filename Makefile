@@ -25,7 +25,7 @@ MAN7 := $(wildcard docs/man/*.7)
 all: build
 
 build:
-	$(CARGO) build --release -p vipl -p viabench -p viainfo -p pvm3 -p openvia-pvm
+	$(CARGO) build --release -p vipl -p viabench -p viainfo -p pvm3 -p openvia-pvm -p viaip
 
 install: build
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include
@@ -38,6 +38,7 @@ install: build
 	ln -sf libpvm3.so.3 $(DESTDIR)$(PREFIX)/lib/libpvm3.so
 	install -m 755 target/release/pvmd $(DESTDIR)$(PREFIX)/bin/pvmd
 	install -m 755 target/release/pvm $(DESTDIR)$(PREFIX)/bin/pvm
+	install -m 755 target/release/viaip $(DESTDIR)$(PREFIX)/bin/viaip
 	install -m 644 include/pvm3.h $(DESTDIR)$(PREFIX)/include/pvm3.h
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' vipl.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/vipl.pc
 	install -d $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man7

@@ -1,0 +1,111 @@
+//! Counters of an interface and of each peer, shared between the threads
+//! that move packets and the control socket that reports them.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Why a packet was dropped; each reason has its own counter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Drop {
+    /// No peer holds the destination address.
+    NoRoute,
+    /// The peer's link is down (not connected yet, or gone).
+    PeerDown,
+    /// The peer's send queue stayed full.
+    QueueFull,
+    /// Larger than the link carries.
+    TooBig,
+    /// Not a consistent IPv4 packet (from the kernel or a peer).
+    Malformed,
+    /// Not IPv4.
+    Unsupported,
+    /// The kernel refused a received packet.
+    TunWrite,
+}
+
+const DROPS: [(Drop, &str); 7] = [
+    (Drop::NoRoute, "no_route"),
+    (Drop::PeerDown, "peer_down"),
+    (Drop::QueueFull, "queue_full"),
+    (Drop::TooBig, "too_big"),
+    (Drop::Malformed, "malformed"),
+    (Drop::Unsupported, "unsupported"),
+    (Drop::TunWrite, "tun_write"),
+];
+
+/// Packets and bytes each way, and drops by reason.
+#[derive(Default, Debug)]
+pub struct Counters {
+    pub tx_packets: AtomicU64,
+    pub tx_bytes: AtomicU64,
+    pub rx_packets: AtomicU64,
+    pub rx_bytes: AtomicU64,
+    drops: [AtomicU64; 7],
+}
+
+impl Counters {
+    pub fn sent(&self, bytes: usize) {
+        self.tx_packets.fetch_add(1, Ordering::Relaxed);
+        self.tx_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    pub fn received(&self, bytes: usize) {
+        self.rx_packets.fetch_add(1, Ordering::Relaxed);
+        self.rx_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    pub fn drop(&self, why: Drop) {
+        let i = DROPS.iter().position(|(d, _)| *d == why).unwrap_or(0);
+        self.drops[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn dropped(&self, why: Drop) -> u64 {
+        let i = DROPS.iter().position(|(d, _)| *d == why).unwrap_or(0);
+        self.drops[i].load(Ordering::Relaxed)
+    }
+
+    /// `RX: packets N bytes N  TX: ...  drops: reason=N ...` (only the
+    /// reasons that happened).
+    pub fn render(&self) -> String {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut s = format!(
+            "rx packets {} bytes {}  tx packets {} bytes {}  drops",
+            get(&self.rx_packets),
+            get(&self.rx_bytes),
+            get(&self.tx_packets),
+            get(&self.tx_bytes)
+        );
+        let mut any = false;
+        for (i, (_, name)) in DROPS.iter().enumerate() {
+            let n = get(&self.drops[i]);
+            if n > 0 {
+                any = true;
+                let _ = write!(s, " {name}={n}");
+            }
+        }
+        if !any {
+            s.push_str(" 0");
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_the_reasons_that_happened() {
+        let c = Counters::default();
+        c.sent(100);
+        c.drop(Drop::PeerDown);
+        c.drop(Drop::PeerDown);
+        c.drop(Drop::Malformed);
+        let s = c.render();
+        assert!(s.contains("tx packets 1 bytes 100"), "{s}");
+        assert!(s.contains("peer_down=2"), "{s}");
+        assert!(s.contains("malformed=1"), "{s}");
+        assert!(!s.contains("no_route"), "{s}");
+        assert_eq!(c.dropped(Drop::PeerDown), 2);
+    }
+}

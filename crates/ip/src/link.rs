@@ -1,0 +1,420 @@
+//! The VIA side: one NIC of the network device, and the links to peers.
+//!
+//! Each pair of instances uses two VIs, one per direction: an instance
+//! connects a [`TxLink`] to every peer (client side, to the peer's
+//! well-known discriminator) and accepts the peers' connections as
+//! [`RxLink`]s. A direction then has one sender and one receiver and needs
+//! no election of who connects; when a peer restarts, its new instance
+//! connects afresh, and ours reconnects once its old link has failed.
+//!
+//! One IP packet is one VIA message. Connected mode: a reliable VI, the
+//! overlay MTU up to 64 KiB. Datagram mode: an unreliable VI, the overlay
+//! MTU what one datagram of the device carries.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use openvia_core::descriptor::{control, status, DataSegment, DescPtr, Descriptor};
+use openvia_core::mem::PtagId;
+use openvia_core::nic::Nic;
+use openvia_core::vi::{reliability, Vi, ViAttributes, ViState};
+use openvia_core::{Address, ViaError};
+
+use crate::peers::HostAddr;
+
+/// Bytes of one descriptor slot (control segment and one data segment).
+const DESC_SLOT: usize = 64;
+/// Sends in flight per link.
+const TX_SLOTS: usize = 64;
+/// Receives posted per link.
+const RX_SLOTS: usize = 128;
+/// The largest overlay MTU (an IPv4 packet's total length is 16 bits).
+pub const MAX_MTU: usize = 65535;
+/// Connected mode's default MTU (IPoIB's connected-mode MTU).
+pub const CONNECTED_MTU: usize = 65520;
+/// IPv4 and UDP headers of the underlay's datagrams.
+const IPV4_UDP_OVERHEAD: usize = 28;
+/// The immediate data every viaip message carries: a receiver drops a
+/// message without it as garbage.
+const MAGIC: u32 = u32::from_be_bytes(*b"vIP4");
+
+/// How packets travel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// A reliable VI per peer, MTU up to 64 KiB.
+    Connected,
+    /// An unreliable VI per peer, the device's MTU.
+    Datagram,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Connected => "connected",
+            Mode::Datagram => "datagram",
+        }
+    }
+
+    /// The discriminator every instance of this mode accepts on.
+    pub fn discriminator(self) -> &'static [u8] {
+        match self {
+            Mode::Connected => b"viaip/connected",
+            Mode::Datagram => b"viaip/datagram",
+        }
+    }
+
+    fn reliability(self) -> u16 {
+        match self {
+            Mode::Connected => reliability::RELIABLE_DELIVERY,
+            Mode::Datagram => reliability::UNRELIABLE,
+        }
+    }
+}
+
+/// Registered memory, 64-byte aligned, deregistered when dropped.
+struct Region {
+    nic: Nic,
+    buf: Vec<u8>,
+    base: usize,
+    handle: u32,
+}
+
+impl Region {
+    fn new(nic: &Nic, ptag: PtagId, len: usize) -> Result<Region, ViaError> {
+        let buf = vec![0u8; len + 64];
+        let base = (buf.as_ptr() as usize).next_multiple_of(64);
+        let handle = nic.register_mem(base as u64, len as u64, ptag, false, false)?;
+        Ok(Region {
+            nic: nic.clone(),
+            buf,
+            base,
+            handle,
+        })
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        if self
+            .nic
+            .deregister_mem(self.base as u64, self.handle)
+            .is_err()
+        {
+            // Still named by a descriptor the core holds: the memory must
+            // outlive it, so it is never freed.
+            std::mem::forget(std::mem::take(&mut self.buf));
+        }
+    }
+}
+
+/// Slot i is descriptor i and data buffer i.
+struct Slots {
+    descs: Region,
+    data: Region,
+    size: usize,
+}
+
+impl Slots {
+    fn new(nic: &Nic, ptag: PtagId, n: usize, size: usize) -> Result<Slots, ViaError> {
+        Ok(Slots {
+            descs: Region::new(nic, ptag, n * DESC_SLOT)?,
+            data: Region::new(nic, ptag, n * size)?,
+            size,
+        })
+    }
+
+    fn desc(&self, i: usize) -> *mut Descriptor {
+        (self.descs.base + i * DESC_SLOT) as *mut Descriptor
+    }
+
+    fn index_of(&self, d: DescPtr) -> usize {
+        (d.0 as usize - self.descs.base) / DESC_SLOT
+    }
+
+    fn data(&self, i: usize) -> *mut u8 {
+        (self.data.base + i * self.size) as *mut u8
+    }
+
+    /// Writes slot i's descriptor: one segment of `len` bytes.
+    fn prepare(&self, i: usize, len: usize, imm: Option<u32>) {
+        let d = self.desc(i);
+        // SAFETY: slot i's descriptor lies in our registered region and is
+        // not posted now; the slot has room for the control segment and
+        // one data segment.
+        unsafe {
+            std::ptr::write_bytes(d as *mut u8, 0, DESC_SLOT);
+            (*d).cs.seg_count = 1;
+            (*d).cs.control = if imm.is_some() { control::IMMEDIATE } else { 0 };
+            (*d).cs.immediate_data = imm.unwrap_or(0);
+            (*d).ds[0] = DataSegment {
+                data: self.data(i) as u64,
+                handle: self.data.handle,
+                length: len as u32,
+            };
+        }
+    }
+}
+
+/// Status bits, length and immediate data of a completed descriptor.
+fn completion(d: DescPtr) -> (u32, usize, u32) {
+    // SAFETY: the descriptor came back from the core, which wrote it last.
+    let (len, imm) = unsafe { ((*d.0).cs.length, (*d.0).cs.immediate_data) };
+    (d.status(), len as usize, imm)
+}
+
+/// The NIC and what every link shares.
+pub struct Fabric {
+    nic: Nic,
+    ptag: PtagId,
+    pub mode: Mode,
+    pub mtu: usize,
+    pub host: HostAddr,
+    pub device: String,
+}
+
+impl Fabric {
+    /// Opens `device`; the MTU is `mtu` or the mode's default, checked
+    /// against what the mode carries.
+    pub fn open(device: &str, mode: Mode, mtu: Option<usize>) -> Result<Fabric, String> {
+        let nic = Nic::open(Some(device)).map_err(|e| format!("{device}: {e}"))?;
+        if std::env::var_os("OPENVIA_SPIN_NS").is_none() {
+            // A daemon beside the programs it serves: wait, do not spin.
+            nic.set_spin_ns(0);
+        }
+        let attrs = nic.query();
+        let largest = match mode {
+            Mode::Connected => MAX_MTU.min(attrs.max_transfer_size as usize),
+            Mode::Datagram => (attrs.native_mtu as usize)
+                .saturating_sub(IPV4_UDP_OVERHEAD + openvia_wire::rum::DATA_OVERHEAD),
+        };
+        let default = match mode {
+            Mode::Connected => CONNECTED_MTU.min(largest),
+            Mode::Datagram => largest,
+        };
+        let mtu = mtu.unwrap_or(default);
+        if !(576..=largest).contains(&mtu) {
+            return Err(format!(
+                "MTU {mtu} out of range for {} mode on {device} (576..={largest})",
+                mode.name()
+            ));
+        }
+        let ptag = nic.create_ptag().map_err(|e| e.to_string())?;
+        Ok(Fabric {
+            host: attrs.address,
+            nic,
+            ptag,
+            mode,
+            mtu,
+            device: device.to_string(),
+        })
+    }
+
+    fn new_vi(&self) -> Result<Arc<Vi>, ViaError> {
+        let attrs = ViAttributes {
+            reliability: self.mode.reliability(),
+            max_transfer: self.mtu as u64,
+            ptag: self.ptag,
+            rdma_write: false,
+            rdma_read: false,
+        };
+        self.nic.create_vi(attrs, None, None)
+    }
+
+    fn local(&self, disc: &[u8]) -> Address {
+        Address {
+            host: self.host.to_vec(),
+            discriminator: disc.to_vec(),
+        }
+    }
+
+    /// Connects a sending link to the instance on `peer`.
+    pub fn connect(&self, peer: &HostAddr, timeout: Duration) -> Result<TxLink, ViaError> {
+        let vi = self.new_vi()?;
+        let link = TxLink {
+            slots: Slots::new(&self.nic, self.ptag, TX_SLOTS, self.mtu)?,
+            free: (0..TX_SLOTS).rev().collect(),
+            nic: self.nic.clone(),
+            vi,
+        };
+        let remote = Address {
+            host: peer.to_vec(),
+            discriminator: self.mode.discriminator().to_vec(),
+        };
+        let local = self.local(b"viaip/sender");
+        openvia_core::connect_request(&link.vi, &local, &remote, Some(timeout))?;
+        Ok(link)
+    }
+
+    /// Takes the next peer's connection, if one comes within `timeout`:
+    /// its receives are posted before it is accepted, so what the peer
+    /// sends at once finds room. A request of another mode is refused.
+    pub fn accept(&self, timeout: Duration) -> Result<Option<RxLink>, ViaError> {
+        let local = self.local(self.mode.discriminator());
+        let req = match openvia_core::connect_wait(self.nic.shared(), &local, Some(timeout)) {
+            Ok(r) => r,
+            Err(ViaError::Timeout) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let theirs = req.remote_attrs();
+        if theirs.reliability != self.mode.reliability() || theirs.max_transfer > MAX_MTU as u64 {
+            let _ = req.reject();
+            return Ok(None);
+        }
+        let mut peer = [0u8; 16];
+        let host = &req.remote_address().host;
+        if host.len() == 16 {
+            peer.copy_from_slice(host);
+        }
+        let vi = self.new_vi()?;
+        let slots = Slots::new(&self.nic, self.ptag, RX_SLOTS, self.mtu)?;
+        for i in 0..RX_SLOTS {
+            slots.prepare(i, self.mtu, None);
+            vi.post_recv(slots.desc(i), slots.descs.handle)?;
+        }
+        let link = RxLink {
+            nic: self.nic.clone(),
+            vi,
+            slots,
+            peer,
+            reliable: self.mode == Mode::Connected,
+        };
+        req.accept(&link.vi)?;
+        Ok(Some(link))
+    }
+}
+
+/// Why a send did not go.
+#[derive(Debug, PartialEq, Eq)]
+pub enum SendFailure {
+    /// Every slot stayed in flight for the whole wait.
+    QueueFull,
+    /// The link failed; it must be replaced.
+    Down,
+}
+
+/// Our sending VI to one peer.
+pub struct TxLink {
+    vi: Arc<Vi>,
+    slots: Slots,
+    free: Vec<usize>,
+    nic: Nic,
+}
+
+// SAFETY: the slots are plain heap memory used by the one thread that owns
+// the link; the core reads a posted descriptor only while it is posted.
+unsafe impl Send for TxLink {}
+
+impl TxLink {
+    /// False once the VI has failed (peer gone, dead-peer timeout).
+    pub fn alive(&self) -> bool {
+        self.vi.state() == ViState::Connected
+    }
+
+    fn reap(&mut self) -> Result<(), SendFailure> {
+        loop {
+            match self.vi.send_done() {
+                Ok(d) => {
+                    let (st, _, _) = completion(d);
+                    self.free.push(self.slots.index_of(d));
+                    if st & status::ERROR_MASK != 0 {
+                        return Err(SendFailure::Down);
+                    }
+                }
+                Err(ViaError::NotDone) => return Ok(()),
+                Err(_) => return Err(SendFailure::Down),
+            }
+        }
+    }
+
+    /// Copies `pkt` into a free slot and posts it, waiting up to `wait`
+    /// for a slot.
+    pub fn send(&mut self, pkt: &[u8], wait: Duration) -> Result<(), SendFailure> {
+        debug_assert!(pkt.len() <= self.slots.size);
+        self.reap()?;
+        if self.free.is_empty() {
+            match self.vi.send_wait(Some(wait)) {
+                Ok(d) => {
+                    self.free.push(self.slots.index_of(d));
+                    if completion(d).0 & status::ERROR_MASK != 0 {
+                        return Err(SendFailure::Down);
+                    }
+                }
+                Err(ViaError::Timeout) => return Err(SendFailure::QueueFull),
+                Err(_) => return Err(SendFailure::Down),
+            }
+        }
+        let i = self.free.pop().ok_or(SendFailure::QueueFull)?;
+        // SAFETY: slot i is not posted and holds `size` >= pkt.len() bytes.
+        unsafe { std::ptr::copy_nonoverlapping(pkt.as_ptr(), self.slots.data(i), pkt.len()) };
+        self.slots.prepare(i, pkt.len(), Some(MAGIC));
+        self.vi
+            .post_send(self.slots.desc(i), self.slots.descs.handle)
+            .map_err(|_| SendFailure::Down)
+    }
+}
+
+impl Drop for TxLink {
+    fn drop(&mut self) {
+        let _ = self.vi.disconnect();
+        let _ = self.nic.destroy_vi(&self.vi);
+    }
+}
+
+/// Why a received message is not an IP packet for the kernel.
+#[derive(Debug, PartialEq, Eq)]
+pub enum RecvFailure {
+    /// A message without viaip's mark or with an error status, on a link
+    /// that goes on (datagram mode).
+    Garbage,
+    /// The link failed.
+    Down(String),
+}
+
+/// A peer's sending VI, accepted by us.
+pub struct RxLink {
+    vi: Arc<Vi>,
+    slots: Slots,
+    nic: Nic,
+    pub peer: HostAddr,
+    reliable: bool,
+}
+
+// SAFETY: as for TxLink: one thread owns the link and its slots.
+unsafe impl Send for RxLink {}
+
+impl RxLink {
+    /// Waits for the next message and hands its bytes to `deliver`; the
+    /// receive is posted again afterwards.
+    pub fn next(&self, deliver: &mut dyn FnMut(&[u8])) -> Result<(), RecvFailure> {
+        let d = self
+            .vi
+            .recv_wait(None)
+            .map_err(|e| RecvFailure::Down(e.to_string()))?;
+        let i = self.slots.index_of(d);
+        let (st, len, imm) = completion(d);
+        let ok = st & status::ERROR_MASK == 0 && imm == MAGIC && len <= self.slots.size;
+        if ok {
+            // SAFETY: the completed receive wrote `len` bytes into slot i,
+            // which is not posted again until `deliver` returns.
+            deliver(unsafe { std::slice::from_raw_parts(self.slots.data(i), len) });
+        } else if self.reliable && st & status::ERROR_MASK != 0 {
+            return Err(RecvFailure::Down(format!("receive status {st:#x}")));
+        }
+        self.slots.prepare(i, self.slots.size, None);
+        self.vi
+            .post_recv(self.slots.desc(i), self.slots.descs.handle)
+            .map_err(|e| RecvFailure::Down(e.to_string()))?;
+        if ok {
+            Ok(())
+        } else {
+            Err(RecvFailure::Garbage)
+        }
+    }
+}
+
+impl Drop for RxLink {
+    fn drop(&mut self) {
+        let _ = self.vi.disconnect();
+        let _ = self.nic.destroy_vi(&self.vi);
+    }
+}

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# viaip against the plain veth under it, same run, alternating rounds:
+# iperf3 TCP throughput and a TCP ping-pong (64-byte messages, python).
+# Usage (root): scripts/viaip-bench.sh [VIAIP_BINARY] [ROUNDS] [MTU...]
+# VIAIP_MODE=datagram measures datagram mode (default connected).
+# Namespaces viaipbA/viaipbB are created and deleted by this script.
+set -euo pipefail
+BIN=${1:-target/release/viaip}; ROUNDS=${2:-3}; shift 2 || true
+MTUS=${*:-1500 9000}
+A=viaipbA B=viaipbB
+cleanup() { for n in $A $B; do ip netns pids $n 2>/dev/null | xargs -r kill 2>/dev/null || true; ip netns del $n 2>/dev/null || true; done; }
+trap cleanup EXIT
+PP=$(mktemp /tmp/viaip-pp.XXXXXX.py)
+cat > "$PP" <<'PY'
+import socket, sys, time, statistics
+role, addr = sys.argv[1], sys.argv[2]
+if role == "server":
+    l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    l.bind((addr, 5999)); l.listen(1); print("ready", flush=True)
+    c, _ = l.accept(); c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    while True:
+        m = c.recv(64, socket.MSG_WAITALL)
+        if not m: break
+        c.sendall(m)
+else:
+    s = socket.create_connection((addr, 5999)); s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    msg = b"x" * 64; rtts = []
+    for i in range(5000):
+        t = time.perf_counter_ns(); s.sendall(msg); s.recv(64, socket.MSG_WAITALL); rtts.append(time.perf_counter_ns() - t)
+    print("%.1f" % (statistics.median(rtts[500:]) / 1000))
+PY
+pingpong() { # ns_srv ns_cli addr -> median RTT in us
+  exec 3< <(ip netns exec $1 python3 "$PP" server $3); read -r _ <&3
+  ip netns exec $2 python3 "$PP" client $3; exec 3<&-; }
+iperf() { # addr -> Gbit/s
+  ip netns exec $B iperf3 -s -1 -B $1 >/dev/null 2>&1 & local s=$!
+  # iperf3 -J exits 0 even when the server was not listening yet: retry
+  # until the report has an end.
+  for _ in $(seq 50); do ip netns exec $A iperf3 -c $1 -t 3 -J 2>/dev/null > /tmp/viaip-iperf.json || true
+    grep -q '"sum_received"' /tmp/viaip-iperf.json && break; done
+  wait $s || true
+  python3 -c 'import json;print("%.2f"%(json.load(open("/tmp/viaip-iperf.json"))["end"]["sum_received"]["bits_per_second"]/1e9))'; }
+for MTU in $MTUS; do
+  cleanup; ip netns add $A; ip netns add $B
+  ip link add viaipbva netns $A type veth peer name viaipbvb netns $B
+  ip -n $A addr add 10.75.0.1/24 dev viaipbva; ip -n $B addr add 10.75.0.2/24 dev viaipbvb
+  for n in $A $B; do ip -n $n link set lo up; done
+  ip -n $A link set viaipbva mtu $MTU up; ip -n $B link set viaipbvb mtu $MTU up
+  printf '10.74.0.1 10.75.0.1\n10.74.0.2 10.75.0.2\n' > /tmp/viaip-bench-peers
+  ip netns exec $A $BIN up viaipb 10.74.0.1/24 --link viaipbva --peers /tmp/viaip-bench-peers --mode ${VIAIP_MODE:-connected} -d >/dev/null
+  ip netns exec $B $BIN up viaipb 10.74.0.2/24 --link viaipbvb --peers /tmp/viaip-bench-peers --mode ${VIAIP_MODE:-connected} -d >/dev/null
+  for r in $(seq $ROUNDS); do
+    echo "mtu $MTU round $r plain_gbps $(iperf 10.75.0.2) viaip_gbps $(iperf 10.74.0.2) plain_rtt_us $(pingpong $B $A 10.75.0.2) viaip_rtt_us $(pingpong $B $A 10.74.0.2)"
+  done
+done
+rm -f "$PP"
