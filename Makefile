@@ -8,12 +8,12 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 SOVERSION := 1
 STAGE := $(CURDIR)/dist
 
-.PHONY: all build install stage test test-rust test-c test-pvm clean bench
+.PHONY: all build install stage test test-rust test-c test-sock test-pvm clean bench
 
 all: build
 
 build:
-	$(CARGO) build --release -p vipl -p viabench -p pvm3 -p openvia-pvm
+	$(CARGO) build --release -p vipl -p viabench -p pvm3 -p openvia-pvm -p viarun
 
 install: build
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include
@@ -26,13 +26,19 @@ install: build
 	install -m 755 target/release/pvmd $(DESTDIR)$(PREFIX)/bin/pvmd
 	install -m 755 target/release/pvm $(DESTDIR)$(PREFIX)/bin/pvm
 	install -m 644 include/pvm3.h $(DESTDIR)$(PREFIX)/include/pvm3.h
+	install -m 755 target/release/viarun $(DESTDIR)$(PREFIX)/bin/viarun
+	install -m 755 target/release/libviarun.so $(DESTDIR)$(PREFIX)/lib/libviarun.so
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' vipl.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/vipl.pc
 
 # An installed tree inside the checkout, used by the C tests.
 stage:
 	$(MAKE) install PREFIX=$(STAGE)
 
-test: test-rust test-c test-pvm
+test: test-rust test-c test-sock test-pvm
+
+# viarun: TCP programs under viarun against themselves without it.
+test-sock: stage
+	tests/sock/run.sh $(STAGE)/bin
 
 test-rust:
 	$(CARGO) test --workspace
