@@ -11,7 +11,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 SOVERSION := 1
 STAGE := $(CURDIR)/dist
 
-.PHONY: all build install stage test test-deps test-rust test-c test-pvm test-man test-report clean bench report report-quick
+.PHONY: all build install stage test test-deps test-rust test-c test-sock test-pvm test-man test-report clean bench report report-quick
 
 # Debian packages each job needs; scripts/ensure-packages.sh installs the
 # missing ones as root, else names them and the command, and stops.
@@ -25,7 +25,7 @@ MAN7 := $(wildcard docs/man/*.7)
 all: build
 
 build:
-	$(CARGO) build --release -p vipl -p viabench -p viainfo -p pvm3 -p openvia-pvm -p viaip
+	$(CARGO) build --release -p vipl -p viabench -p viainfo -p pvm3 -p openvia-pvm -p viaip -p viarun
 
 install: build
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include
@@ -40,6 +40,8 @@ install: build
 	install -m 755 target/release/pvm $(DESTDIR)$(PREFIX)/bin/pvm
 	install -m 755 target/release/viaip $(DESTDIR)$(PREFIX)/bin/viaip
 	install -m 644 include/pvm3.h $(DESTDIR)$(PREFIX)/include/pvm3.h
+	install -m 755 target/release/viarun $(DESTDIR)$(PREFIX)/bin/viarun
+	install -m 755 target/release/libviarun.so $(DESTDIR)$(PREFIX)/lib/libviarun.so
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' vipl.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/vipl.pc
 	install -d $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man7
 	install -m 644 $(MAN1) $(DESTDIR)$(PREFIX)/share/man/man1/
@@ -50,7 +52,11 @@ install: build
 stage:
 	$(MAKE) install PREFIX=$(STAGE)
 
-test: test-deps test-rust test-c test-pvm test-man test-report
+test: test-deps test-rust test-c test-sock test-pvm test-man test-report
+
+# viarun: TCP programs under viarun against themselves without it.
+test-sock: test-deps stage
+	tests/sock/run.sh $(STAGE)/bin
 
 test-deps:
 	@$(ENSURE) $(TEST_PKGS)

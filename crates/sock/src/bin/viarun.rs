@@ -1,0 +1,131 @@
+//! `viarun [--stats] PROG ARGS…`: runs PROG with libviarun.so preloaded,
+//! so that its TCP connections to other programs under viarun go over
+//! openvia. With `--stats`, prints on stderr when PROG exits how many
+//! connections went over which device.
+
+use std::collections::BTreeSet;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::Command;
+
+fn library() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("VIARUN_LIB") {
+        return Some(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    [dir.join("../lib/libviarun.so"), dir.join("libviarun.so")]
+        .into_iter()
+        .find(|p| p.exists())
+}
+
+fn usage() -> ! {
+    eprintln!("usage: viarun [--stats] PROG [ARGS...]");
+    std::process::exit(2);
+}
+
+/// "viarun: 3 connections over shm, 0 over kernel TCP".
+fn summary(lines: &str) -> String {
+    let mut devices: Vec<(String, BTreeSet<String>)> = Vec::new();
+    let mut kernel = BTreeSet::new();
+    for line in lines.lines() {
+        let Some((device, key)) = line.split_once(' ') else {
+            continue;
+        };
+        if device == "tcp" {
+            kernel.insert(key.to_string());
+            continue;
+        }
+        match devices.iter_mut().find(|(d, _)| d == device) {
+            Some((_, keys)) => {
+                keys.insert(key.to_string());
+            }
+            None => devices.push((device.to_string(), BTreeSet::from([key.to_string()]))),
+        }
+    }
+    if devices.is_empty() {
+        devices.push(("shm".to_string(), BTreeSet::new()));
+    }
+    let mut out = String::from("viarun: ");
+    for (i, (device, keys)) in devices.iter().enumerate() {
+        if i == 0 {
+            out += &format!("{} connections over {device}, ", keys.len());
+        } else {
+            out += &format!("{} over {device}, ", keys.len());
+        }
+    }
+    out += &format!("{} over kernel TCP", kernel.len());
+    out
+}
+
+fn main() {
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let stats = args.first().is_some_and(|a| a == "--stats");
+    if stats {
+        args.remove(0);
+    }
+    if args.is_empty() || args[0] == "-h" || args[0] == "--help" {
+        usage();
+    }
+    let Some(lib) = library() else {
+        eprintln!("viarun: libviarun.so not found (set VIARUN_LIB)");
+        std::process::exit(127);
+    };
+    let preload = match std::env::var("LD_PRELOAD") {
+        Ok(p) if !p.is_empty() => format!("{} {p}", lib.display()),
+        _ => lib.display().to_string(),
+    };
+    let mut cmd = Command::new(&args[0]);
+    cmd.args(&args[1..]).env("LD_PRELOAD", preload);
+    if !stats {
+        let e = cmd.exec();
+        eprintln!("viarun: {}: {e}", args[0]);
+        std::process::exit(127);
+    }
+    let file = std::env::temp_dir().join(format!(
+        "viarun-stats-{}-{:x}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    ));
+    if let Err(e) = std::fs::File::create(&file) {
+        eprintln!("viarun: {}: {e}", file.display());
+        std::process::exit(127);
+    }
+    cmd.env("VIARUN_STATS_FILE", &file);
+    let status = match cmd.status() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("viarun: {}: {e}", args[0]);
+            let _ = std::fs::remove_file(&file);
+            std::process::exit(127);
+        }
+    };
+    let lines = std::fs::read_to_string(&file).unwrap_or_default();
+    let _ = std::fs::remove_file(&file);
+    eprintln!("{}", summary(&lines));
+    std::process::exit(
+        status
+            .code()
+            .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::summary;
+
+    #[test]
+    fn counts_each_connection_once() {
+        let lines = "shm a-b\nshm a-b\nshm c-d\ntcp e-f\n";
+        assert_eq!(
+            summary(lines),
+            "viarun: 2 connections over shm, 1 over kernel TCP"
+        );
+        assert_eq!(
+            summary(""),
+            "viarun: 0 connections over shm, 0 over kernel TCP"
+        );
+    }
+}

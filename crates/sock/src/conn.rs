@@ -1,0 +1,216 @@
+//! The connections this process knows, by file descriptor, and where each
+//! stands: waiting for the acceptor's answer, agreed on openvia but not
+//! yet handshaken (the VI is made by whichever process uses the socket
+//! first, so accept-then-fork servers work), carried over a VI, or on the
+//! kernel. Descriptors that are not ours cost one atomic load.
+
+use std::collections::HashMap;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::link::{HandshakeEnd, Link, Role};
+use crate::real::real;
+use crate::{rendezvous, stats};
+
+/// Descriptors at or past this are never carried (they stay on the kernel).
+pub const MAX_FD: usize = 65536;
+
+static MARK: [AtomicBool; MAX_FD] = [const { AtomicBool::new(false) }; MAX_FD];
+static TABLE: Mutex<Option<HashMap<RawFd, Arc<Conn>>>> = Mutex::new(None);
+/// Listening TCP sockets under viarun → their registry Unix socket.
+static LISTENERS: Mutex<Option<HashMap<RawFd, RawFd>>> = Mutex::new(None);
+
+pub enum Setup {
+    /// Connector: the acceptor's answer comes on this Unix listener.
+    AwaitAnswer {
+        listener: RawFd,
+        dst_port: u16,
+        dst: String,
+    },
+    /// Both ends said yes; the VI is made on first use.
+    Agreed {
+        role: Role,
+        token: u64,
+    },
+    Via(Arc<Link>),
+    Kernel,
+    /// Committed to openvia and then lost: reads reset, writes EPIPE.
+    Broken,
+}
+
+pub struct Conn {
+    setup: Mutex<Setup>,
+}
+
+/// Where a call on a descriptor goes.
+pub enum Route {
+    Kernel,
+    Via(Arc<Link>),
+    Fail(i32),
+}
+
+pub fn insert(fd: RawFd, setup: Setup) {
+    if fd < 0 || fd as usize >= MAX_FD {
+        return;
+    }
+    let conn = Arc::new(Conn {
+        setup: Mutex::new(setup),
+    });
+    let mut t = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+    t.get_or_insert_with(HashMap::new).insert(fd, conn);
+    MARK[fd as usize].store(true, Ordering::Release);
+}
+
+pub fn lookup(fd: RawFd) -> Option<Arc<Conn>> {
+    if fd < 0 || fd as usize >= MAX_FD || !MARK[fd as usize].load(Ordering::Acquire) {
+        return None;
+    }
+    let t = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+    t.as_ref()?.get(&fd).cloned()
+}
+
+/// `new` names the same connection as `old` (dup and friends).
+pub fn alias(old: RawFd, new: RawFd) {
+    forget(new);
+    let Some(conn) = lookup(old) else { return };
+    if new < 0 || new as usize >= MAX_FD {
+        return;
+    }
+    let mut t = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+    t.get_or_insert_with(HashMap::new).insert(new, conn);
+    MARK[new as usize].store(true, Ordering::Release);
+}
+
+/// Drops `fd`'s entry; the last descriptor of a connection in this
+/// process flushes it (waiting for the peer to hold what was sent) and
+/// tears its VI down. The caller closes the kernel descriptor afterwards.
+pub fn forget(fd: RawFd) {
+    if fd >= 0 && (fd as usize) < MAX_FD && MARK[fd as usize].swap(false, Ordering::AcqRel) {
+        let conn = {
+            let mut t = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+            t.as_mut().and_then(|m| m.remove(&fd))
+        };
+        if let Some(conn) = conn {
+            if Arc::strong_count(&conn) == 1 {
+                finish(&conn);
+            }
+        }
+    }
+    let registry = {
+        let mut l = LISTENERS.lock().unwrap_or_else(|e| e.into_inner());
+        l.as_mut().and_then(|m| m.remove(&fd))
+    };
+    if let Some(r) = registry {
+        // SAFETY: closing the registry socket we opened for this listener.
+        unsafe { (real().close)(r) };
+    }
+}
+
+fn finish(conn: &Conn) {
+    let mut g = conn.setup.lock().unwrap_or_else(|e| e.into_inner());
+    match std::mem::replace(&mut *g, Setup::Kernel) {
+        Setup::Via(link) => {
+            if link.owner_pid == std::process::id() {
+                link.flush();
+                drop(link);
+            } else {
+                // Made by our parent before a fork: its VI is not ours to end.
+                std::mem::forget(link);
+            }
+        }
+        Setup::AwaitAnswer { listener, .. } => {
+            // SAFETY: closing the answer socket we opened for this connection.
+            unsafe { (real().close)(listener) };
+        }
+        _ => {}
+    }
+}
+
+/// Where calls on `fd` go, settling the connection first if needed.
+pub fn route(fd: RawFd) -> Route {
+    let Some(conn) = lookup(fd) else {
+        return Route::Kernel;
+    };
+    let mut g = conn.setup.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let next = match &*g {
+            Setup::Kernel => return Route::Kernel,
+            Setup::Broken => return Route::Fail(libc::ECONNRESET),
+            Setup::Via(link) => {
+                if link.owner_pid == std::process::id() {
+                    return Route::Via(link.clone());
+                }
+                // Carried by the parent before a fork: not usable here.
+                return Route::Fail(libc::EIO);
+            }
+            Setup::AwaitAnswer {
+                listener,
+                dst_port,
+                dst,
+            } => {
+                let answer = rendezvous::await_answer(*listener, *dst_port, fd);
+                // SAFETY: closing the answer socket we opened.
+                unsafe { (real().close)(*listener) };
+                let key = stats::key_of(fd, Some(dst.clone()));
+                match answer {
+                    Some(token) => {
+                        stats::record(crate::link::device_short_name(), &key);
+                        Setup::Agreed {
+                            role: Role::Connector,
+                            token,
+                        }
+                    }
+                    None => {
+                        stats::record("tcp", &key);
+                        Setup::Kernel
+                    }
+                }
+            }
+            Setup::Agreed { role, token } => {
+                let role = match role {
+                    Role::Connector => Role::Connector,
+                    Role::Acceptor => Role::Acceptor,
+                };
+                match Link::handshake(fd, role, *token) {
+                    Ok(link) => Setup::Via(Arc::new(link)),
+                    Err(HandshakeEnd::PeerNeverCame) => Setup::Kernel,
+                    Err(HandshakeEnd::Broken) => Setup::Broken,
+                }
+            }
+        };
+        *g = next;
+    }
+}
+
+pub fn add_listener(fd: RawFd, registry: RawFd) {
+    let mut l = LISTENERS.lock().unwrap_or_else(|e| e.into_inner());
+    let m = l.get_or_insert_with(HashMap::new);
+    if let Some(old) = m.insert(fd, registry) {
+        // SAFETY: a registry socket of ours, replaced.
+        unsafe { (real().close)(old) };
+    }
+}
+
+pub fn registry_of(fd: RawFd) -> Option<RawFd> {
+    let l = LISTENERS.lock().unwrap_or_else(|e| e.into_inner());
+    l.as_ref()?.get(&fd).copied()
+}
+
+/// Before exit: every connection carried here hands over what it sent.
+pub fn flush_all() {
+    let conns: Vec<Arc<Conn>> = {
+        let t = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+        t.as_ref()
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default()
+    };
+    for c in conns {
+        let g = c.setup.lock().unwrap_or_else(|e| e.into_inner());
+        if let Setup::Via(link) = &*g {
+            if link.owner_pid == std::process::id() {
+                link.flush();
+            }
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! The library's own single-byte I/O on a program's kernel TCP socket
+//! (hellos and doorbells), done with the real calls and correct whether
+//! the program made the socket blocking or not.
+
+use std::os::fd::RawFd;
+
+use crate::real::real;
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+/// What the next byte of the kernel stream is, without taking it.
+pub enum Peek {
+    Byte(u8),
+    Empty,
+    Eof,
+    Error(i32),
+}
+
+pub fn peek_state(fd: RawFd) -> Peek {
+    let mut b = 0u8;
+    // SAFETY: one byte into our own variable.
+    let n = unsafe {
+        (real().recv)(
+            fd,
+            (&mut b as *mut u8).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    match n {
+        1 => Peek::Byte(b),
+        0 => Peek::Eof,
+        _ => match errno() {
+            libc::EAGAIN | libc::EINTR => Peek::Empty,
+            e => Peek::Error(e),
+        },
+    }
+}
+
+/// Blocks until `fd` is readable (data, EOF or error).
+pub fn wait_readable(fd: RawFd) {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd of ours.
+    unsafe { libc::poll(&mut p, 1, -1) };
+}
+
+/// Whether the peer has closed or reset its end.
+pub fn peer_hung_up(fd: RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: one pollfd of ours.
+    unsafe { libc::poll(&mut p, 1, 0) };
+    p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
+}
+
+/// Takes the next byte, waiting for it.
+pub fn take_byte(fd: RawFd) -> Result<u8, i32> {
+    loop {
+        let mut b = 0u8;
+        // SAFETY: one byte into our own variable.
+        let n = unsafe { (real().recv)(fd, (&mut b as *mut u8).cast(), 1, libc::MSG_DONTWAIT) };
+        match n {
+            1 => return Ok(b),
+            0 => return Err(0),
+            _ => match errno() {
+                libc::EAGAIN | libc::EINTR => wait_readable(fd),
+                e => return Err(e),
+            },
+        }
+    }
+}
+
+/// Sends one byte, waiting for room (the stream is fresh: there is room).
+pub fn send_byte(fd: RawFd, b: u8) -> Result<(), i32> {
+    loop {
+        // SAFETY: one byte from our own variable.
+        let n = unsafe { (real().send)(fd, (&b as *const u8).cast(), 1, libc::MSG_NOSIGNAL) };
+        if n == 1 {
+            return Ok(());
+        }
+        match errno() {
+            libc::EINTR => {}
+            libc::EAGAIN => wait_writable(fd),
+            e => return Err(e),
+        }
+    }
+}
+
+fn wait_writable(fd: RawFd) {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: one pollfd of ours.
+    unsafe { libc::poll(&mut p, 1, -1) };
+}
+
+/// The doorbell ahead of a message, with the program's blocking mode and
+/// its choice about SIGPIPE.
+pub fn send_doorbell(fd: RawFd, nonblock: bool, nosignal: bool) -> Result<(), i32> {
+    let mut flags = 0;
+    if nosignal {
+        flags |= libc::MSG_NOSIGNAL;
+    }
+    if nonblock {
+        flags |= libc::MSG_DONTWAIT;
+    }
+    let b = crate::link::DOORBELL;
+    loop {
+        // SAFETY: one byte from our own variable.
+        let n = unsafe { (real().send)(fd, (&b as *const u8).cast(), 1, flags) };
+        if n == 1 {
+            return Ok(());
+        }
+        match errno() {
+            libc::EINTR => {}
+            e => return Err(e),
+        }
+    }
+}
+
+/// Whether the program made `fd` non-blocking.
+pub fn is_nonblocking(fd: RawFd) -> bool {
+    // SAFETY: F_GETFL takes no argument.
+    let fl = unsafe { (real().fcntl)(fd, libc::F_GETFL, 0) };
+    fl >= 0 && fl & libc::O_NONBLOCK != 0
+}

@@ -1,0 +1,568 @@
+//! libviarun.so: preloaded by `viarun`, it carries TCP stream connections
+//! whose two ends both run under viarun over openvia, and leaves every
+//! other descriptor to the kernel untouched.
+//!
+//! - `real`: the C library's calls (`dlsym(RTLD_NEXT)`).
+//! - `rendezvous`: agreeing per connection, out of band, on openvia.
+//! - `conn`: descriptor → connection state; `link`: the VI data path;
+//!   `kernel`: the doorbell bytes on the program's own TCP socket.
+//! - `stats`: the lines `viarun --stats` counts.
+//!
+//! The hooks below decide per call: not ours → the real call, unchanged.
+//! No panic leaves a hook: one becomes -1/EIO.
+
+mod conn;
+mod kernel;
+mod link;
+mod real;
+mod rendezvous;
+mod stats;
+
+use libc::{c_int, c_void, iovec, msghdr, size_t, sockaddr, socklen_t, ssize_t};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use conn::{Route, Setup};
+use real::real;
+
+fn set_errno(e: c_int) {
+    // SAFETY: errno is thread-local and always writable.
+    unsafe { *libc::__errno_location() = e };
+}
+
+fn errno() -> c_int {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+/// Runs a hook's body; a panic becomes `fallback` with errno EIO.
+fn guarded<T>(fallback: T, f: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        set_errno(libc::EIO);
+        fallback
+    })
+}
+
+fn result(r: Result<usize, i32>) -> ssize_t {
+    match r {
+        Ok(n) => n as ssize_t,
+        Err(e) => {
+            set_errno(e);
+            -1
+        }
+    }
+}
+
+fn sockopt_int(fd: c_int, level: c_int, name: c_int) -> Option<c_int> {
+    let mut v: c_int = 0;
+    let mut len = std::mem::size_of::<c_int>() as socklen_t;
+    // SAFETY: an int option into our own int.
+    let r = unsafe { libc::getsockopt(fd, level, name, (&mut v as *mut c_int).cast(), &mut len) };
+    (r == 0).then_some(v)
+}
+
+/// A TCP stream socket of IPv4 or IPv6.
+fn is_tcp(fd: c_int) -> bool {
+    sockopt_int(fd, libc::SOL_SOCKET, libc::SO_TYPE) == Some(libc::SOCK_STREAM)
+        && sockopt_int(fd, libc::SOL_SOCKET, libc::SO_PROTOCOL) == Some(libc::IPPROTO_TCP)
+        && matches!(
+            sockopt_int(fd, libc::SOL_SOCKET, libc::SO_DOMAIN),
+            Some(libc::AF_INET) | Some(libc::AF_INET6)
+        )
+}
+
+fn iov_slices<'a>(iov: *const iovec, cnt: c_int) -> Vec<&'a mut [u8]> {
+    if iov.is_null() || cnt <= 0 {
+        return Vec::new();
+    }
+    // SAFETY: the program's iovec array of `cnt` entries, each describing
+    // memory it owns for the duration of the call.
+    unsafe {
+        std::slice::from_raw_parts(iov, cnt as usize)
+            .iter()
+            .filter(|v| v.iov_len > 0 && !v.iov_base.is_null())
+            .map(|v| std::slice::from_raw_parts_mut(v.iov_base as *mut u8, v.iov_len))
+            .collect()
+    }
+}
+
+fn via_read(link: &link::Link, fd: c_int, mut bufs: Vec<&mut [u8]>, flags: c_int) -> ssize_t {
+    if flags & libc::MSG_OOB != 0 {
+        return result(Err(libc::EINVAL));
+    }
+    let nonblock = flags & libc::MSG_DONTWAIT != 0 || kernel::is_nonblocking(fd);
+    result(link.read(
+        fd,
+        &mut bufs,
+        nonblock,
+        flags & libc::MSG_PEEK != 0,
+        flags & libc::MSG_WAITALL != 0,
+    ))
+}
+
+fn via_write(link: &link::Link, fd: c_int, bufs: Vec<&mut [u8]>, flags: c_int) -> ssize_t {
+    if flags & libc::MSG_OOB != 0 {
+        return result(Err(libc::EOPNOTSUPP));
+    }
+    let nonblock = flags & libc::MSG_DONTWAIT != 0 || kernel::is_nonblocking(fd);
+    let parts: Vec<&[u8]> = bufs.iter().map(|b| &**b).collect();
+    result(link.write(fd, &parts, nonblock, flags & libc::MSG_NOSIGNAL != 0))
+}
+
+fn one<'a>(buf: *mut c_void, n: size_t) -> Vec<&'a mut [u8]> {
+    if buf.is_null() || n == 0 {
+        return Vec::new();
+    }
+    // SAFETY: the program's buffer of `n` bytes, valid for the call.
+    vec![unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, n) }]
+}
+
+macro_rules! data_hook {
+    ($fd:expr, $kernel:expr, $via:expr) => {
+        guarded(-1, || match conn::route($fd) {
+            Route::Kernel => $kernel,
+            Route::Via(link) => $via(&*link),
+            Route::Fail(e) => result(Err(e)),
+        })
+    };
+}
+
+/// # Safety
+/// The C prototype of read(2).
+#[no_mangle]
+pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
+    data_hook!(fd, (real().read)(fd, buf, n), |l| via_read(
+        l,
+        fd,
+        one(buf, n),
+        0
+    ))
+}
+
+/// # Safety
+/// The C prototype of glibc's fortified read.
+#[no_mangle]
+pub unsafe extern "C" fn __read_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    n: size_t,
+    _buflen: size_t,
+) -> ssize_t {
+    read(fd, buf, n)
+}
+
+/// # Safety
+/// The C prototype of write(2).
+#[no_mangle]
+pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
+    data_hook!(fd, (real().write)(fd, buf, n), |l| via_write(
+        l,
+        fd,
+        one(buf as *mut c_void, n),
+        0
+    ))
+}
+
+/// # Safety
+/// The C prototype of readv(2).
+#[no_mangle]
+pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
+    data_hook!(fd, (real().readv)(fd, iov, cnt), |l| via_read(
+        l,
+        fd,
+        iov_slices(iov, cnt),
+        0
+    ))
+}
+
+/// # Safety
+/// The C prototype of writev(2).
+#[no_mangle]
+pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
+    data_hook!(fd, (real().writev)(fd, iov, cnt), |l| via_write(
+        l,
+        fd,
+        iov_slices(iov, cnt),
+        0
+    ))
+}
+
+/// # Safety
+/// The C prototype of recv(2).
+#[no_mangle]
+pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int) -> ssize_t {
+    data_hook!(fd, (real().recv)(fd, buf, n, flags), |l| via_read(
+        l,
+        fd,
+        one(buf, n),
+        flags
+    ))
+}
+
+/// # Safety
+/// The C prototype of glibc's fortified recv.
+#[no_mangle]
+pub unsafe extern "C" fn __recv_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    n: size_t,
+    _buflen: size_t,
+    flags: c_int,
+) -> ssize_t {
+    recv(fd, buf, n, flags)
+}
+
+/// # Safety
+/// The C prototype of send(2).
+#[no_mangle]
+pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c_int) -> ssize_t {
+    data_hook!(fd, (real().send)(fd, buf, n, flags), |l| via_write(
+        l,
+        fd,
+        one(buf as *mut c_void, n),
+        flags
+    ))
+}
+
+/// # Safety
+/// The C prototype of recvfrom(2).
+#[no_mangle]
+pub unsafe extern "C" fn recvfrom(
+    fd: c_int,
+    buf: *mut c_void,
+    n: size_t,
+    flags: c_int,
+    addr: *mut sockaddr,
+    alen: *mut socklen_t,
+) -> ssize_t {
+    data_hook!(fd, (real().recvfrom)(fd, buf, n, flags, addr, alen), |l| {
+        if !alen.is_null() {
+            // A connected stream socket reports no source address.
+            *alen = 0;
+        }
+        via_read(l, fd, one(buf, n), flags)
+    })
+}
+
+/// # Safety
+/// The C prototype of sendto(2).
+#[no_mangle]
+pub unsafe extern "C" fn sendto(
+    fd: c_int,
+    buf: *const c_void,
+    n: size_t,
+    flags: c_int,
+    addr: *const sockaddr,
+    alen: socklen_t,
+) -> ssize_t {
+    data_hook!(fd, (real().sendto)(fd, buf, n, flags, addr, alen), |l| {
+        via_write(l, fd, one(buf as *mut c_void, n), flags)
+    })
+}
+
+/// # Safety
+/// The C prototype of recvmsg(2).
+#[no_mangle]
+pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t {
+    data_hook!(fd, (real().recvmsg)(fd, msg, flags), |l| {
+        if msg.is_null() {
+            return result(Err(libc::EFAULT));
+        }
+        (*msg).msg_namelen = 0;
+        (*msg).msg_controllen = 0;
+        (*msg).msg_flags = 0;
+        via_read(
+            l,
+            fd,
+            iov_slices((*msg).msg_iov, (*msg).msg_iovlen as c_int),
+            flags,
+        )
+    })
+}
+
+/// # Safety
+/// The C prototype of sendmsg(2).
+#[no_mangle]
+pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {
+    data_hook!(fd, (real().sendmsg)(fd, msg, flags), |l| {
+        if msg.is_null() {
+            return result(Err(libc::EFAULT));
+        }
+        if (*msg).msg_controllen > 0 {
+            return result(Err(libc::EOPNOTSUPP));
+        }
+        via_write(
+            l,
+            fd,
+            iov_slices((*msg).msg_iov, (*msg).msg_iovlen as c_int),
+            flags,
+        )
+    })
+}
+
+/// # Safety
+/// The C prototype of sendfile(2).
+#[no_mangle]
+pub unsafe extern "C" fn sendfile(
+    out: c_int,
+    input: c_int,
+    offset: *mut libc::off_t,
+    count: size_t,
+) -> ssize_t {
+    data_hook!(
+        out,
+        (real().sendfile)(out, input, offset, count),
+        |l: &link::Link| {
+            // Read the file into a bounce buffer, then write it as the program would.
+            let mut buf = vec![0u8; count.min(link::SLOT_BYTES)];
+            let n = if offset.is_null() {
+                (real().read)(input, buf.as_mut_ptr().cast(), buf.len())
+            } else {
+                libc::pread(input, buf.as_mut_ptr().cast(), buf.len(), *offset)
+            };
+            if n <= 0 {
+                return n;
+            }
+            let w = via_write(l, out, vec![&mut buf[..n as usize]], 0);
+            if w > 0 {
+                if !offset.is_null() {
+                    *offset += w as libc::off_t;
+                } else if w < n {
+                    libc::lseek(input, (w - n) as libc::off_t, libc::SEEK_CUR);
+                }
+            } else if offset.is_null() {
+                libc::lseek(input, -(n as libc::off_t), libc::SEEK_CUR);
+            }
+            w
+        }
+    )
+}
+
+/// # Safety
+/// The C prototype of shutdown(2).
+#[no_mangle]
+pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
+    guarded(-1, || {
+        // Settle first: the peer must see our hello (and VI) before a FIN.
+        if let Route::Via(link) = conn::route(fd) {
+            if how != libc::SHUT_RD {
+                link.flush();
+            }
+        }
+        (real().shutdown)(fd, how)
+    })
+}
+
+/// # Safety
+/// The C prototype of close(2).
+#[no_mangle]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    guarded(-1, || {
+        conn::forget(fd);
+        (real().close)(fd)
+    })
+}
+
+/// # Safety
+/// The C prototype of dup(2).
+#[no_mangle]
+pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
+    guarded(-1, || {
+        let r = (real().dup)(fd);
+        if r >= 0 {
+            conn::alias(fd, r);
+        }
+        r
+    })
+}
+
+/// # Safety
+/// The C prototype of dup2(2).
+#[no_mangle]
+pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+    guarded(-1, || {
+        if old == new {
+            return (real().dup2)(old, new);
+        }
+        let r = (real().dup2)(old, new);
+        if r >= 0 {
+            conn::alias(old, r);
+        }
+        r
+    })
+}
+
+/// # Safety
+/// The C prototype of dup3(2).
+#[no_mangle]
+pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    guarded(-1, || {
+        let r = (real().dup3)(old, new, flags);
+        if r >= 0 {
+            conn::alias(old, r);
+        }
+        r
+    })
+}
+
+/// # Safety
+/// fcntl(2) with its optional argument as one machine word (as the
+/// x86-64 and aarch64 calling conventions pass it).
+#[no_mangle]
+pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> c_int {
+    guarded(-1, || {
+        let r = (real().fcntl)(fd, cmd, arg);
+        if r >= 0 && (cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC) {
+            conn::alias(fd, r);
+        }
+        r
+    })
+}
+
+/// # Safety
+/// The C prototype of listen(2).
+#[no_mangle]
+pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
+    guarded(-1, || {
+        let r = (real().listen)(fd, backlog);
+        if r == 0 && conn::registry_of(fd).is_none() && is_tcp(fd) {
+            let e = errno();
+            let port = rendezvous::name_of(fd, false).and_then(|a| rendezvous::port_of(&a));
+            if let Some(reg) = port.and_then(rendezvous::register_listener) {
+                conn::add_listener(fd, reg);
+            }
+            set_errno(e);
+        }
+        r
+    })
+}
+
+fn accepted(listener: c_int, fd: c_int) {
+    let Some(reg) = conn::registry_of(listener) else {
+        return;
+    };
+    let e = errno();
+    rendezvous::drain_probes(reg);
+    let peer = rendezvous::name_of(fd, true);
+    let local = rendezvous::name_of(fd, false);
+    if let (Some(peer), Some(local)) = (peer, local) {
+        let key = stats::key(rendezvous::text_of(&local), rendezvous::text_of(&peer));
+        let ports = rendezvous::port_of(&peer).zip(rendezvous::port_of(&local));
+        let carried = (fd as usize) < conn::MAX_FD;
+        match ports.and_then(|(p, l)| rendezvous::answer(p, l, carried)) {
+            Some(token) => {
+                conn::insert(
+                    fd,
+                    Setup::Agreed {
+                        role: link::Role::Acceptor,
+                        token,
+                    },
+                );
+                stats::record(link::device_short_name(), &key);
+            }
+            None => stats::record("tcp", &key),
+        }
+    }
+    set_errno(e);
+}
+
+/// # Safety
+/// The C prototype of accept(2).
+#[no_mangle]
+pub unsafe extern "C" fn accept(fd: c_int, addr: *mut sockaddr, alen: *mut socklen_t) -> c_int {
+    guarded(-1, || {
+        let r = (real().accept)(fd, addr, alen);
+        if r >= 0 {
+            conn::forget(r);
+            accepted(fd, r);
+        }
+        r
+    })
+}
+
+/// # Safety
+/// The C prototype of accept4(2).
+#[no_mangle]
+pub unsafe extern "C" fn accept4(
+    fd: c_int,
+    addr: *mut sockaddr,
+    alen: *mut socklen_t,
+    flags: c_int,
+) -> c_int {
+    guarded(-1, || {
+        let r = (real().accept4)(fd, addr, alen, flags);
+        if r >= 0 {
+            conn::forget(r);
+            accepted(fd, r);
+        }
+        r
+    })
+}
+
+/// # Safety
+/// The C prototype of connect(2).
+#[no_mangle]
+pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, alen: socklen_t) -> c_int {
+    guarded(-1, || {
+        if addr.is_null() || !is_tcp(fd) || fd as usize >= conn::MAX_FD {
+            return (real().connect)(fd, addr, alen);
+        }
+        conn::forget(fd);
+        let mut dst: libc::sockaddr_storage = std::mem::zeroed();
+        std::ptr::copy_nonoverlapping(
+            addr.cast::<u8>(),
+            (&mut dst as *mut libc::sockaddr_storage).cast::<u8>(),
+            (alen as usize).min(std::mem::size_of::<libc::sockaddr_storage>()),
+        );
+        let (dst_port, dst_text) = match rendezvous::port_of(&dst) {
+            Some(p) => (p, rendezvous::text_of(&dst)),
+            None => return (real().connect)(fd, addr, alen),
+        };
+        // Only a listener on this host can answer; only one under viarun will.
+        let mut answer_socket = None;
+        if rendezvous::is_local(addr, alen) && rendezvous::listener_exists(dst_port) {
+            let mut local = rendezvous::name_of(fd, false).and_then(|a| rendezvous::port_of(&a));
+            if local == Some(0) {
+                let family =
+                    sockopt_int(fd, libc::SOL_SOCKET, libc::SO_DOMAIN).unwrap_or(libc::AF_INET);
+                local = rendezvous::bind_any(fd, family)
+                    .then(|| rendezvous::name_of(fd, false).and_then(|a| rendezvous::port_of(&a)))
+                    .flatten();
+            }
+            answer_socket = local.and_then(rendezvous::connector_socket);
+        }
+        let r = (real().connect)(fd, addr, alen);
+        let e = errno();
+        let started = r == 0 || e == libc::EINPROGRESS;
+        match answer_socket {
+            Some(listener) if started => conn::insert(
+                fd,
+                Setup::AwaitAnswer {
+                    listener,
+                    dst_port,
+                    dst: dst_text,
+                },
+            ),
+            Some(listener) => {
+                (real().close)(listener);
+            }
+            None if started => stats::record("tcp", &stats::key_of(fd, Some(dst_text))),
+            None => {}
+        }
+        set_errno(e);
+        r
+    })
+}
+
+extern "C" fn at_exit() {
+    let _ = catch_unwind(conn::flush_all);
+}
+
+extern "C" fn init() {
+    // SAFETY: registering a plain extern "C" function.
+    unsafe { libc::atexit(at_exit) };
+}
+
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = init;

@@ -1,0 +1,516 @@
+//! One connection's VI over the openvia device: registered slots for
+//! sends (small writes are copied in: buffer-copy) and receives posted
+//! ahead, reliable reception (a send completes once it sits in a posted
+//! receive of the peer, so a flushed connection has lost nothing).
+//!
+//! Readiness: before each message the writer puts one byte, `D`, into the
+//! kernel TCP socket (the doorbell); the reader takes that byte when the
+//! message is used up. So the kernel socket is readable exactly while a
+//! message is unread (or at EOF/error), and poll/select/epoll on the
+//! program's own fd work untouched. Both ends start the stream with one
+//! `H` byte, written before the VI handshake, which wakes a peer that
+//! sleeps in poll so that it joins the handshake.
+
+use std::os::fd::RawFd;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use openvia_core::descriptor::{status, DataSegment, DescPtr, Descriptor};
+use openvia_core::mem::PtagId;
+use openvia_core::nic::{Device, Nic};
+use openvia_core::vi::{reliability, Vi, ViAttributes, ViState};
+use openvia_core::{Address, ViaError};
+
+use crate::kernel;
+
+/// Bytes per message (one slot).
+pub const SLOT_BYTES: usize = 64 << 10;
+/// Sends in flight per connection.
+const SEND_SLOTS: usize = 8;
+/// Receives posted per connection.
+const RECV_SLOTS: usize = 16;
+const DESC_BYTES: usize = 128;
+/// How long a wait lasts before the kernel socket is checked again.
+const SLICE: Duration = Duration::from_millis(50);
+/// How long close waits for the peer to take what was sent.
+const LINGER: Duration = Duration::from_secs(10);
+
+pub const DOORBELL: u8 = b'D';
+pub const HELLO: u8 = b'H';
+
+/// The device named by `VIARUN_DEVICE` (default the one-host device).
+fn device_name() -> String {
+    std::env::var("VIARUN_DEVICE").unwrap_or_else(|_| String::from("/dev/via_lo"))
+}
+
+/// This process's NIC (a forked child opens its own).
+struct ProcessNic {
+    pid: u32,
+    nic: Nic,
+    ptag: PtagId,
+}
+
+static NIC: Mutex<Option<ProcessNic>> = Mutex::new(None);
+
+fn process_nic() -> Result<(Nic, PtagId), ViaError> {
+    let mut g = NIC.lock().unwrap_or_else(|e| e.into_inner());
+    let pid = std::process::id();
+    if let Some(p) = g.as_ref().filter(|p| p.pid == pid) {
+        return Ok((p.nic.clone(), p.ptag));
+    }
+    // The parent's NIC (if any) is left alone in a child: it is not ours.
+    if let Some(old) = g.take() {
+        std::mem::forget(old);
+    }
+    let nic = Nic::open(Some(&device_name()))?;
+    let ptag = nic.create_ptag()?;
+    *g = Some(ProcessNic {
+        pid,
+        nic: nic.clone(),
+        ptag,
+    });
+    Ok((nic, ptag))
+}
+
+/// Short name of this process's device for the statistics.
+pub fn device_short_name() -> &'static str {
+    match process_nic().map(|(n, _)| n.shared().device) {
+        Ok(Device::Udp) => "udp",
+        _ => "shm",
+    }
+}
+
+/// Mapped, registered memory: descriptor slots, then send then receive
+/// buffers.
+struct Region {
+    base: usize,
+    len: usize,
+    handle: u32,
+}
+
+impl Region {
+    fn desc(&self, i: usize) -> DescPtr {
+        DescPtr((self.base + i * DESC_BYTES) as *mut Descriptor)
+    }
+    fn slot_of(&self, d: DescPtr) -> usize {
+        (d.0 as usize - self.base) / DESC_BYTES
+    }
+    fn buffer(&self, i: usize) -> usize {
+        self.base + (SEND_SLOTS + RECV_SLOTS) * DESC_BYTES + i * SLOT_BYTES
+    }
+}
+
+struct Tx {
+    free: Vec<usize>,
+    in_flight: usize,
+}
+
+struct Rx {
+    /// The message being read: (slot, length, bytes already taken).
+    current: Option<(usize, usize, usize)>,
+}
+
+pub struct Link {
+    nic: Nic,
+    vi: Arc<Vi>,
+    region: Region,
+    pub owner_pid: u32,
+    tx: Mutex<Tx>,
+    rx: Mutex<Rx>,
+}
+
+// SAFETY: the region is plain memory owned by the link; all access to its
+// slots goes through the tx/rx mutexes.
+unsafe impl Send for Link {}
+// SAFETY: as above.
+unsafe impl Sync for Link {}
+
+pub enum Role {
+    Connector,
+    Acceptor,
+}
+
+/// Why a handshake ended without a link.
+pub enum HandshakeEnd {
+    /// The peer closed before it ever used the connection: plain EOF.
+    PeerNeverCame,
+    /// Something failed after both sides committed: the stream is lost.
+    Broken,
+}
+
+fn disc(role_char: char, token: u64) -> Vec<u8> {
+    format!("viarun-{role_char}-{token:016x}").into_bytes()
+}
+
+impl Link {
+    /// Sets up and connects the VI of a connection both ends agreed on.
+    pub fn handshake(fd: RawFd, role: Role, token: u64) -> Result<Link, HandshakeEnd> {
+        kernel::send_byte(fd, HELLO).map_err(|_| HandshakeEnd::Broken)?;
+        let link = Link::create().map_err(|_| HandshakeEnd::Broken)?;
+        let host = link.nic.query().address.to_vec();
+        let (mine, theirs) = match role {
+            Role::Connector => ('c', 'a'),
+            Role::Acceptor => ('a', 'c'),
+        };
+        let local = Address {
+            host: host.clone(),
+            discriminator: disc(mine, token),
+        };
+        let remote = Address {
+            host,
+            discriminator: disc(theirs, token),
+        };
+        loop {
+            let r = match role {
+                Role::Connector => {
+                    openvia_core::connect_request(&link.vi, &local, &remote, Some(SLICE))
+                        .map(|_| ())
+                }
+                Role::Acceptor => {
+                    openvia_core::connect_wait(link.nic.shared(), &local, Some(SLICE))
+                        .and_then(|req| req.accept(&link.vi))
+                }
+            };
+            match r {
+                Ok(()) => break,
+                Err(ViaError::Timeout) => match kernel::peek_state(fd) {
+                    // The peer's hello is there: it is on its way.
+                    kernel::Peek::Byte(HELLO) => {
+                        if kernel::peer_hung_up(fd) {
+                            return Err(HandshakeEnd::Broken);
+                        }
+                    }
+                    kernel::Peek::Empty => {}
+                    kernel::Peek::Eof => return Err(HandshakeEnd::PeerNeverCame),
+                    _ => return Err(HandshakeEnd::Broken),
+                },
+                Err(_) => return Err(HandshakeEnd::Broken),
+            }
+        }
+        // The peer's hello heads our kernel stream.
+        match kernel::take_byte(fd) {
+            Ok(HELLO) => Ok(link),
+            _ => Err(HandshakeEnd::Broken),
+        }
+    }
+
+    fn create() -> Result<Link, ViaError> {
+        let (nic, ptag) = process_nic()?;
+        let len = (SEND_SLOTS + RECV_SLOTS) * (DESC_BYTES + SLOT_BYTES);
+        // SAFETY: an anonymous private mapping owned by the link until Drop.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(ViaError::Resource("memory"));
+        }
+        let base = p as usize;
+        let handle = match nic.register_mem(base as u64, len as u64, ptag, false, false) {
+            Ok(h) => h,
+            Err(e) => {
+                // SAFETY: the mapping just made.
+                unsafe { libc::munmap(p, len) };
+                return Err(e);
+            }
+        };
+        let region = Region { base, len, handle };
+        let attrs = ViAttributes {
+            reliability: reliability::RELIABLE_RECEPTION,
+            max_transfer: SLOT_BYTES as u64,
+            ptag,
+            rdma_write: false,
+            rdma_read: false,
+        };
+        let vi = match nic.create_vi(attrs, None, None) {
+            Ok(v) => v,
+            Err(e) => {
+                let _ = nic.deregister_mem(base as u64, handle);
+                // SAFETY: the mapping just made.
+                unsafe { libc::munmap(p, len) };
+                return Err(e);
+            }
+        };
+        let link = Link {
+            nic,
+            vi,
+            region,
+            owner_pid: std::process::id(),
+            tx: Mutex::new(Tx {
+                free: (0..SEND_SLOTS).collect(),
+                in_flight: 0,
+            }),
+            rx: Mutex::new(Rx { current: None }),
+        };
+        for j in 0..RECV_SLOTS {
+            link.post_recv(j)?;
+        }
+        Ok(link)
+    }
+
+    fn fill(&self, desc_slot: usize, buf: usize, len: usize) -> DescPtr {
+        let d = self.region.desc(desc_slot);
+        // SAFETY: `d` is a free 128-byte slot of our registered region.
+        unsafe {
+            std::ptr::write_bytes(d.0 as *mut u8, 0, DESC_BYTES);
+            (*d.0).cs.seg_count = 1;
+            (*d.0).ds[0] = DataSegment {
+                data: buf as u64,
+                handle: self.region.handle,
+                length: len as u32,
+            };
+        }
+        d
+    }
+
+    fn post_recv(&self, j: usize) -> Result<(), ViaError> {
+        let d = self.fill(
+            SEND_SLOTS + j,
+            self.region.buffer(SEND_SLOTS + j),
+            SLOT_BYTES,
+        );
+        self.vi.post_recv(d.0, self.region.handle)
+    }
+
+    fn broken(&self) -> bool {
+        self.vi.state() == ViState::Error
+    }
+
+    /// Takes completed sends back; Err if one failed.
+    fn reap(&self, tx: &mut Tx, wait: bool) -> Result<(), ()> {
+        loop {
+            let r = if wait {
+                self.vi.send_wait(Some(SLICE))
+            } else {
+                self.vi.send_done()
+            };
+            match r {
+                Ok(d) => {
+                    let st = d.status();
+                    tx.free.push(self.region.slot_of(d));
+                    tx.in_flight -= 1;
+                    if st & status::ERROR_MASK != 0 {
+                        return Err(());
+                    }
+                    if wait {
+                        return Ok(());
+                    }
+                }
+                Err(ViaError::NotDone) | Err(ViaError::Timeout) => {
+                    return if self.broken() { Err(()) } else { Ok(()) };
+                }
+                Err(_) => return Err(()),
+            }
+        }
+    }
+
+    /// write/send: Ok(bytes taken) or Err(errno). `nosignal`: no SIGPIPE.
+    pub fn write(
+        &self,
+        fd: RawFd,
+        data: &[&[u8]],
+        nonblock: bool,
+        nosignal: bool,
+    ) -> Result<usize, i32> {
+        let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        let pipe = |taken: usize| {
+            if taken > 0 {
+                return Ok(taken);
+            }
+            if !nosignal {
+                // SAFETY: raising a signal in this thread, as the kernel would.
+                unsafe { libc::raise(libc::SIGPIPE) };
+            }
+            Err(libc::EPIPE)
+        };
+        let total: usize = data.iter().map(|d| d.len()).sum();
+        let mut taken = 0usize;
+        let (mut seg, mut off) = (0usize, 0usize);
+        while taken < total {
+            if self.reap(&mut tx, false).is_err() {
+                return pipe(taken);
+            }
+            while tx.free.is_empty() {
+                if nonblock {
+                    return if taken > 0 {
+                        Ok(taken)
+                    } else {
+                        Err(libc::EAGAIN)
+                    };
+                }
+                if self.reap(&mut tx, true).is_err() {
+                    return pipe(taken);
+                }
+            }
+            // The doorbell first: a dead peer shows here as EPIPE/SIGPIPE
+            // from the kernel itself.
+            if let Err(e) = kernel::send_doorbell(fd, nonblock, nosignal) {
+                return if taken > 0 { Ok(taken) } else { Err(e) };
+            }
+            let i = tx.free.pop().unwrap_or(0);
+            let buf = self.region.buffer(i);
+            let mut len = 0usize;
+            while len < SLOT_BYTES && seg < data.len() {
+                let part = &data[seg][off..];
+                let n = part.len().min(SLOT_BYTES - len);
+                // SAFETY: slot `i` is free (not posted) and SLOT_BYTES long.
+                unsafe { std::ptr::copy_nonoverlapping(part.as_ptr(), (buf + len) as *mut u8, n) };
+                len += n;
+                off += n;
+                if off == data[seg].len() {
+                    seg += 1;
+                    off = 0;
+                }
+            }
+            let d = self.fill(i, buf, len);
+            if self.vi.post_send(d.0, self.region.handle).is_err() {
+                tx.free.push(i);
+                return pipe(taken);
+            }
+            tx.in_flight += 1;
+            taken += len;
+        }
+        Ok(taken)
+    }
+
+    /// read/recv into `out`: Ok(0) at EOF. `peek` leaves the data; `all`
+    /// waits for the whole of `out` (MSG_WAITALL).
+    pub fn read(
+        &self,
+        fd: RawFd,
+        out: &mut [&mut [u8]],
+        nonblock: bool,
+        peek: bool,
+        all: bool,
+    ) -> Result<usize, i32> {
+        let mut rx = self.rx.lock().unwrap_or_else(|e| e.into_inner());
+        let want: usize = out.iter().map(|o| o.len()).sum();
+        let mut got = 0usize;
+        let (mut seg, mut off) = (0usize, 0usize);
+        if want == 0 {
+            return Ok(0);
+        }
+        loop {
+            if let Some((slot, len, taken)) = rx.current {
+                // Copy what this message has (a peek takes from one message).
+                let mut at = taken;
+                while at < len && seg < out.len() {
+                    let n = (len - at).min(out[seg].len() - off);
+                    let src = self.region.buffer(SEND_SLOTS + slot) + at;
+                    // SAFETY: the completed receive's buffer holds `len` bytes.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            src as *const u8,
+                            out[seg][off..].as_mut_ptr(),
+                            n,
+                        )
+                    };
+                    at += n;
+                    off += n;
+                    got += n;
+                    if off == out[seg].len() {
+                        seg += 1;
+                        off = 0;
+                    }
+                }
+                if peek {
+                    return Ok(got);
+                }
+                if at == len {
+                    rx.current = None;
+                    if self.post_recv(slot).is_err() {
+                        return Err(libc::ECONNRESET);
+                    }
+                    match kernel::take_byte(fd) {
+                        Ok(DOORBELL) => {}
+                        _ => return Err(libc::EIO),
+                    }
+                } else {
+                    rx.current = Some((slot, len, at));
+                }
+                if got == want || !all {
+                    return Ok(got);
+                }
+                continue;
+            }
+            // A flushed receive (the peer is gone) is no message: whether
+            // that is EOF or a reset is the kernel stream's to say.
+            if let Ok(d) = self.vi.recv_done() {
+                if let Some(m) = self.completed(d) {
+                    rx.current = Some(m);
+                    continue;
+                }
+            }
+            match kernel::peek_state(fd) {
+                kernel::Peek::Byte(DOORBELL) => {
+                    // A message is on its way (its doorbell went first).
+                    match self.vi.recv_wait(Some(SLICE)) {
+                        Ok(d) => match self.completed(d) {
+                            Some(m) => rx.current = Some(m),
+                            None => return Err(libc::ECONNRESET),
+                        },
+                        Err(ViaError::Timeout) if !self.broken() => {}
+                        Err(_) => return Err(libc::ECONNRESET),
+                    }
+                }
+                kernel::Peek::Byte(_) => return Err(libc::EIO),
+                kernel::Peek::Eof => return Ok(got),
+                kernel::Peek::Error(e) => return if got > 0 { Ok(got) } else { Err(e) },
+                kernel::Peek::Empty => {
+                    if nonblock {
+                        return if got > 0 { Ok(got) } else { Err(libc::EAGAIN) };
+                    }
+                    kernel::wait_readable(fd);
+                }
+            }
+        }
+    }
+
+    /// A completed receive as (slot, length, 0); None if it failed.
+    fn completed(&self, d: DescPtr) -> Option<(usize, usize, usize)> {
+        let st = d.status();
+        let slot = self.region.slot_of(d) - SEND_SLOTS;
+        if st & status::ERROR_MASK != 0 {
+            return None;
+        }
+        // SAFETY: the descriptor is ours and completed.
+        let len = unsafe { (*d.0).cs.length as usize };
+        Some((slot, len.min(SLOT_BYTES), 0))
+    }
+
+    /// Waits (up to LINGER) until the peer holds everything sent.
+    pub fn flush(&self) {
+        let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        let start = std::time::Instant::now();
+        while tx.in_flight > 0 && start.elapsed() < LINGER {
+            if self.reap(&mut tx, true).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        if self.owner_pid != std::process::id() {
+            return;
+        }
+        let _ = self.vi.disconnect();
+        let _ = self.nic.destroy_vi(&self.vi);
+        if self
+            .nic
+            .deregister_mem(self.region.base as u64, self.region.handle)
+            .is_ok()
+        {
+            // SAFETY: unmapping the mapping made in `create`, no longer
+            // registered (so the device never touches it again).
+            unsafe { libc::munmap(self.region.base as *mut libc::c_void, self.region.len) };
+        }
+    }
+}

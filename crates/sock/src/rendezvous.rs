@@ -1,0 +1,359 @@
+//! Finding out, without a byte in the TCP stream, whether both ends of a
+//! connection run under viarun. Everything goes over abstract Unix sockets
+//! (per network namespace, so per host) whose peers are checked with
+//! `SO_PEERCRED` to be the same user:
+//!
+//! - a listener under viarun holds `openvia-viarun/<uid>/l/<port>`; a
+//!   connector probes that it exists before it connects;
+//! - a connector that found one binds its TCP socket (learning its port
+//!   `P`) and listens on `openvia-viarun/<uid>/c/<P>` before `connect`;
+//! - the process that accepts the TCP connection from port `P` connects to
+//!   that name and answers yes (with a fresh token naming the VI
+//!   rendezvous) or no; the connector reads the answer before its first
+//!   byte. A connector whose probe failed, and an acceptor whose peer has
+//!   no such socket, stay on the kernel without anyone waiting.
+
+use libc::{c_int, sockaddr, sockaddr_storage, sockaddr_un, socklen_t};
+use std::os::fd::RawFd;
+
+use crate::real::real;
+
+const MAGIC: u32 = 0x3152_564f; // "OVR1"
+
+/// The acceptor's answer: 4 magic, 2 port, 1 yes, 1 pad, 8 token.
+pub const ANSWER_LEN: usize = 16;
+
+fn errno() -> c_int {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+fn unix_addr(kind: &str, port: u16) -> (sockaddr_un, socklen_t) {
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let name = format!("openvia-viarun/{uid}/{kind}/{port}");
+    // SAFETY: sockaddr_un is plain data; zero is a valid value.
+    let mut a: sockaddr_un = unsafe { std::mem::zeroed() };
+    a.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    // Abstract name: a leading NUL, then the bytes (bounded by sun_path).
+    for (i, b) in name.bytes().take(a.sun_path.len() - 1).enumerate() {
+        a.sun_path[i + 1] = b as libc::c_char;
+    }
+    let len = std::mem::size_of::<libc::sa_family_t>() + 1 + name.len().min(a.sun_path.len() - 1);
+    (a, len as socklen_t)
+}
+
+fn unix_socket() -> Option<RawFd> {
+    // SAFETY: plain socket creation.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
+    (fd >= 0).then_some(fd)
+}
+
+fn close(fd: RawFd) {
+    // SAFETY: closing a descriptor this module opened.
+    unsafe { (real().close)(fd) };
+}
+
+/// A Unix socket listening on `kind/port`, or None (name taken, no fds).
+fn listen_on(kind: &str, port: u16) -> Option<RawFd> {
+    let fd = unix_socket()?;
+    let (a, len) = unix_addr(kind, port);
+    // SAFETY: `a` is a valid sockaddr_un of `len` bytes.
+    let ok = unsafe {
+        libc::bind(fd, &a as *const sockaddr_un as *const sockaddr, len) == 0
+            && (real().listen)(fd, 1024) == 0
+    };
+    if ok {
+        Some(fd)
+    } else {
+        close(fd);
+        None
+    }
+}
+
+/// Connected to `kind/port`, its peer checked to be our user; None if no
+/// such listener or another user's.
+fn connect_to(kind: &str, port: u16) -> Option<RawFd> {
+    let fd = unix_socket()?;
+    let (a, len) = unix_addr(kind, port);
+    // SAFETY: `a` is a valid sockaddr_un of `len` bytes.
+    let r = unsafe { (real().connect)(fd, &a as *const sockaddr_un as *const sockaddr, len) };
+    if r != 0 || !same_user(fd) {
+        close(fd);
+        return None;
+    }
+    Some(fd)
+}
+
+fn same_user(fd: RawFd) -> bool {
+    // SAFETY: ucred is plain data, getsockopt writes at most `len` bytes.
+    unsafe {
+        let mut c: libc::ucred = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::ucred>() as socklen_t;
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            &mut c as *mut libc::ucred as *mut libc::c_void,
+            &mut len,
+        ) == 0
+            && c.uid == libc::getuid()
+    }
+}
+
+/// The registry entry of a listening TCP socket on `port`.
+pub fn register_listener(port: u16) -> Option<RawFd> {
+    listen_on("l", port)
+}
+
+/// Takes and drops the probes queued on a registry socket (they carry no
+/// data; draining keeps its backlog from filling).
+pub fn drain_probes(registry: RawFd) {
+    loop {
+        // SAFETY: nonblocking accept on our own listening socket.
+        let fd = unsafe {
+            libc::accept4(
+                registry,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                libc::SOCK_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return;
+        }
+        close(fd);
+    }
+}
+
+/// Whether a listener under viarun (our user) holds `port` on this host.
+pub fn listener_exists(port: u16) -> bool {
+    match connect_to("l", port) {
+        Some(fd) => {
+            close(fd);
+            true
+        }
+        None => false,
+    }
+}
+
+/// The connector's socket for the acceptor's answer, named by its port.
+pub fn connector_socket(local_port: u16) -> Option<RawFd> {
+    listen_on("c", local_port)
+}
+
+/// Acceptor side: answers the connector at `peer_port` (if it is waiting
+/// under viarun). Some(token) when both agreed on openvia, None otherwise.
+pub fn answer(peer_port: u16, listen_port: u16, yes: bool) -> Option<u64> {
+    let fd = connect_to("c", peer_port)?;
+    let token = openvia_core::sys::random_u64() | 1;
+    let mut msg = [0u8; ANSWER_LEN];
+    msg[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+    msg[4..6].copy_from_slice(&listen_port.to_le_bytes());
+    msg[6] = u8::from(yes);
+    msg[8..16].copy_from_slice(&token.to_le_bytes());
+    // SAFETY: writing our buffer to our socket (16 bytes fit any buffer).
+    let n = unsafe { libc::send(fd, msg.as_ptr().cast(), msg.len(), libc::MSG_NOSIGNAL) };
+    close(fd);
+    (yes && n == ANSWER_LEN as isize).then_some(token)
+}
+
+/// Connector side: waits for the acceptor's answer on `listener`.
+/// Some(token) for yes; None for no (or nonsense).
+/// A TCP connection that fails meanwhile (`tcp` shows an error) gives no.
+pub fn await_answer(listener: RawFd, dst_port: u16, tcp: RawFd) -> Option<u64> {
+    loop {
+        let mut p = [
+            libc::pollfd {
+                fd: listener,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: tcp,
+                events: 0,
+                revents: 0,
+            },
+        ];
+        // SAFETY: two pollfds of ours.
+        unsafe { libc::poll(p.as_mut_ptr(), 2, -1) };
+        if p[1].revents & libc::POLLERR != 0 && p[0].revents & libc::POLLIN == 0 {
+            return None;
+        }
+        // SAFETY: nonblocking accept on our own listening socket.
+        let fd = unsafe {
+            libc::accept4(
+                listener,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                libc::SOCK_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            if errno() == libc::EAGAIN || errno() == libc::EINTR {
+                continue;
+            }
+            return None;
+        }
+        if !same_user(fd) {
+            close(fd);
+            continue;
+        }
+        let mut msg = [0u8; ANSWER_LEN];
+        let mut got = 0;
+        while got < ANSWER_LEN {
+            let mut p = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one pollfd; then reading into the rest of our buffer.
+            let n = unsafe {
+                libc::poll(&mut p, 1, 1000);
+                libc::recv(
+                    fd,
+                    msg[got..].as_mut_ptr().cast(),
+                    ANSWER_LEN - got,
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n == 0 || (n < 0 && errno() != libc::EAGAIN && errno() != libc::EINTR) {
+                break;
+            }
+            if n > 0 {
+                got += n as usize;
+            }
+        }
+        close(fd);
+        if got < ANSWER_LEN || msg[0..4] != MAGIC.to_le_bytes() {
+            continue;
+        }
+        if u16::from_le_bytes([msg[4], msg[5]]) != dst_port {
+            continue;
+        }
+        let token = u64::from_le_bytes(msg[8..16].try_into().unwrap_or([0; 8]));
+        return (msg[6] == 1).then_some(token);
+    }
+}
+
+/// Port of a socket address (IPv4 or IPv6), None for other families.
+pub fn port_of(a: &sockaddr_storage) -> Option<u16> {
+    match c_int::from(a.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says this is a sockaddr_in.
+            let s = unsafe { &*(a as *const sockaddr_storage as *const libc::sockaddr_in) };
+            Some(u16::from_be(s.sin_port))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says this is a sockaddr_in6.
+            let s = unsafe { &*(a as *const sockaddr_storage as *const libc::sockaddr_in6) };
+            Some(u16::from_be(s.sin6_port))
+        }
+        _ => None,
+    }
+}
+
+/// Text of an address, for the statistics' connection key.
+pub fn text_of(a: &sockaddr_storage) -> String {
+    match c_int::from(a.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says this is a sockaddr_in.
+            let s = unsafe { &*(a as *const sockaddr_storage as *const libc::sockaddr_in) };
+            let ip = std::net::Ipv4Addr::from(u32::from_be(s.sin_addr.s_addr));
+            format!("{ip}:{}", u16::from_be(s.sin_port))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says this is a sockaddr_in6.
+            let s = unsafe { &*(a as *const sockaddr_storage as *const libc::sockaddr_in6) };
+            let ip = std::net::Ipv6Addr::from(s.sin6_addr.s6_addr);
+            let ip = ip
+                .to_ipv4_mapped()
+                .map_or(ip.to_string(), |v4| v4.to_string());
+            format!("{ip}:{}", u16::from_be(s.sin6_port))
+        }
+        _ => String::from("?"),
+    }
+}
+
+/// getsockname (`peer` false) or getpeername of `fd`.
+pub fn name_of(fd: RawFd, peer: bool) -> Option<sockaddr_storage> {
+    // SAFETY: sockaddr_storage is plain data and large enough for any name.
+    unsafe {
+        let mut a: sockaddr_storage = std::mem::zeroed();
+        let mut len = std::mem::size_of::<sockaddr_storage>() as socklen_t;
+        let p = &mut a as *mut sockaddr_storage as *mut sockaddr;
+        let r = if peer {
+            libc::getpeername(fd, p, &mut len)
+        } else {
+            libc::getsockname(fd, p, &mut len)
+        };
+        (r == 0).then_some(a)
+    }
+}
+
+/// Whether `addr` (of `len` bytes) is an address of this host: a datagram
+/// socket can bind to it.
+pub fn is_local(addr: *const sockaddr, len: socklen_t) -> bool {
+    if addr.is_null() || (len as usize) < std::mem::size_of::<libc::sockaddr_in>() {
+        return false;
+    }
+    // SAFETY: the caller's address of `len` bytes (checked non-null and at
+    // least a sockaddr_in); copied into storage before it is changed.
+    unsafe {
+        let mut a: sockaddr_storage = std::mem::zeroed();
+        let n = (len as usize).min(std::mem::size_of::<sockaddr_storage>());
+        std::ptr::copy_nonoverlapping(
+            addr.cast::<u8>(),
+            (&mut a as *mut sockaddr_storage).cast::<u8>(),
+            n,
+        );
+        let family = c_int::from(a.ss_family);
+        match family {
+            libc::AF_INET => {
+                (*(&mut a as *mut sockaddr_storage as *mut libc::sockaddr_in)).sin_port = 0
+            }
+            libc::AF_INET6 => {
+                (*(&mut a as *mut sockaddr_storage as *mut libc::sockaddr_in6)).sin6_port = 0
+            }
+            _ => return false,
+        }
+        let fd = libc::socket(family, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return false;
+        }
+        let ok = libc::bind(
+            fd,
+            &a as *const sockaddr_storage as *const sockaddr,
+            n as socklen_t,
+        ) == 0;
+        close(fd);
+        ok
+    }
+}
+
+/// Binds `fd` (family `family`) to the wildcard address, port 0, so that
+/// its port is known before `connect`.
+pub fn bind_any(fd: RawFd, family: c_int) -> bool {
+    // SAFETY: zeroed sockaddr_in/in6 are the wildcard address, port 0.
+    unsafe {
+        let mut a: sockaddr_storage = std::mem::zeroed();
+        a.ss_family = family as libc::sa_family_t;
+        let len = if family == libc::AF_INET {
+            std::mem::size_of::<libc::sockaddr_in>()
+        } else {
+            std::mem::size_of::<libc::sockaddr_in6>()
+        };
+        libc::bind(
+            fd,
+            &a as *const sockaddr_storage as *const sockaddr,
+            len as socklen_t,
+        ) == 0
+    }
+}

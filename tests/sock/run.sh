@@ -1,0 +1,52 @@
+#!/bin/sh
+# viarun tests: the C programs here, each without viarun and under it.
+# Usage: tests/sock/run.sh BINDIR (holding viarun and libviarun.so)
+set -eu
+bin=$1
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+here=$(dirname "$0")
+cc -Wall -Wextra -Werror -O2 -o "$dir/echo" "$here/echo.c"
+cc -Wall -Wextra -Werror -O2 -o "$dir/peer" "$here/peer.c"
+shm_before=$(ls /dev/shm | wc -l)
+V="$bin/viarun"
+
+# pair SERVER_PREFIX MODE CLIENT_PREFIX CLIENT_ARGS...: a server (its port
+# read from its first output line: the readiness signal) and one client.
+pair() {
+    sp=$1 mode=$2 cp=$3
+    shift 3
+    rm -f "$dir/port"
+    mkfifo "$dir/port"
+    $sp "$dir/peer" server "$mode" >"$dir/port" 2>"$dir/server.err" &
+    spid=$!
+    read -r port <"$dir/port"
+    $cp "$dir/peer" "$@" "$port" 2>"$dir/client.err"
+    wait "$spid" || [ "$mode" = die ]
+}
+# expect SIDE LINE: that side's --stats line.
+expect() {
+    grep -qx "$2" "$dir/$1.err" || { echo "$1 said:"; cat "$dir/$1.err"; exit 1; }
+}
+VS="$V --stats"
+SHM1='viarun: 1 connections over shm, 0 over kernel TCP'
+TCP1='viarun: 0 connections over shm, 1 over kernel TCP' 
+# Fallback: one side without viarun stays on the kernel, data intact.
+pair "$VS" echo "" client_swap 1000000
+expect server "$TCP1"
+pair "" echo "$VS" client_swap 1000000
+expect client "$TCP1"
+# Both under viarun.
+pair "$VS" echo "$VS" client_swap 1000000
+expect server "$SHM1"
+expect client "$SHM1"
+# Peer death: EOF/ECONNRESET on read, EPIPE on write, within 1 s.
+pair "$V" die "$VS" survivor
+expect client "$SHM1"
+"$dir/echo" 3000000
+"$bin/viarun" --stats "$dir/echo" 3000000 2>"$dir/stats"
+cat "$dir/stats"
+grep -qx 'viarun: 1 connections over shm, 0 over kernel TCP' "$dir/stats"
+shm_after=$(ls /dev/shm | wc -l)
+[ "$shm_after" -le "$shm_before" ] || { echo "left in /dev/shm:"; ls /dev/shm; exit 1; }
+echo "sock tests: ok"
