@@ -12,7 +12,8 @@ they print —
   seed 002 (RUM, Fig. 7-8): scripts/udp_compare.sh rum;
   seed 003 (EPVM, Tables 1-3): python/pvm_bench.py, local and --remote;
   shared memory vs UCX and libfabric: python/compare.py --json;
-  seed 004 (IPoIB/netperf): no sockets-over-openvia path yet; the page says so.
+  many connections (CQ vs per-VI waits, memory, connect): viabench scale;
+  seed 004 (IPoIB/netperf): iperf3, unmodified, over viarun against kernel TCP.
 The network figures run between two network namespaces joined by a veth
 pair (root needed); their names default to ovrepA/ovrepB (OV_NS_A, OV_NS_B)
 and the PVM hosts' to ovrepPA/ovrepPB (PVM_NS_A, PVM_NS_B), so the report can
@@ -27,6 +28,7 @@ import json
 import os
 import platform
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -393,6 +395,164 @@ def figures_compare(run):
         run.figures.append(fig)
 
 
+# ------------------------------------------------------ many connections
+SCALE_WAITS = [("vi", "wait on each VI (VipRecvWait)"), ("cq", "one CQ for all (VipCQWait)"),
+               ("cq-done", "one CQ, polled (VipCQDone)")]
+
+
+def scale_counts(run):
+    return [1, 64, 256] if run.s.quick else [1, 16, 64, 256, 1024]
+
+
+def step_scale(run):
+    """viabench scale: an 8-byte ping-pong round-robin over N VI pairs on
+    the shared-memory device, per wait mode; then N connections whose rings
+    all wrapped, for memory."""
+    res = {}
+    rounds, warmup = ("20000", "4000") if run.s.quick else ("200000", "20000")
+    for n in scale_counts(run):
+        for wait, _ in SCALE_WAITS:
+            try:
+                res[(n, wait)] = json_lines(run.run("scale-%d-%s" % (n, wait), [
+                    run.viabench, "scale", "--vis", str(n), "--wait", wait, "--rounds", rounds,
+                    "--warmup", warmup, "--json"], timeout=600))
+            except StepFailed as e:
+                res[(n, wait)] = str(e)
+    n = scale_counts(run)[-1]
+    try:
+        res["wrapped"] = json_lines(run.run("scale-%d-wrapped" % n, [
+            run.viabench, "scale", "--vis", str(n), "--wait", "cq", "--rounds", rounds, "--warmup", warmup,
+            "--wrap", "--json"], timeout=900))
+    except StepFailed as e:
+        res["wrapped"] = str(e)
+    run.results["scale"] = res
+
+
+def figures_scale(run):
+    res = run.results.get("scale", {})
+    counts = scale_counts(run)
+    fig = {"id": "scale-cq-latency", "seed": "CQ", "paper": "VIPL completion queues",
+           "title": "Many connections: 8-byte one-way latency vs connected VIs",
+           "xlabel": "connected VI pairs", "ylabel": "one-way latency, µs (median)", "ylog": False,
+           "series": [], "absent": [], "ratio_to": SCALE_WAITS[0][1], "lower_is_better": True,
+           "notes": ["viabench scale: client on CPU 0, server on CPU 1, both spinning; round-robin over the "
+                     "VIs, the median over batches of round trips, one-way = half the round trip. Shared-"
+                     "memory device. The CQ's targets: at most 1.5x the per-VI wait at N = 1, at most 2x "
+                     "its own N = 1 figure at N = 1024."]}
+    for wait, lab in SCALE_WAITS:
+        ys = []
+        for n in counts:
+            r = res.get((n, wait))
+            ys.append(r[-1]["one_way_ns_median"] / 1e3 if isinstance(r, list) and r else None)
+        if any(y is not None for y in ys):
+            fig["series"].append({"label": lab, "x": counts, "y": ys})
+        else:
+            r = res.get((counts[0], wait))
+            fig["absent"].append({"label": lab, "why": r if isinstance(r, str) else "not run"})
+    run.figures.append(fig)
+    rows, notes = [], []
+    for key, what in ([((n, "cq"), "%d VIs, rings unused" % n) for n in counts]
+                      + [("wrapped", "%d VIs, every ring wrapped" % counts[-1])]):
+        r = res.get(key)
+        if isinstance(r, list) and r:
+            x = r[-1]
+            rows.append([what, round(x["client_rss_kib"] / 1024, 1), round(x["client_pss_kib"] / 1024, 1),
+                         round(x["connect_us_median"], 1), round(x["connect_us_max"], 1)])
+        else:
+            notes.append("%s: %s" % (what, r or "not run"))
+    notes.append("RSS counts the shared rings in each process; PSS shares them between the two. "
+                 "Connect times are each VipConnectRequest/Accept pair in a row.")
+    run.tables.append({"id": "scale-memory-connect", "seed": "CQ",
+                       "title": "Many connections: client memory and connect time",
+                       "columns": ["connections", "RSS MiB", "PSS MiB", "connect median µs", "connect max µs"],
+                       "rows": rows, "notes": notes})
+
+
+# ------------------------------------------------------------- seed 004
+SOCK_MODES = [("kernel", "kernel TCP over loopback"), ("viarun", "viarun: the same over openvia shm")]
+
+
+def sock_sizes(run):
+    return [512, 65536] if run.s.quick else [64, 512, 4096, 16384, 65536, 131072]
+
+
+def iperf3_once(run, name, mode, length, secs):
+    """One iperf3 TCP stream over 127.0.0.1 (server pinned to CPU 1, client
+    to CPU 0), both under viarun or neither; bytes/s the server received."""
+    prefix = [os.path.join(run.bindir, "viarun"), "--stats"] if mode == "viarun" else []
+    taskset = shutil.which("taskset")
+    pin = (lambda cpu: [taskset, "-c", str(cpu)]) if taskset else (lambda cpu: [])
+    with socket.socket() as probe:  # a free port for this server
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    log = open(run.log_path(name), "w")
+    server = subprocess.Popen(pin(1) + prefix + ["iperf3", "-s", "-1", "--forceflush", "-B", "127.0.0.1", "-p", port],
+                              stdout=subprocess.PIPE, stderr=log, text=True, cwd=ROOT)
+    try:
+        for line in server.stdout:  # readiness: the server says it listens
+            if "listening" in line:
+                break
+        else:
+            raise StepFailed("iperf3 server did not start (log: logs/%s.log)" % name)
+        out = run.run(name + "-client", pin(0) + prefix + [
+            "iperf3", "-c", "127.0.0.1", "-p", port, "-l", str(length), "-t", str(secs), "-J"], timeout=120)
+        server.wait(timeout=30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+        log.close()
+    res = json.loads(out)
+    if mode == "viarun":
+        said = open(run.log_path(name + "-client")).read()
+        if "over shm" not in said or " 0 over kernel TCP" not in said:
+            raise StepFailed("viarun did not carry iperf3's connection: %s" % said.strip()[-200:])
+    return res["end"]["sum_received"]["bits_per_second"] / 8
+
+
+def step_seed004(run):
+    if shutil.which("iperf3") is None:
+        raise StepFailed("iperf3 is not installed (apt-get install iperf3; make report does so as root)")
+    if not os.path.exists(os.path.join(run.bindir, "viarun")):
+        raise StepFailed("viarun missing beside viabench: run make")
+    secs = 1 if run.s.quick else 3
+    res = {}
+    for r in range(run.s.rounds):
+        for length in sock_sizes(run):
+            for mode, _ in SOCK_MODES:  # alternating, so both meet the same machine
+                try:
+                    bps = iperf3_once(run, "seed004-%s-%d-r%d" % (mode, length, r), mode, length, secs)
+                    res.setdefault((mode, length), []).append(bps)
+                except (StepFailed, ValueError, KeyError) as e:
+                    res.setdefault(("error", mode), str(e))
+    run.results["seed004"] = res
+
+
+def figures_seed004(run):
+    res = run.results.get("seed004", {})
+    sizes = sock_sizes(run)
+    fig = {"id": "seed004-stream", "seed": "004", "paper": "netperf TCP_STREAM figure",
+           "title": "An unmodified TCP program (iperf3) over openvia vs kernel TCP, throughput vs write size",
+           "xlabel": "write size, bytes", "ylabel": "throughput, MB/s", "ylog": True, "series": [],
+           "absent": [], "ratio_to": SOCK_MODES[0][1], "lower_is_better": False,
+           "notes": ["iperf3 -c 127.0.0.1 -l SIZE, %d s per point, server on CPU 1 and client on CPU 0, "
+                     "median of %d alternating round(s). The paper compared IPoIB with Gigabit Ethernet "
+                     "between hosts; viarun carries TCP between processes of one host over the shared-"
+                     "memory device (the SDP analogue), so the peer here is kernel TCP over loopback."
+                     % (1 if run.s.quick else 3, run.s.rounds)]}
+    for mode, lab in SOCK_MODES:
+        ys = []
+        for n in sizes:
+            v = sorted(res.get((mode, n), []))
+            ys.append(v[len(v) // 2] / 1e6 if v else None)
+        if any(y is not None for y in ys):
+            fig["series"].append({"label": lab, "x": sizes, "y": ys})
+        else:
+            fig["absent"].append({"label": lab, "why": res.get(("error", mode)) or
+                                  run.missing_why.get("seed004", "not run")})
+    run.figures.append(fig)
+
+
 def pvm_env(run):
     pvm_tmp = os.path.join(run.tmp, "pvm")
     os.makedirs(pvm_tmp, exist_ok=True)
@@ -517,11 +677,13 @@ STEPS = [("seed 000: MTU %d, 3 segment policies + kernel TCP" % mtu, "000", 15, 
     ("seed 002: RUM modes, kernel TCP, raw UDP", "002", 12, 30, step_seed002),
     ("seed 001: both devices vs kernel TCP, post overhead", "001", 25, 80, step_seed001),
     ("shared memory vs UCX and libfabric", "shm", 40, 400, step_compare),
+    ("many connections: CQ vs per-VI waits, memory", "scale", 25, 120, step_scale),
     ("seed 003: PVM local (Table 1, Tables 2/3)", "003", 15, 35, step_pvm_local),
     ("seed 003: PVM remote (Table 1)", "003", 50, 70, step_pvm_remote),
+    ("seed 004: iperf3 over viarun vs kernel TCP", "004", 10, 60, step_seed004),
 ]
-STEP_KEYS = ["seed000-mtu%d" % m for m in MTUS] + ["seed002", "seed001", "compare", "seed003-local",
-                                                   "seed003-remote"]
+STEP_KEYS = ["seed000-mtu%d" % m for m in MTUS] + ["seed002", "seed001", "compare", "scale", "seed003-local",
+                                                   "seed003-remote", "seed004"]
 
 
 def need_matplotlib():
@@ -551,7 +713,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "report"), help="output folder (default report/)")
     ap.add_argument("--viabench", default=os.path.join(
         os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release", "viabench"))
-    ap.add_argument("--only", help="only these seeds (comma-separated: 000,001,002,003,shm)")
+    ap.add_argument("--only", help="only these seeds (comma-separated: 000,001,002,003,004,shm,scale)")
     args = ap.parse_args()
     if not os.path.exists(args.viabench):
         sys.exit("report.py: %s missing: run make (or cargo build --release)" % args.viabench)
@@ -593,10 +755,14 @@ def main():
         figures_seed002(run)
     if "shm" in seeds:
         figures_compare(run)
+    if "scale" in seeds:
+        figures_scale(run)
     if "003" in seeds:
         figures_pvm(run)
-    run.miss("004", "no sockets-over-openvia path (IPoIB analogue) exists yet, so netperf over openvia "
-                    "cannot run; this seed's figures are left for when it does.")
+    if "004" in seeds:
+        figures_seed004(run)
+        run.miss("004", "IP over openvia (viaip, the IPoIB analogue) between two hosts is not in the report "
+                        "yet: it needs a TUN interface per namespace; docs/ip.md has its figures.")
     for fig in run.figures:
         fig["png"] = report_plot.plot(fig, run.out)
     duration = time.monotonic() - start

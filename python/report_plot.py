@@ -100,6 +100,7 @@ SEEDS = [
     ("002", "RUM: throughput of the flow-control modes, kernel TCP and raw UDP"),
     ("003", "EPVM: PVM round trips and concurrent senders, openvia against stock PVM"),
     ("shm", "Shared memory against UCX and libfabric (make bench's table as plots)"),
+    ("CQ", "Completion queues and many connections (shared-memory device)"),
     ("004", "IPoIB / netperf: sockets over openvia"),
 ]
 
@@ -118,8 +119,7 @@ def page(out_dir, machine, figures, tables, missing, duration_s, quick):
                                      if quick else "Full", duration_s),
              "<h2>Machine</h2>", _table_html(["what", "value"], sorted(machine.items()))]
     for seed, title in SEEDS:
-        parts.append("<h2>%s: %s</h2>" % ("Seed " + seed if seed[0].isdigit() else "Shared memory",
-                                          html.escape(title)))
+        parts.append("<h2>%s</h2>" % (("Seed %s: " % seed if seed[0].isdigit() else "") + html.escape(title)))
         for why in missing.get(seed, []):
             parts.append("<p class='absent'>Missing: %s</p>" % html.escape(why))
         for fig in [f for f in figures if f["seed"] == seed]:
