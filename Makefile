@@ -50,6 +50,7 @@ test-c: stage
 test-pvm: build
 	tests/pvm/abi_check.sh
 	tests/pvm/run_examples.sh $(CURDIR)/target/release
+	tests/pvm/getfds.sh $(CURDIR)/target/release
 	tests/pvm/pvmd_death.sh $(CURDIR)/target/release
 	tests/pvm/console_compare.sh $(CURDIR)/target/release
 	tests/pvm/multihost.sh $(CURDIR)/target/release

@@ -167,7 +167,7 @@ pub unsafe extern "C" fn pvm_siblings(tids: *mut *mut c_int) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn pvm_getfds(fds: *mut *mut c_int) -> c_int {
-    let fd = match with("pvm_getfds", |t| Ok(t.socket_fd())) {
+    let fd = match with("pvm_getfds", |t| t.select_fd()) {
         Ok(f) => f,
         Err(c) => return c,
     };

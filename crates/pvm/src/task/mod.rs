@@ -5,6 +5,7 @@
 pub mod buffers;
 mod direct;
 mod pvmd_link;
+mod select_fd;
 mod start;
 
 pub use start::{start_daemon, start_daemon_with};
@@ -22,6 +23,7 @@ use crate::frame::{self, op, Args, Frame, Msg};
 use crate::pool::{Body, Desc, Pool, PoolHandle, PostError};
 use buffers::{BufTable, MsgBuf};
 use pvmd_link::{Lifeline, NoSigPipe};
+use select_fd::SelectFd;
 
 /// A message waiting in the task to be received.
 pub struct Queued {
@@ -92,6 +94,8 @@ pub struct Task {
     pub opts: Options,
     /// PvmRouteDirect between hosts.
     direct: direct::Direct,
+    /// pvm_getfds's descriptor, once asked for.
+    select: Option<SelectFd>,
     /// Whether the pvmd is still there (see pvmd_link); dropped last, so
     /// its watcher is stopped after the direct links.
     pvmd: Lifeline,
@@ -147,6 +151,7 @@ impl Task {
             next_ctx: 1,
             opts: Options::default(),
             direct: direct::Direct::default(),
+            select: None,
             pvmd: Lifeline::unwatched(),
         };
         // SAFETY: getpid has no preconditions.
@@ -268,9 +273,43 @@ impl Task {
         }
     }
 
-    /// The socket to the pvmd (pvm_getfds).
+    /// The socket to the pvmd.
     pub fn socket_fd(&self) -> i32 {
         self.rd.get_ref().as_raw_fd()
+    }
+
+    /// The descriptor pvm_getfds gives: readable while a message for this
+    /// task waits (see `select_fd`). Without a pool every message comes
+    /// over the socket, so that is the descriptor.
+    pub fn select_fd(&mut self) -> PvmResult<i32> {
+        let Some(home) = self.home.clone() else {
+            return Ok(self.socket_fd());
+        };
+        if self.select.is_none() {
+            self.select = Some(SelectFd::start(home).map_err(sys)?);
+        }
+        self.rearm_select()?;
+        Ok(self.select.as_ref().map_or(-1, SelectFd::fd))
+    }
+
+    /// Sets the getfds descriptor's level after a receive: drained, then
+    /// readable again if a message of the current context is waiting.
+    fn rearm_select(&mut self) -> PvmResult<()> {
+        if self.select.is_none() {
+            return Ok(());
+        }
+        if let Some(sel) = &self.select {
+            sel.drain();
+        }
+        // After the drain: whatever rang before it is gathered now, and
+        // whatever rings after it signals the descriptor again.
+        self.gather()?;
+        let ctx = self.ctx;
+        let waiting = self.queue.iter().any(|m| m.ctx == ctx);
+        if let (true, Some(sel)) = (waiting, &self.select) {
+            sel.raise();
+        }
+        Ok(())
     }
 
     // ---- buffers ----
@@ -569,6 +608,12 @@ impl Task {
     /// Waits for a matching message; returns its new buffer id (0 if none
     /// arrived in time). The old receive buffer is freed, as in PVM.
     pub fn recv(&mut self, src: i32, tag: i32, wait: Wait) -> PvmResult<i32> {
+        let r = self.recv_wait(src, tag, wait);
+        self.rearm_select()?;
+        r
+    }
+
+    fn recv_wait(&mut self, src: i32, tag: i32, wait: Wait) -> PvmResult<i32> {
         let deadline = match wait {
             Wait::Forever => None,
             Wait::Never => Some(Instant::now()),
@@ -632,6 +677,7 @@ impl Task {
         self.check_pvmd()?;
         self.drain_socket()?;
         self.gather()?;
+        self.rearm_select()?;
         let ctx = self.ctx;
         match self
             .queue
@@ -727,6 +773,7 @@ impl Task {
         self.direct_close();
         // Our slot is about to go to another task: its bell is not ours
         // to ring any more.
+        self.select = None;
         self.pvmd = Lifeline::unwatched();
         self.bufs = BufTable::default();
         self.queue.clear();
