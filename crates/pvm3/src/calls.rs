@@ -693,7 +693,6 @@ not_implemented! {
     pvm_pkmesg(id: c_int);
     pvm_pkmesgbody(id: c_int);
     pvm_upkmesg();
-    pvm_getmboxinfo(p: *mut c_char, n: *mut c_int, i: *mut c_void);
     pvm_getnoresets(t: *mut c_void, n: *mut c_int);
     pvm_catchout(f: *mut c_void);
     pvm_insert(n: *mut c_char, r: c_int, d: c_int);
