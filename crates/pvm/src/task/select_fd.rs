@@ -48,12 +48,14 @@ impl SelectFd {
         let efd = Arc::new(unsafe { OwnedFd::from_raw_fd(fd) });
         let stop = Arc::new(AtomicBool::new(false));
         home.pool.set_watcher(home.slot, true);
+        // Read here, before the caller's first gather: a ring between that
+        // gather and the thread's start must still count as new.
+        let mut seen = home.pool.bell(home.slot);
         let (h, e, s) = (home.clone(), efd.clone(), stop.clone());
         let spawned = std::thread::Builder::new()
             .name("pvm-getfds".into())
             .stack_size(64 * 1024)
             .spawn(move || {
-                let mut seen = h.pool.bell(h.slot);
                 while !s.load(Ordering::Acquire) {
                     h.pool.watch_bell(h.slot, seen);
                     let now = h.pool.bell(h.slot);
