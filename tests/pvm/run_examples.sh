@@ -256,6 +256,38 @@ check mtile xep-ps.out ' mtile'
 kill "$xvfb_pid" 2>/dev/null || true
 xvfb_pid=
 
+# srm.pvm, PVM's sample resource manager (pvm_reg_rm): while it runs, the
+# pvmd hands it spawns and host changes (its log says so) and srm answers
+# the asking task; when it dies, even with a spawn waiting for it, the
+# pvmd serves them again.
+log=$OPENVIA_PVM_SOCK.log
+handed() { grep -c "$1 request of t[0-9a-f]* handed to the resource manager" "$log"; }
+mkfifo srm.pipe
+# (In a subshell, so that its SIGKILL below is not announced as a job's.)
+(timeout 60 sh -c 'echo $$ >srm.pid; exec stdbuf -oL srm.pvm' >srm.pipe 2>&1) &
+srm_job=$!
+exec 4<srm.pipe
+until_line 4 'SRM registered as Resource Manager.' srm.out || true
+timeout 20 hello.pvm >hello-rm.out 2>&1 || true
+check srm-spawn hello-rm.out '^from t4[0-9a-f]{4}: hello, world from '
+printf 'add %s\ndelete nosuchhost\nquit\n' "$(hostname)" | timeout 20 "$console" >srm-hosts.out 2>&1 || true
+check srm-add srm-hosts.out "^ *$(hostname) Duplicate host$"
+check srm-delete srm-hosts.out '^ *nosuchhost +No such host$'
+[ "$(handed spawn)" -eq 1 ] && [ "$(handed add-host)" -eq 1 ] && [ "$(handed delete-host)" -eq 1 ] &&
+	echo "ok   srm-handed" || { echo "FAIL srm-handed:"; sed 's/^/    /' "$log"; fail=1; }
+# srm stopped, a spawn handed to it, then srm killed: the spawn completes.
+srm_pid=$(cat srm.pid 2>/dev/null || echo none)
+kill -STOP "$srm_pid" 2>/dev/null || true
+timeout 30 hello.pvm >hello-rmdead.out 2>&1 &
+hello_job=$!
+timeout 20 tail -n +1 -f "$log" | grep -m2 'spawn request of .* handed' | tail -n +2 | grep -q . || true
+kill -9 "$srm_pid" 2>/dev/null || true
+wait "$srm_job" 2>/dev/null || true
+wait "$hello_job" 2>/dev/null || true
+exec 4<&-
+check srm-dead hello-rmdead.out '^from t4[0-9a-f]{4}: hello, world from '
+check srm-dead-log "$log" 'resource manager t4[0-9a-f]* exited: the pvmd serves spawns and hosts again$'
+
 printf 'conf\nps\nquit\n' | timeout 10 "$console" >console.out 2>&1 || true
 check console-conf console.out 'LINUX64'
 exit $fail

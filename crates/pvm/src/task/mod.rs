@@ -5,6 +5,7 @@
 pub mod buffers;
 mod direct;
 mod pvmd_link;
+mod rm;
 mod select_fd;
 mod start;
 
@@ -45,6 +46,9 @@ pub struct Options {
     pub frag_size: i32,
     pub show_tids: i32,
     pub no_reset: i32,
+    /// PvmResvTids: may send to pvmds and use the system's (negative)
+    /// tags, as a resource manager does.
+    pub resv_tids: i32,
 }
 
 impl Default for Options {
@@ -59,6 +63,7 @@ impl Default for Options {
             frag_size: 4096,
             show_tids: 1,
             no_reset: 0,
+            resv_tids: 0,
         }
     }
 }
@@ -463,6 +468,10 @@ impl Task {
         let Some(home) = self.home.clone() else {
             return Ok(false);
         };
+        if dst as u32 & crate::tid::DAEMON_BIT != 0 {
+            // A pvmd reads its socket, not a ring.
+            return Ok(false);
+        }
         let pool = &home.pool;
         let slot = match self.peer_slots.get(&dst) {
             Some(&s) if pool.slot_tid(s) == dst => s,
@@ -526,7 +535,7 @@ impl Task {
     }
 
     pub fn send(&mut self, dst: i32, tag: i32) -> PvmResult<()> {
-        if tag < 0 {
+        if tag < 0 && self.opts.resv_tids == 0 {
             return Err(PvmError::BadParam);
         }
         self.send_buffer(&[dst], tag)
@@ -755,7 +764,7 @@ impl Task {
             self.opts.out_code,
             self.opts.out_ctx,
         ];
-        let (_, args) = self.call(
+        let (_, args) = self.call_via_rm(
             op::SPAWN,
             Args {
                 ints,
