@@ -10,7 +10,8 @@
  *                                child use PvmRouteDirect)
  *
  * The child sends 5 small messages (the pool on one host, the network
- * between hosts), then one of LARGE bytes (larger than a 1 MB pool: the
+ * between hosts); the master sends one to itself; the child then sends
+ * one of LARGE bytes (larger than a 1 MB pool: the
  * socket way), then exits (the TaskExit notify comes from the pvmd). The
  * master takes exactly one message per readiness. Prints "getfds: all ok"
  * at the end, or FAIL lines. */
@@ -25,6 +26,7 @@
 #define TAG_SMALL 1
 #define TAG_ACK 2
 #define TAG_LARGE 3
+#define TAG_SELF 5
 #define TAG_EXIT 9
 
 static int failures;
@@ -144,6 +146,17 @@ int main(int argc, char **argv)
 		stale++;
 		if (readable(fd, 0))
 			fail("descriptor still readable with nothing waiting (a select loop would spin)");
+	}
+	/* A message to itself rings no doorbell, and must show too. */
+	if (failures == 0) {
+		pvm_initsend(PvmDataRaw);
+		pvm_send(pvm_mytid(), TAG_SELF);
+		b = next_message(fd, "a message to itself", &stale);
+		if (b > 0) {
+			pvm_bufinfo(b, &bytes, &tag, &src);
+			if (tag != TAG_SELF)
+				fail("expected the message to itself");
+		}
 	}
 	pvm_initsend(PvmDataRaw);
 	pvm_send(tid, TAG_ACK);

@@ -411,6 +411,10 @@ impl Task {
                     body,
                 };
                 self.queue.push_back(q);
+                // No doorbell rings for it: readable for pvm_getfds now.
+                if let Some(sel) = &self.select {
+                    sel.raise();
+                }
                 continue;
             }
             match self.send_via_pool(id, dst, tag, ctx) {
