@@ -283,40 +283,6 @@ impl Task {
         self.rd.get_ref().as_raw_fd()
     }
 
-    /// The descriptor pvm_getfds gives: readable while a message for this
-    /// task waits (see `select_fd`). Without a pool every message comes
-    /// over the socket, so that is the descriptor.
-    pub fn select_fd(&mut self) -> PvmResult<i32> {
-        let Some(home) = self.home.clone() else {
-            return Ok(self.socket_fd());
-        };
-        if self.select.is_none() {
-            self.select = Some(SelectFd::start(home).map_err(sys)?);
-        }
-        self.rearm_select()?;
-        Ok(self.select.as_ref().map_or(-1, SelectFd::fd))
-    }
-
-    /// Sets the getfds descriptor's level after a receive: drained, then
-    /// readable again if a message of the current context is waiting.
-    fn rearm_select(&mut self) -> PvmResult<()> {
-        if self.select.is_none() {
-            return Ok(());
-        }
-        if let Some(sel) = &self.select {
-            sel.drain();
-        }
-        // After the drain: whatever rang before it is gathered now, and
-        // whatever rings after it signals the descriptor again.
-        self.gather()?;
-        let ctx = self.ctx;
-        let waiting = self.queue.iter().any(|m| m.ctx == ctx);
-        if let (true, Some(sel)) = (waiting, &self.select) {
-            sel.raise();
-        }
-        Ok(())
-    }
-
     // ---- buffers ----
 
     pub fn mkbuf(&mut self, enc: i32) -> PvmResult<i32> {

@@ -16,6 +16,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use super::{sys, Task};
+use crate::error::PvmResult;
 use crate::pool::PoolHandle;
 
 /// The eventfd and the thread that signals it.
@@ -113,5 +115,41 @@ impl Drop for SelectFd {
         self.home.pool.ring_bell(self.home.slot);
         let _ = t.join();
         self.home.pool.set_watcher(self.home.slot, false);
+    }
+}
+
+impl Task {
+    /// The descriptor pvm_getfds gives: readable while a message for this
+    /// task waits (see `select_fd`). Without a pool every message comes
+    /// over the socket, so that is the descriptor.
+    pub fn select_fd(&mut self) -> PvmResult<i32> {
+        let Some(home) = self.home.clone() else {
+            return Ok(self.socket_fd());
+        };
+        if self.select.is_none() {
+            self.select = Some(SelectFd::start(home).map_err(sys)?);
+        }
+        self.rearm_select()?;
+        Ok(self.select.as_ref().map_or(-1, SelectFd::fd))
+    }
+
+    /// Sets the getfds descriptor's level after a receive: drained, then
+    /// readable again if a message of the current context is waiting.
+    pub(super) fn rearm_select(&mut self) -> PvmResult<()> {
+        if self.select.is_none() {
+            return Ok(());
+        }
+        if let Some(sel) = &self.select {
+            sel.drain();
+        }
+        // After the drain: whatever rang before it is gathered now, and
+        // whatever rings after it signals the descriptor again.
+        self.gather()?;
+        let ctx = self.ctx;
+        let waiting = self.queue.iter().any(|m| m.ctx == ctx);
+        if let (true, Some(sel)) = (waiting, &self.select) {
+            sel.raise();
+        }
+        Ok(())
     }
 }
