@@ -264,7 +264,7 @@ log=$OPENVIA_PVM_SOCK.log
 handed() { grep -c "$1 request of t[0-9a-f]* handed to the resource manager" "$log"; }
 mkfifo srm.pipe
 # (In a subshell, so that its SIGKILL below is not announced as a job's.)
-(timeout 60 sh -c 'echo $$ >srm.pid; exec stdbuf -oL srm.pvm' >srm.pipe 2>&1) &
+(timeout 60 sh -c 'echo $$ >srm.pid; exec stdbuf -oL srm.pvm' >srm.pipe 2>&1 || true) 2>/dev/null &
 srm_job=$!
 exec 4<srm.pipe
 until_line 4 'SRM registered as Resource Manager.' srm.out || true
