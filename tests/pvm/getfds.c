@@ -12,13 +12,15 @@
  * The child sends 5 small messages (the pool on one host, the network
  * between hosts); the master sends one to itself; the child then sends
  * one of LARGE bytes (larger than a 1 MB pool: the
- * socket way), then exits (the TaskExit notify comes from the pvmd). The
- * master takes exactly one message per readiness. Prints "getfds: all ok"
+ * socket way), then makes round trips for a while, then exits (the
+ * TaskExit notify comes from the pvmd). The master takes exactly one
+ * message per readiness. Prints "getfds: all ok"
  * at the end, or FAIL lines. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/select.h>
+#include <time.h>
 #include "pvm3.h"
 
 #define NSMALL 5
@@ -27,6 +29,11 @@
 #define TAG_ACK 2
 #define TAG_LARGE 3
 #define TAG_SELF 5
+#define TAG_PING 6
+/* Round trips at the end: at least this many, and for at least PING_MS,
+ * so that between hosts the direct route is up for some of them. */
+#define NPING 20
+#define PING_MS 500
 #define TAG_EXIT 9
 
 static int failures;
@@ -66,8 +73,16 @@ static int next_message(int fd, const char *what, int *stale)
 	return b;
 }
 
+static long now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec * 1000L + t.tv_nsec / 1000000;
+}
+
 static int child(int route)
 {
+	long start;
 	int parent = pvm_parent();
 	int i;
 	char *big;
@@ -88,13 +103,19 @@ static int child(int route)
 	pvm_send(parent, TAG_LARGE);
 	free(big);
 	pvm_recv(parent, TAG_ACK);
+	start = now_ms();
+	for (i = 0; i < 5000 && (i < NPING || now_ms() - start < PING_MS); i++) {
+		pvm_initsend(PvmDataRaw);
+		pvm_send(parent, TAG_PING);
+		pvm_recv(parent, TAG_ACK);
+	}
 	pvm_exit();
 	return 0;
 }
 
 int main(int argc, char **argv)
 {
-	int *fds, nfds, fd, tid, got = 0, stale = 0, b, bytes, tag, src, i, v;
+	int *fds, nfds, fd, tid, got = 0, stale = 0, b, bytes, tag, src, i, v, pings = 0, exited = 0;
 	int route = PvmAllowDirect;
 	char *where = NULL, *args[3] = { "child", NULL, NULL }, *big;
 	char line[160];
@@ -161,10 +182,11 @@ int main(int argc, char **argv)
 	pvm_initsend(PvmDataRaw);
 	pvm_send(tid, TAG_ACK);
 
-	/* The large message (the socket way with a 1 MB pool), then the
-	 * notify the pvmd sends when the child exits. */
-	for (got = 0; got < 2 && failures == 0;) {
-		b = next_message(fd, got ? "the TaskExit notify" : "the large message", &stale);
+	/* The large message (the socket way with a 1 MB pool), the round
+	 * trips, then the notify the pvmd sends when the child exits. */
+	for (got = 0; !exited && failures == 0;) {
+		b = next_message(fd, got ? "a round trip or the TaskExit notify" : "the large message",
+				 &stale);
 		if (b <= 0)
 			continue;
 		pvm_bufinfo(b, &bytes, &tag, &src);
@@ -182,16 +204,24 @@ int main(int argc, char **argv)
 			free(big);
 			pvm_initsend(PvmDataRaw);
 			pvm_send(tid, TAG_ACK);
-		} else if (tag != TAG_EXIT) {
-			snprintf(line, sizeof line, "expected the TaskExit notify, got tag %d", tag);
+		} else if (tag == TAG_PING) {
+			pings++;
+			pvm_initsend(PvmDataRaw);
+			pvm_send(tid, TAG_ACK);
+		} else if (tag == TAG_EXIT) {
+			exited = 1;
+		} else {
+			snprintf(line, sizeof line, "expected a round trip or the notify, got tag %d", tag);
 			fail(line);
 		}
 		got++;
 	}
-	printf("getfds: %d stale readiness(es)\n", stale);
-	/* Each stale readiness is a wake-up for a message already taken, or
-	 * for a pvmd reply: a handful, never a loop. */
-	if (stale > 8)
+	if (failures == 0 && pings < NPING)
+		fail("fewer round trips than the child makes");
+	printf("getfds: %d round trips, %d stale readiness(es)\n", pings, stale);
+	/* A stale readiness is a wake-up for a message already taken (at
+	 * most one per message) or for a pvmd reply: never a loop. */
+	if (stale > got + NSMALL + 8)
 		fail("too many stale readinesses");
 	if (failures == 0)
 		printf("getfds: all ok\n");
