@@ -16,7 +16,7 @@ STAGE := $(CURDIR)/dist
 # Debian packages each job needs; scripts/ensure-packages.sh installs the
 # missing ones as root, else names them and the command, and stops.
 ENSURE := scripts/ensure-packages.sh
-TEST_PKGS := gcc g++ make pkg-config python3 iproute2 nftables pvm pvm-dev pvm-examples man-db groff-base
+TEST_PKGS := gcc g++ make pkg-config python3 iproute2 nftables pvm pvm-dev pvm-examples man-db groff-base xvfb x11-apps x11-utils
 BENCH_PKGS := ucx-utils libfabric-bin iperf3
 REPORT_PKGS := python3-matplotlib
 MAN1 := $(wildcard docs/man/*.1)
@@ -90,6 +90,7 @@ test-man: test-deps
 test-pvm: test-deps build
 	tests/pvm/abi_check.sh
 	tests/pvm/run_examples.sh $(CURDIR)/target/release
+	tests/pvm/getfds.sh $(CURDIR)/target/release
 	tests/pvm/pvmd_death.sh $(CURDIR)/target/release
 	tests/pvm/console_compare.sh $(CURDIR)/target/release
 	tests/pvm/multihost.sh $(CURDIR)/target/release

@@ -99,11 +99,23 @@ if [ -n "$spmd" ]; then
 	check spmd-done spmd.out 'token ring done'
 	check spmd-remote spmd.out "^\[1:tc[0-9a-f]{4}\] EOF"
 fi
+# pvm_getfds (tests/pvm/getfds.c): its descriptor becomes readable for
+# messages that come over the direct route from a task on the other host
+# (PvmRouteDirect), and for the pvmd's TaskExit notify.
+cc -O2 -Wall -Wextra -Werror -I"$here/../../include" -o "$HOME/pvm3/bin/LINUX64/pvm_getfds" \
+	"$here/getfds.c" "$work/lib/libpvm3.so.3"
+[ -n "$spmd" ] || echo "add $B" | inA timeout 30 "$bindir/pvm" >/dev/null 2>&1 || true
+# The child prints its direct route's figures at pvm_exit (to a pvmd log).
+inA env OPENVIA_PVM_DIRECT_STATS=1 PVM_EXPORT=OPENVIA_PVM_DIRECT_STATS timeout 60 \
+	"$HOME/pvm3/bin/LINUX64/pvm_getfds" "$B" direct >getfds.out 2>&1 || true
+check getfds-direct getfds.out '^getfds: all ok$'
 echo halt | inA timeout 10 "$bindir/pvm" >/dev/null 2>&1 || true
 # Messages from the other host went straight into the receiver's pool
 # pages (or, with a pool too small for them, the socket way).
 for i in $(seq 100); do grep -q 'halted$' "$work/tmp-$A"/openvia-pvml.* && break; sleep 0.05; done
 cat "$work/tmp-$A"/openvia-pvml.* >pvmd-a.log
+cat "$work"/tmp-*/openvia-pvml.* >pvmd-all.log
+check getfds-direct-vi pvmd-all.log 'openvia-pvm direct tc[0-9a-f]+ -> t4[0-9a-f]+: (up|off), [1-9][0-9]* messages sent and [0-9]+ received over the VI$'
 if [ "${OPENVIA_PVM_POOL_MB:-64}" -ge 16 ]; then
 	check inbound-pool pvmd-a.log 'messages from other hosts: [1-9][0-9]* into the pool, 0 by socket'
 else

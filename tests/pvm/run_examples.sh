@@ -15,9 +15,14 @@ done
 examples="hello.pvm hello_other timing timing_slave master1 slave1 spmd gexample
 	inherita inheritb inherit1 inherit2 inherit3 task0 task1 task_end lmbi
 	mhf_server mhf_tickle dbwtest ibwtest pbwtest rbwtest gexamp thb tnb tst
-	joinleave trsg gs.pvm fmaster1 fslave1 fspmd fgexample frsg hitc hitc_slave"
+	joinleave trsg gs.pvm fmaster1 fslave1 fspmd fgexample frsg hitc hitc_slave
+	gmbi rme ge tjl tjf xep mtile srm.pvm"
 for f in $examples pvmgs; do
 	command -v "$f" >/dev/null || { echo "missing $f: apt-get install -y pvm pvm-examples"; exit 1; }
+done
+# xep is an X11 program: it runs on a virtual display, read back with xwd.
+for f in Xvfb xwd xwininfo python3; do
+	command -v "$f" >/dev/null || { echo "missing $f: apt-get install -y xvfb x11-apps x11-utils python3"; exit 1; }
 done
 
 work=$(mktemp -d)
@@ -29,8 +34,10 @@ for f in $examples pvmgs; do
 	ln -s "$(command -v $f)" "$HOME/pvm3/bin/LINUX64/$f"
 done
 console="$bindir/pvm"
+xvfb_pid=
 cleanup() {
 	echo halt | timeout 10 "$console" >/dev/null 2>&1 || true
+	[ -n "$xvfb_pid" ] && kill "$xvfb_pid" 2>/dev/null
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -103,6 +110,22 @@ check task0 task0.out 'handled 3 service requests\.'
 timeout 10 lmbi 3 p e >lmbi.out 2>&1 || true
 [ "$(grep -c 'just inserted entry <t4[0-9a-f]*lmbi[0-2]> at index 0' lmbi.out)" -eq 3 ] && echo "ok   lmbi" ||
 	{ echo "FAIL lmbi:"; sed 's/^/    /' lmbi.out; fail=1; }
+# pvm_getmboxinfo: lmbi's three entries, ownerless since lmbi exited (PVM
+# matches the pattern anywhere in a class name).
+timeout 10 gmbi lmbi >gmbi.out 2>&1 || true
+check gmbi gmbi.out '^gmbi: 3 mbox entries returned\.$'
+[ "$(grep -c 'owner_tid <t0>.*flags <1> = <PvmMboxPersistent >' gmbi.out)" -eq 3 ] ||
+	{ echo "FAIL gmbi entries"; fail=1; }
+# pvm_delinfo as PVM 3.4.6's mb_delete: another task may delete an
+# overwritable entry, not one that is not (even with its owner gone).
+mbox_entry() { sed -n 's/.*just inserted entry <\(t[0-9a-f]*lmbi0\)>.*/\1/p' "$1" | head -1; }
+timeout 10 lmbi 1 po e >lmbi-o.out 2>&1 || true
+timeout 10 rme "$(mbox_entry lmbi.out)" 0 >rme-p.out 2>&1 || true
+check rme-refused rme-p.out "Key locked by another task, can't delete\.$"
+timeout 10 rme "$(mbox_entry lmbi-o.out)" 0 >rme-o.out 2>&1 && echo "ok   rme-overwritable" ||
+	{ echo "FAIL rme-overwritable:"; sed 's/^/    /' rme-o.out; fail=1; }
+timeout 10 gmbi "$(mbox_entry lmbi-o.out)" >gmbi-o.out 2>&1 || true
+check rme-gone gmbi-o.out '^gmbi: 0 mbox entries returned\.$'
 
 # Message handlers, driven through mhf_tickle's menu one step at a time:
 # each step waits for mhf_server to report the previous one.
@@ -144,6 +167,13 @@ timeout 30 tst >tst.out 2>&1 || true
 check tst tst.out '^left prognosis 0, negative 0$'
 timeout 30 joinleave 200 >joinleave.out 2>&1 || true
 check joinleave joinleave.out '^Joined 200 times$'
+timeout 30 ge 4 >ge.out 2>&1 || true
+check ge ge.out '^done$'
+timeout 30 tjl >tjl.out 2>&1 || true
+[ "$(grep -c '^joined group[0-9]*$' tjl.out)" -eq 32 ] && echo "ok   tjl" ||
+	{ echo "FAIL tjl:"; tail -5 tjl.out | sed 's/^/    /'; fail=1; }
+timeout 30 tjf >tjf.out 2>&1 || true
+check tjf tjf.out '^joined group31$'
 printf '4\n10\n' | timeout 30 trsg >trsg.out 2>&1 || true
 check trsg trsg.out 'Test OK: Sum of Squares of first 40 integers is 22140'
 timeout 30 gs.pvm 4 >gs.out 2>&1 && echo "ok   gs.pvm" || { echo "FAIL gs.pvm:"; tail -3 gs.out; fail=1; }
@@ -191,6 +221,72 @@ OPENVIA_PVM_SOCK=$work/pvmd2.sock OPENVIA_PVM_POOL_MB=8 timeout 120 \
 	"$HOME/pvm3/bin/LINUX64/pvm_contention" 7 4 >contention.out 2>&1 || true
 echo halt | OPENVIA_PVM_SOCK=$work/pvmd2.sock timeout 10 "$console" >/dev/null 2>&1 || true
 check contention-7x4MB contention.out '^contention: 7 of 7 messages of 4096 KB intact, 0 bad, usec [0-9]+$'
+
+# xep (X11, Mandelbrot set) on an Xvfb display: it spawns an mtile worker,
+# hands it tiles and learns of each result only from select() on
+# pvm_getfds()'s descriptor (XtAppAddInput, then pvm_nrecv). Its canvas
+# starts as diagonal stripes; xep_tiles.py reads the canvas back (xwd) and
+# says whether the computed set (symmetric about the real axis) replaced
+# them. Nothing is clicked: this is xep's first picture, computed at start.
+mkfifo xdisplay.pipe xep.pipe
+Xvfb -displayfd 3 -noreset -nolisten tcp -screen 0 800x600x24 3>xdisplay.pipe >xvfb.log 2>&1 &
+xvfb_pid=$!
+read -r -t 20 xdisplay <xdisplay.pipe || xdisplay=none
+DISPLAY=:$xdisplay timeout 60 xep >xep.pipe 2>&1 &
+xep_pid=$!
+exec 4<xep.pipe
+# xep prints this once its window is up, just before its event loop.
+until_line 4 'addaninputfile()' xep.out || true
+canvas=$(DISPLAY=:$xdisplay xwininfo -tree -name xep 2>/dev/null |
+	sed -n 's/^ *\(0x[0-9a-f]*\) .*200x200+.*/\1/p' | head -1)
+# The tiles take a moment: look again every 0.25 s, for 15 s at most.
+for _ in $(seq 60); do
+	DISPLAY=:$xdisplay xwd -silent -id "${canvas:-none}" >xep.xwd 2>/dev/null &&
+		python3 "$here/xep_tiles.py" xep.xwd >xep.tiles 2>&1 && break
+	sleep 0.25
+done
+printf 'ps -a\nquit\n' | timeout 10 "$console" >xep-ps.out 2>&1 || true
+kill "$xep_pid" 2>/dev/null || true
+exec 4<&-
+if python3 "$here/xep_tiles.py" xep.xwd >>xep.out 2>&1; then echo "ok   xep-tiles"; else
+	echo "FAIL xep-tiles (the stripes stayed: mtile's tiles were not collected):"
+	sed 's/^/    /' xep.out; fail=1
+fi
+check mtile xep-ps.out ' mtile'
+kill "$xvfb_pid" 2>/dev/null || true
+xvfb_pid=
+
+# srm.pvm, PVM's sample resource manager (pvm_reg_rm): while it runs, the
+# pvmd hands it spawns and host changes (its log says so) and srm answers
+# the asking task; when it dies, even with a spawn waiting for it, the
+# pvmd serves them again.
+log=$OPENVIA_PVM_SOCK.log
+handed() { grep -c "$1 request of t[0-9a-f]* handed to the resource manager" "$log"; }
+mkfifo srm.pipe
+# (In a subshell, so that its SIGKILL below is not announced as a job's.)
+(timeout 60 sh -c 'echo $$ >srm.pid; exec stdbuf -oL srm.pvm' >srm.pipe 2>&1 || true) 2>/dev/null &
+srm_job=$!
+exec 4<srm.pipe
+until_line 4 'SRM registered as Resource Manager.' srm.out || true
+timeout 20 hello.pvm >hello-rm.out 2>&1 || true
+check srm-spawn hello-rm.out '^from t4[0-9a-f]{4}: hello, world from '
+printf 'add %s\ndelete nosuchhost\nquit\n' "$(hostname)" | timeout 20 "$console" >srm-hosts.out 2>&1 || true
+check srm-add srm-hosts.out "^ *$(hostname) Duplicate host$"
+check srm-delete srm-hosts.out '^ *nosuchhost +No such host$'
+[ "$(handed spawn)" -eq 1 ] && [ "$(handed add-host)" -eq 1 ] && [ "$(handed delete-host)" -eq 1 ] &&
+	echo "ok   srm-handed" || { echo "FAIL srm-handed:"; sed 's/^/    /' "$log"; fail=1; }
+# srm stopped, a spawn handed to it, then srm killed: the spawn completes.
+srm_pid=$(cat srm.pid 2>/dev/null || echo none)
+kill -STOP "$srm_pid" 2>/dev/null || true
+timeout 30 hello.pvm >hello-rmdead.out 2>&1 &
+hello_job=$!
+timeout 20 tail -n +1 -f "$log" | grep -m2 'spawn request of .* handed' | tail -n +2 | grep -q . || true
+kill -9 "$srm_pid" 2>/dev/null || true
+wait "$srm_job" 2>/dev/null || true
+wait "$hello_job" 2>/dev/null || true
+exec 4<&-
+check srm-dead hello-rmdead.out '^from t4[0-9a-f]{4}: hello, world from '
+check srm-dead-log "$log" 'resource manager t4[0-9a-f]* exited: the pvmd serves spawns and hosts again$'
 
 printf 'conf\nps\nquit\n' | timeout 10 "$console" >console.out 2>&1 || true
 check console-conf console.out 'LINUX64'

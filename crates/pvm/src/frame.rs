@@ -30,6 +30,8 @@ pub mod op {
     /// Mailbox clean-up (the console's reset): strs [class or ""], ints
     /// [index or -1, keep-all-owned (0: orphans only, 1: all), kept tid*].
     pub const RESETINFO: u32 = 18;
+    /// pvm_reg_rm: the asking task becomes the resource manager.
+    pub const REG_RM: u32 = 19;
     /// Between pvmds only: the master's host table (ints [num, speed]*,
     /// strs [name, arch]*).
     pub const D_HOSTS: u32 = 100;

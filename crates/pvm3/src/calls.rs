@@ -310,7 +310,8 @@ pub extern "C" fn pvm_setopt(what: c_int, val: c_int) -> c_int {
             10 => &mut o.frag_size,
             18 => &mut o.show_tids,
             25 => &mut o.no_reset,
-            2 | 6..=9 | 11 | 14..=17 | 19 | 20 | 22 | 24 => return Ok(0),
+            11 => &mut o.resv_tids,
+            2 | 6..=9 | 14..=17 | 19 | 20 | 22 | 24 => return Ok(0),
             _ => return Err(PvmError::BadParam),
         };
         Ok(std::mem::replace(slot, val))
@@ -330,7 +331,8 @@ pub extern "C" fn pvm_getopt(what: c_int) -> c_int {
             10 => o.frag_size,
             18 => o.show_tids,
             25 => o.no_reset,
-            2 | 6..=9 | 11 | 14..=17 | 19 | 20 | 22 | 24 => 0,
+            11 => o.resv_tids,
+            2 | 6..=9 | 14..=17 | 19 | 20 | 22 | 24 => 0,
             _ => return Err(PvmError::BadParam),
         })
     })
@@ -482,7 +484,7 @@ unsafe fn host_op(
     // SAFETY: forwarded caller contract.
     let hosts = unsafe { host_list(names, n) };
     match with(name, |t| {
-        t.call(
+        t.call_via_rm(
             opcode,
             openvia_pvm::frame::Args {
                 strs: hosts,
@@ -688,12 +690,10 @@ not_implemented! {
     pvm_tickle(n: c_int, a: *mut c_int, b: *mut c_int, c: *mut c_int);
     pvm_reg_hoster();
     pvm_reg_tasker();
-    pvm_reg_rm(h: *mut c_void);
     pvm_reg_tracer(a: c_int, b: c_int, c: c_int, d: c_int, e: *mut c_char, f: c_int, g: c_int);
     pvm_pkmesg(id: c_int);
     pvm_pkmesgbody(id: c_int);
     pvm_upkmesg();
-    pvm_getmboxinfo(p: *mut c_char, n: *mut c_int, i: *mut c_void);
     pvm_getnoresets(t: *mut c_void, n: *mut c_int);
     pvm_catchout(f: *mut c_void);
     pvm_insert(n: *mut c_char, r: c_int, d: c_int);

@@ -41,6 +41,7 @@ static HOSTS: Mutex<Option<Kept<PvmHostInfo>>> = Mutex::new(None);
 static TASKS: Mutex<Option<Kept<PvmTaskInfo>>> = Mutex::new(None);
 static SIBLINGS: Mutex<Vec<c_int>> = Mutex::new(Vec::new());
 static FDS: Mutex<Vec<c_int>> = Mutex::new(Vec::new());
+static RM_HOST: Mutex<Option<Kept<PvmHostInfo>>> = Mutex::new(None);
 
 fn cstring(s: &str) -> CString {
     CString::new(s.replace('\0', "")).expect("NULs removed")
@@ -167,7 +168,7 @@ pub unsafe extern "C" fn pvm_siblings(tids: *mut *mut c_int) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn pvm_getfds(fds: *mut *mut c_int) -> c_int {
-    let fd = match with("pvm_getfds", |t| Ok(t.socket_fd())) {
+    let fd = match with("pvm_getfds", |t| t.select_fd()) {
         Ok(f) => f,
         Err(c) => return c,
     };
@@ -178,4 +179,45 @@ pub unsafe extern "C" fn pvm_getfds(fds: *mut *mut c_int) -> c_int {
         unsafe { *fds = kept.as_mut_ptr() };
     }
     1
+}
+
+/// pvm_reg_rm: this task becomes the resource manager (spawn and host
+/// requests of other tasks come to it as SM_ messages); `*hostp` is its
+/// own host's entry, kept until the next call.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_reg_rm(hostp: *mut *mut PvmHostInfo) -> c_int {
+    let r = with("pvm_reg_rm", |t| {
+        t.reg_rm()?;
+        let (n, a) = t.call(op::CONFIG, Args::default())?;
+        let me = openvia_pvm::tid::host_of(t.mytid);
+        let i = (0..n.max(0) as usize)
+            .find(|&i| a.ints.get(3 * i) == Some(&me))
+            .ok_or(PvmError::SysErr)?;
+        match (a.ints.get(3 * i..3 * i + 3), a.strs.get(2 * i..2 * i + 2)) {
+            (Some(ints), Some(strs)) => Ok((ints.to_vec(), strs.to_vec())),
+            _ => Err(PvmError::SysErr),
+        }
+    });
+    let (ints, strs) = match r {
+        Ok(v) => v,
+        Err(c) => return c,
+    };
+    let (name, arch) = (cstring(&strs[0]), cstring(&strs[1]));
+    let info = PvmHostInfo {
+        hi_tid: ints[0],
+        hi_name: name.as_ptr() as *mut c_char,
+        hi_arch: arch.as_ptr() as *mut c_char,
+        hi_speed: ints[1],
+        hi_dsig: ints[2],
+    };
+    let mut kept = RM_HOST.lock().unwrap_or_else(|p| p.into_inner());
+    *kept = Some(Kept {
+        items: vec![info],
+        _strings: vec![name, arch],
+    });
+    if !hostp.is_null() {
+        // SAFETY: the caller's out-pointer.
+        unsafe { *hostp = kept.as_mut().expect("just set").items.as_mut_ptr() };
+    }
+    0
 }

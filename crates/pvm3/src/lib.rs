@@ -12,6 +12,7 @@ mod context;
 mod handlers;
 mod helpers;
 mod info;
+mod mboxinfo;
 mod pack;
 mod receive;
 mod varargs;

@@ -1,5 +1,6 @@
 //! pvm_pk* / pvm_upk*: the caller's array, `n` items every `stride`, seen
-//! as a byte span and handed to the codec.
+//! as a byte span and handed to the codec. A stride of 0 (libpvm accepts
+//! it; PVM's srm passes it with one item) repeats the first item.
 
 use std::ffi::{c_char, c_int};
 
@@ -9,7 +10,7 @@ use openvia_pvm::PvmError;
 use crate::code;
 
 unsafe fn pack_raw(name: &str, elem: Elem, p: *const u8, n: c_int, stride: c_int) -> c_int {
-    if p.is_null() || n < 0 || stride < 1 {
+    if p.is_null() || n < 0 || stride < 0 {
         return code(name, |_| Err(PvmError::BadParam));
     }
     let len = span(elem, n as usize, stride as usize);
@@ -22,7 +23,7 @@ unsafe fn pack_raw(name: &str, elem: Elem, p: *const u8, n: c_int, stride: c_int
 }
 
 unsafe fn unpack_raw(name: &str, elem: Elem, p: *mut u8, n: c_int, stride: c_int) -> c_int {
-    if p.is_null() || n < 0 || stride < 1 {
+    if p.is_null() || n < 0 || stride < 0 {
         return code(name, |_| Err(PvmError::BadParam));
     }
     let len = span(elem, n as usize, stride as usize);

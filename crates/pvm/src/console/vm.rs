@@ -30,7 +30,8 @@ pub(super) fn request(
     ints: Vec<i32>,
     strs: Vec<String>,
 ) -> Option<(i32, Args)> {
-    match c.t.call(opcode, args(ints, strs)) {
+    // Spawns and host changes go to a resource manager if one is registered.
+    match c.t.call_via_rm(opcode, args(ints, strs)) {
         Ok((code, a)) if code >= 0 => Some((code, a)),
         Ok((code, _)) => {
             lib_error(

@@ -31,55 +31,82 @@ pub struct Listed {
     pub flags: i32,
 }
 
-/// Shell-style match of `name` against `pattern` (`*` any run, `?` one
-/// character), as pvm_getmboxinfo's pattern.
-pub fn glob(pattern: &str, name: &str) -> bool {
-    fn go(p: &[char], n: &[char]) -> bool {
-        match p.split_first() {
-            None => n.is_empty(),
-            Some(('*', rest)) => (0..=n.len()).any(|i| go(rest, &n[i..])),
-            Some(('?', rest)) => !n.is_empty() && go(rest, &n[1..]),
-            Some((c, rest)) => n.first() == Some(c) && go(rest, &n[1..]),
+/// Whether a class name matches pvm_getmboxinfo's pattern the way PVM
+/// 3.4.6's pvmd matches it (built without GNU regex, as Debian's is):
+/// some part of the name matches, where `*` stands for any run of
+/// characters and `\*` for a `*`. So `lmbi` matches `t40002lmbi0`, and
+/// `*` or an empty pattern matches every name.
+pub fn matches_pattern(pattern: &str, name: &str) -> bool {
+    /// The pattern (after any leading `*`s) somewhere in `n`.
+    fn anywhere(n: &[char], p: &[char]) -> bool {
+        let p = &p[p.iter().take_while(|&&c| c == '*').count()..];
+        p.is_empty() || (0..n.len()).any(|i| here(&n[i..], p))
+    }
+    /// The pattern at the start of `n` (what follows it does not matter).
+    fn here(n: &[char], p: &[char]) -> bool {
+        match p {
+            [] => true,
+            ['*', rest @ ..] => anywhere(n, rest),
+            ['\\', '*', rest @ ..] => n.first() == Some(&'*') && here(&n[1..], rest),
+            [c, rest @ ..] => n.first() == Some(c) && here(&n[1..], rest),
         }
     }
     let p: Vec<char> = pattern.chars().collect();
     let n: Vec<char> = name.chars().collect();
-    go(&p, &n)
+    anywhere(&n, &p)
+}
+
+/// The index PvmMboxDirectIndex(i) puts into putinfo's flags.
+fn direct_index(flags: i32) -> usize {
+    const SHIFT: u32 = 10;
+    ((flags as u32 >> SHIFT) & ((1 << (31 - SHIFT)) - 1)) as usize
 }
 
 /// All classes of one pvmd.
 #[derive(Default)]
 pub struct Mailbox {
     classes: HashMap<String, Vec<Option<Entry>>>,
+    /// When each class was made: listings give classes in that order, as
+    /// PVM's list does.
+    born: HashMap<String, u64>,
+    births: u64,
 }
 
 impl Mailbox {
-    /// Stores an entry; returns its index.
+    /// Stores an entry at its direct index (0 without one), as PVM 3.4.6
+    /// does: a multi-instance entry goes to the first free index from
+    /// there on; otherwise an entry in the way is replaced if it is the
+    /// inserter's own or overwritable, else the insert is denied.
     pub fn put(&mut self, name: &str, e: Entry) -> Result<i32, PvmError> {
+        if !self.classes.contains_key(name) {
+            self.births += 1;
+            self.born.insert(name.to_string(), self.births);
+        }
         let slots = self.classes.entry(name.to_string()).or_default();
+        let mut idx = direct_index(e.flags);
         if e.flags & MULTI_INSTANCE != 0 {
-            let idx = slots
-                .iter()
-                .position(|s| s.is_none())
-                .unwrap_or(slots.len());
-            if idx == slots.len() {
-                slots.push(None);
+            while matches!(slots.get(idx), Some(Some(_))) {
+                idx += 1;
             }
-            slots[idx] = Some(e);
-            return Ok(idx as i32);
-        }
-        match slots.first() {
-            Some(Some(old)) if old.owner != e.owner && old.flags & OVERWRITABLE == 0 => {
-                Err(PvmError::Denied)
-            }
-            _ => {
-                if slots.is_empty() {
-                    slots.push(None);
-                }
-                slots[0] = Some(e);
-                Ok(0)
+        } else if let Some(Some(old)) = slots.get(idx) {
+            if old.owner != e.owner && old.flags & OVERWRITABLE == 0 {
+                self.prune();
+                return Err(PvmError::Denied);
             }
         }
+        if slots.len() <= idx {
+            slots.resize(idx + 1, None);
+        }
+        slots[idx] = Some(e);
+        Ok(idx as i32)
+    }
+
+    /// Forgets classes left without entries (PVM frees them; one made
+    /// again is listed as new).
+    fn prune(&mut self) {
+        self.classes.retain(|_, v| v.iter().any(Option::is_some));
+        let classes = &self.classes;
+        self.born.retain(|name, _| classes.contains_key(name));
     }
 
     /// Looks up (and with ReadAndDelete removes) an entry; `by` asks, and
@@ -97,7 +124,9 @@ impl Mailbox {
             if e.owner != by && e.flags & OVERWRITABLE == 0 {
                 return Err(PvmError::Denied);
             }
-            Ok(slots[idx].take().expect("checked above"))
+            let e = slots[idx].take().expect("checked above");
+            self.prune();
+            Ok(e)
         } else {
             Ok(slots[idx].clone().expect("checked above"))
         }
@@ -112,6 +141,7 @@ impl Mailbox {
         match slot {
             Some(e) if e.owner == by || e.flags & OVERWRITABLE != 0 => {
                 *slot = None;
+                self.prune();
                 Ok(())
             }
             Some(_) => Err(PvmError::Denied),
@@ -119,13 +149,13 @@ impl Mailbox {
         }
     }
 
-    /// The classes whose names match `pattern`, by name, with their
-    /// entries.
+    /// The classes whose names match `pattern` (see [`matches_pattern`]),
+    /// oldest first, with their entries.
     pub fn list(&self, pattern: &str) -> Vec<(String, Vec<Listed>)> {
         let mut out: Vec<(String, Vec<Listed>)> = self
             .classes
             .iter()
-            .filter(|(name, _)| glob(pattern, name))
+            .filter(|(name, _)| matches_pattern(pattern, name))
             .map(|(name, slots)| {
                 let entries = slots
                     .iter()
@@ -141,7 +171,7 @@ impl Mailbox {
                 (name.clone(), entries)
             })
             .collect();
-        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out.sort_by_key(|(name, _)| self.born.get(name).copied().unwrap_or(0));
         out
     }
 
@@ -166,7 +196,7 @@ impl Mailbox {
                 }
             }
         }
-        self.classes.retain(|_, v| v.iter().any(Option::is_some));
+        self.prune();
         n
     }
 
@@ -183,7 +213,7 @@ impl Mailbox {
                 }
             }
         }
-        self.classes.retain(|_, v| v.iter().any(Option::is_some));
+        self.prune();
     }
 }
 
@@ -206,9 +236,11 @@ mod tests {
         m.put("alpha", entry(7, MULTI_INSTANCE)).unwrap();
         m.put("alpha", entry(8, MULTI_INSTANCE)).unwrap();
         m.put("beta", entry(0, PERSISTENT)).unwrap();
+        // PVM's patterns match anywhere in the name.
         let names: Vec<String> = m.list("a*").into_iter().map(|c| c.0).collect();
-        assert_eq!(names, ["alpha"]);
-        assert_eq!(m.list("?eta")[0].1[0].owner, 0);
+        assert_eq!(names, ["alpha", "beta"]);
+        assert_eq!(m.list("lp").len(), 1);
+        assert_eq!(m.list("et")[0].1[0].owner, 0);
         assert_eq!(m.list("*").len(), 2);
         // Orphans only: beta's entry has no owner left.
         assert_eq!(m.reset(None, -1, |o| o == 0), 1);
@@ -259,5 +291,45 @@ mod tests {
         assert_eq!(m.get("p", 0, 0, 1).unwrap().owner, 0);
         // A new task with tid 1 does not own the orphan.
         assert_eq!(m.delete("p", 0, 1).unwrap_err(), PvmError::Denied);
+    }
+
+    #[test]
+    fn patterns_match_anywhere_as_in_pvm() {
+        assert!(matches_pattern("lmbi", "t40002lmbi0"));
+        assert!(matches_pattern("ra*ts", "xxra123tsyy"));
+        assert!(!matches_pattern("ra*ts", "rat"));
+        assert!(matches_pattern("*", "anything"));
+        assert!(matches_pattern("", "anything"));
+        assert!(matches_pattern("a\\*b", "xa*b"));
+        assert!(!matches_pattern("a\\*b", "axb"));
+        assert!(!matches_pattern("?", "a"));
+    }
+
+    #[test]
+    fn classes_are_listed_oldest_first_and_a_remade_one_is_new() {
+        let mut m = Mailbox::default();
+        for name in ["zeta", "alpha", "mid"] {
+            m.put(name, entry(1, 0)).unwrap();
+        }
+        m.delete("zeta", 0, 1).unwrap();
+        m.put("zeta", entry(1, 0)).unwrap();
+        let names: Vec<String> = m.list("*").into_iter().map(|c| c.0).collect();
+        assert_eq!(names, ["alpha", "mid", "zeta"]);
+    }
+
+    #[test]
+    fn inserts_follow_pvm_3_4_6() {
+        let mut m = Mailbox::default();
+        // Multi-instance never replaces, even the inserter's own entry.
+        assert_eq!(m.put("c", entry(1, MULTI_INSTANCE)), Ok(0));
+        assert_eq!(m.put("c", entry(1, MULTI_INSTANCE)), Ok(1));
+        // A plain insert replaces the inserter's own entry at index 0.
+        assert_eq!(m.put("d", entry(1, 0)), Ok(0));
+        assert_eq!(m.put("d", entry(1, PERSISTENT)), Ok(0));
+        assert_eq!(m.list("d")[0].1[0].flags, PERSISTENT);
+        // PvmMboxDirectIndex(5).
+        assert_eq!(m.put("e", entry(2, 5 << 10)), Ok(5));
+        assert_eq!(m.put("e", entry(3, 5 << 10)), Err(PvmError::Denied));
+        assert_eq!(m.put("e", entry(3, (5 << 10) | MULTI_INSTANCE)), Ok(6));
     }
 }

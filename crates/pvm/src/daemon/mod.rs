@@ -9,8 +9,10 @@ mod hosts;
 mod mbox;
 mod remote;
 mod requests;
+mod rm;
 mod spawn;
 
+pub use rm::{sm, FORWARDED as RM_FORWARDED};
 pub use spawn::{ENV_SOCK, ENV_TID};
 
 use std::collections::{BTreeMap, HashMap};
@@ -156,6 +158,8 @@ pub struct Daemon {
     /// Task-exit watches our tasks placed on tasks of other hosts: fired
     /// here if that host goes away before its pvmd could fire them.
     remote_watches: Vec<Notify>,
+    /// The registered resource manager (pvm_reg_rm), if any.
+    rm: Option<i32>,
 }
 
 impl Daemon {
@@ -209,6 +213,7 @@ impl Daemon {
             spawn_rr: 0,
             inbound: None,
             remote_watches: Vec::new(),
+            rm: None,
         };
         // The pvmd's own slot holds runs its links are writing.
         let me_tid = d.tid();
@@ -421,6 +426,10 @@ impl Daemon {
     fn route(&mut self, m: Msg) {
         self.note_remote_exit(&m);
         let dst = m.dst;
+        if dst == self.tid() {
+            self.daemon_message(m);
+            return;
+        }
         let host = tid::host_num(dst);
         if host != self.host_num && host != 0 {
             if !self.send_host(host, Frame::Msg(m)) {
@@ -465,6 +474,7 @@ impl Daemon {
             self.conns.remove(&fd);
         }
         self.logln(&format!("task t{t:x} ({}) exited", rec.name));
+        self.rm_task_gone(t);
         if let (Some(pool), Some(slot)) = (&self.pool, rec.slot) {
             let freed = pool.reclaim_slot(slot);
             self.free_slots.push(slot);

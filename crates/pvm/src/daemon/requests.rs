@@ -45,6 +45,10 @@ impl Daemon {
     pub(super) fn serve(&mut self, to: ReplyTo, seq: u32, me: i32, opcode: u32, a: Args) {
         let forwarded = matches!(to, ReplyTo::Host(_));
         if !forwarded {
+            if let Some(wait) = self.forward_to_rm(me, opcode, &a) {
+                self.reply_to(to, seq, super::RM_FORWARDED, wait);
+                return;
+            }
             if let Some(h) = self.answering_host(opcode, &a) {
                 self.forward(to, seq, h, me, opcode, a);
                 return;
@@ -56,6 +60,7 @@ impl Daemon {
                 return;
             }
             op::CONFIG => self.config(),
+            op::REG_RM => (self.reg_rm(me), Args::default()),
             op::TASKS => {
                 let which = int(&a, 0);
                 if which == 0 && !forwarded && self.hosts.len() > 1 {

@@ -326,6 +326,7 @@ impl Pool {
         s.tail.store(0, Relaxed);
         s.wait_pages.store(0, Relaxed);
         s.grant.store(0, Relaxed);
+        s.watchers.store(0, Relaxed);
         s.pid.store(pid, Relaxed);
         s.tid.store(tid, Release);
     }
@@ -355,9 +356,10 @@ impl Pool {
                 }
             }
         }
-        // Wake a receiver sleeping in that slot (a thread of a dying task).
+        // Wake a receiver sleeping in that slot (a thread of a dying task),
+        // and its pvm_getfds watcher if it has one.
         s.bell.fetch_add(1, SeqCst);
-        futex::wake_one(&s.bell);
+        futex::wake_all(&s.bell);
         (self.header().free_pages.load(Relaxed) - before) as usize
     }
 }

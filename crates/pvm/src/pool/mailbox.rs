@@ -78,9 +78,39 @@ impl Pool {
     pub fn ring_bell(&self, slot: usize) {
         let s = self.slot(slot);
         s.bell.fetch_add(1, SeqCst);
-        if s.sleeping.load(SeqCst) != 0 {
+        if s.watchers.load(SeqCst) != 0 {
+            // The receiver and a watcher may both sleep on the bell.
+            futex::wake_all(&s.bell);
+        } else if s.sleeping.load(SeqCst) != 0 {
             futex::wake_one(&s.bell);
         }
+    }
+
+    /// A thread of the slot's task other than the receiver starts (true)
+    /// or stops sleeping on the bell through [`Pool::watch_bell`].
+    pub fn set_watcher(&self, slot: usize, on: bool) {
+        let w = &self.slot(slot).watchers;
+        if on {
+            w.fetch_add(1, SeqCst);
+        } else {
+            // Never below zero: the pvmd may have reset a reused slot.
+            let _ = w.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1));
+        }
+    }
+
+    /// A watcher's sleep: returns once the bell moved past `seen` (or
+    /// spuriously; the caller compares).
+    pub fn watch_bell(&self, slot: usize, seen: u32) {
+        let s = self.slot(slot);
+        if s.bell.load(SeqCst) == seen {
+            futex::wait(&s.bell, seen, None);
+        }
+    }
+
+    /// Whether heads wait in the slot's ring.
+    pub fn has_heads(&self, slot: usize) -> bool {
+        let s = self.slot(slot);
+        s.head.load(Relaxed) != s.tail.load(Acquire)
     }
 
     /// The pvmd wrote to the task's socket.

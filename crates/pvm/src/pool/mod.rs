@@ -63,6 +63,9 @@ pub(crate) struct Slot {
     /// Bumped by the pvmd when it wrote to the task's socket.
     sock_bell: AtomicU32,
     sleeping: AtomicU32,
+    /// Threads besides the receiver that sleep on `bell` (the task's
+    /// pvm_getfds bridge): while any, a ring wakes every sleeper.
+    watchers: AtomicU32,
     /// Pages this slot waits for (0: not waiting) and its arrival order.
     wait_pages: AtomicU32,
     wait_ticket: AtomicU64,

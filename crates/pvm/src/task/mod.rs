@@ -5,6 +5,8 @@
 pub mod buffers;
 mod direct;
 mod pvmd_link;
+mod rm;
+mod select_fd;
 mod start;
 
 pub use start::{start_daemon, start_daemon_with};
@@ -22,6 +24,7 @@ use crate::frame::{self, op, Args, Frame, Msg};
 use crate::pool::{Body, Desc, Pool, PoolHandle, PostError};
 use buffers::{BufTable, MsgBuf};
 use pvmd_link::{Lifeline, NoSigPipe};
+use select_fd::SelectFd;
 
 /// A message waiting in the task to be received.
 pub struct Queued {
@@ -43,6 +46,9 @@ pub struct Options {
     pub frag_size: i32,
     pub show_tids: i32,
     pub no_reset: i32,
+    /// PvmResvTids: may send to pvmds and use the system's (negative)
+    /// tags, as a resource manager does.
+    pub resv_tids: i32,
 }
 
 impl Default for Options {
@@ -57,6 +63,7 @@ impl Default for Options {
             frag_size: 4096,
             show_tids: 1,
             no_reset: 0,
+            resv_tids: 0,
         }
     }
 }
@@ -92,6 +99,8 @@ pub struct Task {
     pub opts: Options,
     /// PvmRouteDirect between hosts.
     direct: direct::Direct,
+    /// pvm_getfds's descriptor, once asked for.
+    select: Option<SelectFd>,
     /// Whether the pvmd is still there (see pvmd_link); dropped last, so
     /// its watcher is stopped after the direct links.
     pvmd: Lifeline,
@@ -147,6 +156,7 @@ impl Task {
             next_ctx: 1,
             opts: Options::default(),
             direct: direct::Direct::default(),
+            select: None,
             pvmd: Lifeline::unwatched(),
         };
         // SAFETY: getpid has no preconditions.
@@ -268,7 +278,7 @@ impl Task {
         }
     }
 
-    /// The socket to the pvmd (pvm_getfds).
+    /// The socket to the pvmd.
     pub fn socket_fd(&self) -> i32 {
         self.rd.get_ref().as_raw_fd()
     }
@@ -367,6 +377,10 @@ impl Task {
                     body,
                 };
                 self.queue.push_back(q);
+                // No doorbell rings for it: readable for pvm_getfds now.
+                if let Some(sel) = &self.select {
+                    sel.raise();
+                }
                 continue;
             }
             match self.send_via_pool(id, dst, tag, ctx) {
@@ -424,6 +438,10 @@ impl Task {
         let Some(home) = self.home.clone() else {
             return Ok(false);
         };
+        if dst as u32 & crate::tid::DAEMON_BIT != 0 {
+            // A pvmd reads its socket, not a ring.
+            return Ok(false);
+        }
         let pool = &home.pool;
         let slot = match self.peer_slots.get(&dst) {
             Some(&s) if pool.slot_tid(s) == dst => s,
@@ -487,7 +505,7 @@ impl Task {
     }
 
     pub fn send(&mut self, dst: i32, tag: i32) -> PvmResult<()> {
-        if tag < 0 {
+        if tag < 0 && self.opts.resv_tids == 0 {
             return Err(PvmError::BadParam);
         }
         self.send_buffer(&[dst], tag)
@@ -569,6 +587,12 @@ impl Task {
     /// Waits for a matching message; returns its new buffer id (0 if none
     /// arrived in time). The old receive buffer is freed, as in PVM.
     pub fn recv(&mut self, src: i32, tag: i32, wait: Wait) -> PvmResult<i32> {
+        let r = self.recv_wait(src, tag, wait);
+        self.rearm_select()?;
+        r
+    }
+
+    fn recv_wait(&mut self, src: i32, tag: i32, wait: Wait) -> PvmResult<i32> {
         let deadline = match wait {
             Wait::Forever => None,
             Wait::Never => Some(Instant::now()),
@@ -632,6 +656,7 @@ impl Task {
         self.check_pvmd()?;
         self.drain_socket()?;
         self.gather()?;
+        self.rearm_select()?;
         let ctx = self.ctx;
         match self
             .queue
@@ -709,7 +734,7 @@ impl Task {
             self.opts.out_code,
             self.opts.out_ctx,
         ];
-        let (_, args) = self.call(
+        let (_, args) = self.call_via_rm(
             op::SPAWN,
             Args {
                 ints,
@@ -727,6 +752,7 @@ impl Task {
         self.direct_close();
         // Our slot is about to go to another task: its bell is not ours
         // to ring any more.
+        self.select = None;
         self.pvmd = Lifeline::unwatched();
         self.bufs = BufTable::default();
         self.queue.clear();
