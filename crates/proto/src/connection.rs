@@ -180,6 +180,13 @@ impl Connection {
         let data = self.config.segment_size + openvia_wire::rum::DATA_OVERHEAD;
         data.max(512)
     }
+    /// Payload bytes in flight: segments sent, neither acknowledged nor
+    /// SACKed nor judged lost (at most [`Config::max_inflight`] plus the
+    /// retransmissions, which the cap does not hold).
+    pub fn bytes_in_flight(&self) -> usize {
+        self.send.pipe() * self.segment_size
+    }
+
     /// Messages posted whose completion has not been reported yet.
     pub fn pending_sends(&self) -> Vec<MessageId> {
         self.send.pending_ids().collect()

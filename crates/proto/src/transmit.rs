@@ -95,7 +95,7 @@ impl Connection {
             self.rearm_tail_probe(now);
             return self.emit_segment(seg, buf, split_min);
         }
-        if self.send.has_uncut() {
+        if self.send.has_uncut() && self.pipe_open() {
             if self.credit.available(self.send.next_seq) > 0 {
                 self.stalled = false;
                 let seg = self.send.cut_next(self.segment_size, now)?;
@@ -150,6 +150,22 @@ impl Connection {
             return whole(repr.emit(buf).ok());
         }
         None
+    }
+
+    /// Whether new data may go: fewer than [`Config::max_inflight`] bytes
+    /// in the pipe. The receiver's window alone let a sender faster than
+    /// its receiver put the whole window (8 MiB) into the queue before the
+    /// receiver (its socket buffer): every retransmission then waited
+    /// behind that queue while the window stayed shut on the hole it
+    /// fills, and the sender stalled for a whole drain at each loss (1 %
+    /// loss halved goodput). With the pipe capped the queue stays short,
+    /// holes are repaired within it, and the window has room to send on
+    /// meanwhile. Retransmissions are not held by the cap.
+    ///
+    /// [`Config::max_inflight`]: crate::Config::max_inflight
+    fn pipe_open(&self) -> bool {
+        let cap = self.config.max_inflight;
+        cap == 0 || self.bytes_in_flight() < cap
     }
 
     /// SACK blocks an ACK may carry within [`Connection::max_datagram_len`]:
