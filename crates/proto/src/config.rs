@@ -60,8 +60,8 @@ pub struct Config {
     /// Receive buffer in segments: the Homo total, or the initial Hetero window.
     pub recv_window: u32,
     /// Most payload bytes in flight (sent, neither acknowledged, SACKed
-    /// nor judged lost); 0: as many as the receiver's window allows. See
-    /// `Connection::pipe_open`.
+    /// nor judged lost) while loss is being found; 0: as many as the
+    /// receiver's window allows at all times. See `Connection::pipe_open`.
     pub max_inflight: usize,
     pub rdma_write: bool,
     pub rdma_read: bool,

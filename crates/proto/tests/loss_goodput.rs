@@ -51,7 +51,8 @@ fn device_config(segment_size: usize, reliability: Reliability) -> Config {
 struct Outcome {
     seconds: f64,
     bytes: usize,
-    /// Most payload bytes the sender had in flight at once.
+    /// Most payload bytes the sender had in flight at once in the second
+    /// half of the stream (the first loss, and the cap, may come late).
     max_pipe: usize,
 }
 
@@ -97,7 +98,9 @@ fn stream_queued(
         }
         assert_eq!(Sim::lost(&sim.a), None, "{ctx}");
         assert_eq!(Sim::lost(&sim.b), None, "{ctx}");
-        max_pipe = max_pipe.max(sim.a().bytes_in_flight());
+        if sim.b.sink.received.len() >= count / 2 {
+            max_pipe = max_pipe.max(sim.a().bytes_in_flight());
+        }
         if !sim.step() {
             break;
         }
@@ -169,12 +172,14 @@ fn goodput_at_one_and_five_percent_loss() {
 /// buffer (forced to megabytes). With the whole 8 MiB window in that
 /// queue, each retransmission waited behind it and the receiver held
 /// thousands of segments out of order, which both ends walked on every
-/// acknowledgement (1 % loss doubled the CPU per byte and halved goodput
-/// on the device). The sender keeps at most `max_inflight` bytes in the
-/// pipe (retransmissions, not held by the cap, may add a few segments),
-/// whatever the window and the queue would take, and goodput holds.
+/// acknowledgement (1 % loss cost the device far more CPU per byte). While
+/// loss is being found the sender keeps at most `max_inflight` bytes in
+/// the pipe (retransmissions, not held by the cap, may add a few
+/// segments), whatever the window and the queue would take, and goodput
+/// holds. Without loss the whole window may be in flight: the deep queue
+/// is what carries a stream across a loaded host's scheduling gaps.
 #[test]
-fn the_pipe_stays_within_its_cap_behind_a_deep_queue() {
+fn under_loss_the_pipe_stays_within_its_cap_behind_a_deep_queue() {
     for (loss, segment_size) in [(0.0, 8958), (0.01, 1408), (0.01, 8958), (0.05, 8958)] {
         let o = stream_queued(
             3,
@@ -185,11 +190,19 @@ fn the_pipe_stays_within_its_cap_behind_a_deep_queue() {
             64 << 20,
         );
         let slack = 16 * segment_size;
-        assert!(
-            o.max_pipe <= INFLIGHT + slack,
-            "loss {loss} segment {segment_size}: {} bytes in flight, cap {INFLIGHT}",
-            o.max_pipe
-        );
+        if loss == 0.0 {
+            assert!(
+                o.max_pipe > 2 * INFLIGHT,
+                "lossless: {} bytes in flight at most, the window is 8 MiB",
+                o.max_pipe
+            );
+        } else {
+            assert!(
+                o.max_pipe <= INFLIGHT + slack,
+                "loss {loss} segment {segment_size}: {} bytes in flight, cap {INFLIGHT}",
+                o.max_pipe
+            );
+        }
         let goodput = o.bytes as f64 / o.seconds;
         assert!(
             goodput >= 0.8 * RATE as f64 * (1.0 - loss),
