@@ -127,6 +127,8 @@ pub const SETTINGS: &[Setting] = &[
       "1: flow-control-only mode (no retransmission; for a lossless network)."),
     s("OPENVIA_UDP_WINDOW", "8 MiB of segments, at least 1024", Scope::Udp,
       "Receive window in segments (raised to hold one largest message)."),
+    s("OPENVIA_UDP_INFLIGHT", "2097152", Scope::Udp,
+      "Bytes a sender keeps in flight at most for 100 ms after loss detection found a hole (0: the window alone)."),
     s("OPENVIA_UDP_GSO", "1", Scope::Udp,
       "0 turns UDP generic segmentation offload off."),
     s("OPENVIA_UDP_GRO", "1", Scope::Udp,

@@ -59,6 +59,10 @@ pub struct Config {
     pub max_transfer_size: u32,
     /// Receive buffer in segments: the Homo total, or the initial Hetero window.
     pub recv_window: u32,
+    /// Most payload bytes in flight (sent, neither acknowledged, SACKed
+    /// nor judged lost) while loss is being found; 0: as many as the
+    /// receiver's window allows at all times. See `Connection::pipe_open`.
+    pub max_inflight: usize,
     pub rdma_write: bool,
     pub rdma_read: bool,
     /// Handshake packets carry a 32-byte authenticator the caller fills.
@@ -88,6 +92,7 @@ impl Default for Config {
             segment_size: 1408,
             max_transfer_size: 1 << 20,
             recv_window: 1024,
+            max_inflight: 0,
             rdma_write: true,
             rdma_read: true,
             authenticated: false,

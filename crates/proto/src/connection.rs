@@ -110,7 +110,15 @@ pub struct Connection {
     pub(crate) hole_deadline: Option<Time>,
     pub(crate) last_heard: Time,
     pub(crate) last_sent: Time,
+    /// When loss detection last found a hole (a segment not received
+    /// below ones that were): the cap on bytes in flight holds until
+    /// [`LOSS_MEMORY`] after it.
+    pub(crate) hole_found_at: Option<Time>,
 }
+
+/// How long the cap on bytes in flight ([`Config::max_inflight`]) holds
+/// after loss detection last found a hole.
+pub(crate) const LOSS_MEMORY: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl Connection {
     pub(crate) fn new(config: Config, role: Role, local_cid: u64, now: Time) -> Self {
@@ -149,6 +157,7 @@ impl Connection {
             hole_deadline: None,
             last_heard: now,
             last_sent: now,
+            hole_found_at: None,
         }
     }
 
@@ -180,6 +189,13 @@ impl Connection {
         let data = self.config.segment_size + openvia_wire::rum::DATA_OVERHEAD;
         data.max(512)
     }
+    /// Payload bytes in flight: segments sent, neither acknowledged nor
+    /// SACKed nor judged lost (at most [`Config::max_inflight`] plus the
+    /// retransmissions, which the cap does not hold).
+    pub fn bytes_in_flight(&self) -> usize {
+        self.send.pipe() * self.segment_size
+    }
+
     /// Messages posted whose completion has not been reported yet.
     pub fn pending_sends(&self) -> Vec<MessageId> {
         self.send.pending_ids().collect()
@@ -487,6 +503,7 @@ impl Connection {
             self.dup_acks += 1;
             if self.dup_acks == 3 && self.send.mark_first_lost(now, self.rtt.srtt()) {
                 self.counters.fast_retransmits += 1;
+                self.hole_found_at = Some(now);
             }
         }
         // An ACK with as many blocks as it can hold may have left out the
@@ -506,6 +523,9 @@ impl Connection {
         let srtt = self.rtt.srtt();
         let marked = self.send.detect_losses(now, srtt, srtt / 4);
         self.counters.fast_retransmits += marked as u64;
+        if marked > 0 {
+            self.hole_found_at = Some(now);
+        }
         self.credit.on_report(consumed, h.window);
         if self.send.snd_una > una_before || self.credit.consumed() > consumed_before {
             self.rto_count = 0;

@@ -13,7 +13,7 @@
 //! the head like consumed ones, so a late copy of a skipped segment finds
 //! it below `expected` and is discarded: never delivered twice.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use openvia_wire::rum::{DataRepr, ViaOp};
 
@@ -96,6 +96,12 @@ pub struct Reassembly {
     /// this a 1 MiB message at MTU 1500 (715 segments) was walked from its
     /// start on each call, quadratic in its segments.
     head_scan: Option<HeadScan>,
+    /// Runs of filled slots above `expected` (start → end, exclusive): the
+    /// SACK blocks. Every acknowledgement asks for them; walking the slots
+    /// instead cost a pass over thousands of segments per ACK once a hole
+    /// opened (at 1 % loss, most of the time). Empty while segments come
+    /// in order, so a lossless stream never touches it.
+    runs: BTreeMap<u64, u64>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -120,6 +126,7 @@ impl Reassembly {
             next_msg_id: 0,
             spare: Vec::new(),
             head_scan: None,
+            runs: BTreeMap::new(),
         }
     }
 
@@ -187,8 +194,27 @@ impl Reassembly {
             return Insert::Duplicate;
         }
         self.slots[idx] = Slot::Filled(seg);
+        if seq > self.expected {
+            self.add_to_runs(seq);
+        }
         self.advance();
         Insert::Stored
+    }
+
+    /// Records filled slot `seq` (above `expected`) in [`Self::runs`],
+    /// joining the runs it touches.
+    fn add_to_runs(&mut self, seq: u64) {
+        let mut start = seq;
+        let mut end = seq + 1;
+        if let Some((&s, &e)) = self.runs.range(..seq).next_back() {
+            if e == seq {
+                start = s;
+            }
+        }
+        if let Some(e) = self.runs.remove(&end) {
+            end = e;
+        }
+        self.runs.insert(start, end);
     }
 
     fn slot(&self, seq: u64) -> Option<&Slot> {
@@ -202,6 +228,17 @@ impl Reassembly {
         ) {
             self.expected += 1;
         }
+        // Runs now below `expected` are acknowledged cumulatively.
+        while let Some((&s, &e)) = self.runs.first_key_value() {
+            if s >= self.expected {
+                break;
+            }
+            self.runs.pop_first();
+            if e > self.expected {
+                self.runs.insert(self.expected, e);
+                break;
+            }
+        }
     }
 
     /// Whether any segment beyond `expected` has arrived (a hole exists).
@@ -214,15 +251,11 @@ impl Reassembly {
     /// receiver's window shut; the sender learns the rest as they fill).
     pub fn sack(&self, limit: usize) -> openvia_wire::rum::AckRepr {
         let mut b = SackBuilder::with_limit(limit);
-        let start = (self.expected - self.consumed) as usize;
-        for (i, s) in self.slots.iter().enumerate().skip(start) {
-            if matches!(s, Slot::Filled(_)) {
-                let seq = self.consumed + i as u64;
-                if !b.accepts(seq) {
-                    break;
-                }
-                b.add(seq);
+        for (&start, &end) in &self.runs {
+            if !b.accepts(start) {
+                break;
             }
+            b.add_run(start, end);
         }
         b.finish()
     }

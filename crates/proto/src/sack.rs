@@ -55,6 +55,16 @@ impl SackBuilder {
             }
         }
     }
+    /// Feed the run `start..end` (after every sequence number fed so far).
+    pub fn add_run(&mut self, start: u64, end: u64) {
+        match &mut self.run {
+            Some((_, e)) if *e == start => *e = end,
+            _ => {
+                self.flush();
+                self.run = Some((start, end));
+            }
+        }
+    }
     fn flush(&mut self) {
         if let Some((s, e)) = self.run.take() {
             self.ack.push(SackBlock {

@@ -5,7 +5,8 @@
 //! sent. The SACK scoreboard lives here: segments the receiver reported
 //! beyond the cumulative ack, and the ones judged lost and due again.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
+use std::ops::Range;
 use std::time::Duration;
 
 use openvia_wire::rum::ViaOp;
@@ -73,6 +74,13 @@ pub struct SendQueue {
     /// Entries of `inflight` SACKed (loss detection has nothing to do
     /// while it is zero).
     sacked_count: usize,
+    /// The SACKed entries as runs (start → end, exclusive). An ACK repeats
+    /// the receiver's lowest blocks each time, and loss detection asks
+    /// which entries lie below how many SACKed ones: walking `inflight`
+    /// for both cost a pass over thousands of entries per ACK once holes
+    /// opened. With the runs, an ACK touches only entries newly SACKed and
+    /// the holes between runs. Empty while nothing is lost.
+    sacked_runs: BTreeMap<u64, u64>,
     /// Latest send time of a segment, sent once, that the peer has
     /// received (acked or SACKed): what time-based loss detection
     /// compares against.
@@ -115,6 +123,7 @@ impl SendQueue {
             lost_count: 0,
             lost_floor: 0,
             sacked_count: 0,
+            sacked_runs: BTreeMap::new(),
             delivered_sent_at: None,
             keep_data,
             spare: Vec::new(),
@@ -154,6 +163,13 @@ impl SendQueue {
 
     pub fn unacked(&self) -> u64 {
         self.next_seq - self.snd_una
+    }
+
+    /// Segments in the network as far as the sender knows: sent (or
+    /// resent), neither acknowledged nor SACKed, and not judged lost and
+    /// waiting to go again (RFC 6675's pipe).
+    pub fn pipe(&self) -> usize {
+        self.inflight.len() - self.sacked_count - self.lost_count
     }
 
     pub fn inflight_is_empty(&self) -> bool {
@@ -282,6 +298,16 @@ impl SendQueue {
             }
             self.inflight.pop_front();
         }
+        while let Some((&s, &e)) = self.sacked_runs.first_key_value() {
+            if s >= ack {
+                break;
+            }
+            self.sacked_runs.pop_first();
+            if e > ack {
+                self.sacked_runs.insert(ack, e);
+                break;
+            }
+        }
         out
     }
 
@@ -295,10 +321,47 @@ impl SendQueue {
         min_rtt: Duration,
     ) -> Option<Duration> {
         let front = self.inflight.front()?.seq;
+        let top = front + self.inflight.len() as u64;
+        let (start, end) = (start.max(front), end.min(top));
+        if start >= end {
+            return None;
+        }
+        // The runs this block overlaps or touches: only the gaps between
+        // them are new.
+        let mut touching: Vec<(u64, u64)> = Vec::new();
+        if let Some((&s, &e)) = self.sacked_runs.range(..start).next_back() {
+            if e >= start {
+                touching.push((s, e));
+            }
+        }
+        touching.extend(self.sacked_runs.range(start..=end).map(|(&s, &e)| (s, e)));
         let mut sample = None;
-        let from = start.saturating_sub(front) as usize;
-        let to = (end.saturating_sub(front) as usize).min(self.inflight.len());
-        for f in self.inflight.range_mut(from.min(to)..to) {
+        let mut at = start;
+        for &(s, e) in touching.iter().chain(std::iter::once(&(end, end))) {
+            if s > at {
+                sample = self.sack_entries(at..s.min(end), now, min_rtt).or(sample);
+            }
+            at = at.max(e);
+            if at >= end {
+                break;
+            }
+        }
+        let merged_start = touching.first().map_or(start, |r| r.0.min(start));
+        let merged_end = touching.last().map_or(end, |r| r.1.max(end));
+        for (s, _) in &touching {
+            self.sacked_runs.remove(s);
+        }
+        self.sacked_runs.insert(merged_start, merged_end);
+        sample
+    }
+
+    /// Marks the entries of sequence numbers `seqs` (none SACKed yet) as
+    /// SACKed.
+    fn sack_entries(&mut self, seqs: Range<u64>, now: Time, min_rtt: Duration) -> Option<Duration> {
+        let from = self.index_of(seqs.start);
+        let to = self.index_of(seqs.end);
+        let mut sample = None;
+        for f in self.inflight.range_mut(from..to) {
             if f.sacked {
                 continue;
             }
@@ -341,19 +404,34 @@ impl SendQueue {
         let horizon = self
             .delivered_sent_at
             .and_then(|t| t.checked_sub(reorder_window));
-        let mut sacked_above = 0;
+        let Some(front) = self.inflight.front().map(|f| f.seq) else {
+            return 0;
+        };
+        // The holes are the gaps below each run, walked from the top so
+        // that the SACKed segments above each are known.
+        let mut gaps: Vec<(u64, u64, usize)> = Vec::new();
+        let mut sacked_above = 0usize;
+        let mut runs = self.sacked_runs.iter().rev().peekable();
+        while let Some((&s, &e)) = runs.next() {
+            sacked_above += (e - s) as usize;
+            let below = runs.peek().map_or(front, |(_, &pe)| pe);
+            if below < s {
+                gaps.push((below, s, sacked_above));
+            }
+        }
         let mut marked = 0;
-        for i in (0..self.inflight.len()).rev() {
-            let f = &self.inflight[i];
-            if f.sacked {
-                sacked_above += 1;
-            } else if !f.lost
-                && ((sacked_above >= DUP_THRESHOLD
-                    && (!f.retransmitted || now.saturating_since(f.sent_at) >= min_age))
-                    || (sacked_above > 0 && horizon.is_some_and(|h| f.sent_at <= h)))
-            {
-                self.mark_lost(i);
-                marked += 1;
+        for (from, to, sacked_above) in gaps {
+            for i in self.index_of(from)..self.index_of(to) {
+                let f = &self.inflight[i];
+                if !f.sacked
+                    && !f.lost
+                    && ((sacked_above >= DUP_THRESHOLD
+                        && (!f.retransmitted || now.saturating_since(f.sent_at) >= min_age))
+                        || horizon.is_some_and(|h| f.sent_at <= h))
+                {
+                    self.mark_lost(i);
+                    marked += 1;
+                }
             }
         }
         marked

@@ -6,7 +6,7 @@
 
 use openvia_wire::rum::{Body, DataRepr, FlowMode, HeaderRepr, Repr};
 
-use crate::connection::{Connection, State};
+use crate::connection::{Connection, State, LOSS_MEMORY};
 use crate::events::{Payload, PayloadRef, Transmit};
 use crate::send_queue::{CompleteOn, SegmentRef};
 use crate::time::Time;
@@ -95,7 +95,7 @@ impl Connection {
             self.rearm_tail_probe(now);
             return self.emit_segment(seg, buf, split_min);
         }
-        if self.send.has_uncut() {
+        if self.send.has_uncut() && self.pipe_open(now) {
             if self.credit.available(self.send.next_seq) > 0 {
                 self.stalled = false;
                 let seg = self.send.cut_next(self.segment_size, now)?;
@@ -150,6 +150,30 @@ impl Connection {
             return whole(repr.emit(buf).ok());
         }
         None
+    }
+
+    /// Whether new data may go. While loss detection has found holes in
+    /// the last [`LOSS_MEMORY`], only with fewer than
+    /// [`Config::max_inflight`] bytes in the pipe. The receiver's window
+    /// alone let a sender faster than its receiver put the whole window
+    /// (8 MiB) into the queue before the receiver (its socket buffer):
+    /// every retransmission then waited behind that queue while the window
+    /// stayed shut on the hole it fills, and the receiver held thousands
+    /// of segments out of order. With the pipe capped the queue stays
+    /// short, holes are repaired within it, and the window has room to
+    /// send on meanwhile. Without loss the cap does not hold: on a loaded
+    /// host the deep queue is what carries a stream across the peers'
+    /// scheduling gaps (a 2 MiB cap at all times cut lossless streaming at
+    /// MTU 9000 to 0.6×). Retransmissions are not held by the cap.
+    ///
+    /// [`Config::max_inflight`]: crate::Config::max_inflight
+    fn pipe_open(&self, now: Time) -> bool {
+        let cap = self.config.max_inflight;
+        cap == 0
+            || self.bytes_in_flight() < cap
+            || self
+                .hole_found_at
+                .is_none_or(|t| now.saturating_since(t) >= LOSS_MEMORY)
     }
 
     /// SACK blocks an ACK may carry within [`Connection::max_datagram_len`]:

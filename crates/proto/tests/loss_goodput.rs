@@ -31,6 +31,8 @@ fn connected(s: &Sim) -> bool {
 /// 1 GB/s each way: what the veth carries for one busy core.
 const RATE: u64 = 1_000_000_000;
 const MIB: usize = 1 << 20;
+/// The device's cap on bytes in flight (`DEFAULT_INFLIGHT_BYTES`).
+const INFLIGHT: usize = 2 << 20;
 
 /// The UDP device's settings for an MTU (segment payload, 8 MiB window,
 /// 10 ms minimum RTO).
@@ -40,6 +42,7 @@ fn device_config(segment_size: usize, reliability: Reliability) -> Config {
         segment_size,
         max_transfer_size: 4 << 20,
         recv_window: ((8 << 20) / segment_size).max(1024) as u32,
+        max_inflight: INFLIGHT,
         min_rto: Duration::from_millis(10),
         ..Config::default()
     }
@@ -48,20 +51,40 @@ fn device_config(segment_size: usize, reliability: Reliability) -> Config {
 struct Outcome {
     seconds: f64,
     bytes: usize,
+    /// Most payload bytes the sender had in flight at once in the second
+    /// half of the stream (the first loss, and the cap, may come late).
+    max_pipe: usize,
 }
 
 /// Streams `total` bytes as 1 MiB messages from a to b, `window` messages
 /// posted at a time (as `viabench bandwidth -w`), and checks that every
 /// message arrived once, in order, intact, and that every send completed.
 fn stream(seed: u64, loss: f64, segment_size: usize, total: usize, limit: Duration) -> Outcome {
+    stream_queued(seed, loss, segment_size, total, limit, 1 << 20)
+}
+
+/// [`stream`] with `queue` bytes of buffer before the bottleneck.
+fn stream_queued(
+    seed: u64,
+    loss: f64,
+    segment_size: usize,
+    total: usize,
+    limit: Duration,
+    queue: u64,
+) -> Outcome {
     let cfg = device_config(segment_size, Reliability::ReliableDelivery);
-    let mut sim = Sim::new(seed, LinkConfig::bottleneck(0.0, RATE), cfg.clone(), cfg);
+    let link = LinkConfig {
+        txqueue: queue,
+        ..LinkConfig::bottleneck(0.0, RATE)
+    };
+    let mut sim = Sim::new(seed, link, cfg.clone(), cfg);
     assert!(sim.run_until(Duration::from_secs(1), connected));
     sim.link.loss = loss;
     let start = sim.now;
     let count = total / MIB;
     let window = 16;
     let mut posted = 0u64;
+    let mut max_pipe = 0;
     let ctx = format!("seed {seed} loss {loss} segment {segment_size}");
     let end = Duration::from_nanos(start.as_nanos()) + limit;
     while sim.now < Time::ZERO + end {
@@ -75,6 +98,9 @@ fn stream(seed: u64, loss: f64, segment_size: usize, total: usize, limit: Durati
         }
         assert_eq!(Sim::lost(&sim.a), None, "{ctx}");
         assert_eq!(Sim::lost(&sim.b), None, "{ctx}");
+        if sim.b.sink.received.len() >= count / 2 {
+            max_pipe = max_pipe.max(sim.a().bytes_in_flight());
+        }
         if !sim.step() {
             break;
         }
@@ -111,6 +137,7 @@ fn stream(seed: u64, loss: f64, segment_size: usize, total: usize, limit: Durati
     Outcome {
         seconds: elapsed.as_secs_f64(),
         bytes: total,
+        max_pipe,
     }
 }
 
@@ -138,6 +165,51 @@ fn goodput_at_one_and_five_percent_loss() {
     goodput_floor(0.01, 8958, 16, 0.85);
     goodput_floor(0.05, 1408, 16, 0.8);
     goodput_floor(0.05, 8958, 16, 0.8);
+}
+
+/// A receiver slower than the sender queues what the sender's window
+/// lets it send: on the device, datagrams wait in the receiving socket's
+/// buffer (forced to megabytes). With the whole 8 MiB window in that
+/// queue, each retransmission waited behind it and the receiver held
+/// thousands of segments out of order, which both ends walked on every
+/// acknowledgement (1 % loss cost the device far more CPU per byte). While
+/// loss is being found the sender keeps at most `max_inflight` bytes in
+/// the pipe (retransmissions, not held by the cap, may add a few
+/// segments), whatever the window and the queue would take, and goodput
+/// holds. Without loss the whole window may be in flight: the deep queue
+/// is what carries a stream across a loaded host's scheduling gaps.
+#[test]
+fn under_loss_the_pipe_stays_within_its_cap_behind_a_deep_queue() {
+    for (loss, segment_size) in [(0.0, 8958), (0.01, 1408), (0.01, 8958), (0.05, 8958)] {
+        let o = stream_queued(
+            3,
+            loss,
+            segment_size,
+            16 * MIB,
+            Duration::from_secs(60),
+            64 << 20,
+        );
+        let slack = 16 * segment_size;
+        if loss == 0.0 {
+            assert!(
+                o.max_pipe > 2 * INFLIGHT,
+                "lossless: {} bytes in flight at most, the window is 8 MiB",
+                o.max_pipe
+            );
+        } else {
+            assert!(
+                o.max_pipe <= INFLIGHT + slack,
+                "loss {loss} segment {segment_size}: {} bytes in flight, cap {INFLIGHT}",
+                o.max_pipe
+            );
+        }
+        let goodput = o.bytes as f64 / o.seconds;
+        assert!(
+            goodput >= 0.8 * RATE as f64 * (1.0 - loss),
+            "loss {loss} segment {segment_size}: {:.0} MB/s",
+            goodput / 1e6
+        );
+    }
 }
 
 #[test]

@@ -44,6 +44,11 @@ pub const UDP_MAX_TRANSFER: u64 = 16 << 20;
 /// window would be six times smaller in bytes at MTU 1500 than at 9000,
 /// and 1.5 MB is less than two 1 MiB messages in flight.
 pub const DEFAULT_WINDOW_BYTES: usize = 8 << 20;
+/// Payload bytes a sender keeps in flight at most, by default: a quarter
+/// of the window, so that the queue before a slower receiver stays short
+/// and the window has room to send on while a hole is repaired
+/// (`openvia_proto::Config::max_inflight`).
+pub const DEFAULT_INFLIGHT_BYTES: usize = 2 << 20;
 
 /// Settings of the network device, from the environment (the `OPENVIA_*`
 /// variables of scope `udp` in [`crate::settings::SETTINGS`], docs/settings.md).
@@ -57,6 +62,9 @@ pub struct UdpSettings {
     pub lossless: bool,
     /// Receive window in segments; 0: [`DEFAULT_WINDOW_BYTES`] worth.
     pub window: u32,
+    /// Most payload bytes in flight (`openvia_proto::Config::max_inflight`;
+    /// 0: the receiver's window alone).
+    pub inflight: usize,
     pub gso: bool,
     pub gro: bool,
     /// Large sends on levels with retransmission are read from the
@@ -128,6 +136,8 @@ impl UdpSettings {
             flow_mode,
             lossless: env_num("OPENVIA_UDP_LOSSLESS") == Some(1),
             window: env_num("OPENVIA_UDP_WINDOW").map_or(0, |w| w.clamp(16, 1 << 24) as u32),
+            inflight: env_num("OPENVIA_UDP_INFLIGHT")
+                .map_or(DEFAULT_INFLIGHT_BYTES, |b| b as usize),
             gso: env_num("OPENVIA_UDP_GSO") != Some(0),
             gro: env_num("OPENVIA_UDP_GRO") != Some(0),
             in_place_sends: env_num("OPENVIA_UDP_COPY_SENDS") != Some(1),
@@ -252,6 +262,7 @@ impl UdpNic {
             segment_size,
             max_transfer_size: max_transfer,
             recv_window: self.window_segments(segment_size).max(need),
+            max_inflight: self.settings.inflight,
             rdma_write: attrs.rdma_write,
             rdma_read: attrs.rdma_read && reliability.is_reliable(),
             authenticated: self.settings.key.is_some(),
