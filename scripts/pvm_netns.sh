@@ -8,7 +8,9 @@
 # so gethostbyname() finds them (stock pvmd resolves every hostfile entry),
 # each tagged with the comment below; `down` removes exactly those lines.
 # scripts/netns-rsh is the PVM_RSH wrapper that runs a command "on" a host.
-# Names can be changed with PVM_NS_A / PVM_NS_B (both scripts read them).
+# Names can be changed with PVM_NS_A / PVM_NS_B (both scripts read them);
+# other names get their own veth names and /etc/hosts tag (derived from
+# the namespace names), so two such pairs can be up at once.
 #
 # Usage: scripts/pvm_netns.sh up [MTU] | down | status
 set -eu
@@ -17,6 +19,14 @@ B=${PVM_NS_B:-pvmB}
 ADDR_A=10.78.0.1
 ADDR_B=10.78.0.2
 TAG="# openvia-pvm-netns"
+VETH_A=pvm-veth0
+VETH_B=pvm-veth1
+if [ "$A" != pvmA ] || [ "$B" != pvmB ]; then
+    TAG="$TAG $A $B"
+    # Interface names are at most 15 bytes.
+    VETH_A=$(printf '%.12s' "$A")-v0
+    VETH_B=$(printf '%.12s' "$B")-v1
+fi
 HOSTS=${PVM_NETNS_HOSTS_FILE:-/etc/hosts}
 
 remove_host_lines() {
@@ -35,22 +45,22 @@ up)
     mtu=${2:-1500}
     ip netns del "$A" 2>/dev/null || true
     ip netns del "$B" 2>/dev/null || true
-    ip link del pvm-veth0 2>/dev/null || true
+    ip link del "$VETH_A" 2>/dev/null || true
     ip netns add "$A"
     ip netns add "$B"
-    ip link add pvm-veth0 type veth peer name pvm-veth1
-    ip link set pvm-veth0 netns "$A"
-    ip link set pvm-veth1 netns "$B"
-    ip -n "$A" addr add "$ADDR_A/24" dev pvm-veth0
-    ip -n "$B" addr add "$ADDR_B/24" dev pvm-veth1
+    ip link add "$VETH_A" type veth peer name "$VETH_B"
+    ip link set "$VETH_A" netns "$A"
+    ip link set "$VETH_B" netns "$B"
+    ip -n "$A" addr add "$ADDR_A/24" dev "$VETH_A"
+    ip -n "$B" addr add "$ADDR_B/24" dev "$VETH_B"
     for ns in "$A" "$B"; do
         ip -n "$ns" link set lo up
     done
-    ip -n "$A" link set pvm-veth0 mtu "$mtu" up
-    ip -n "$B" link set pvm-veth1 mtu "$mtu" up
+    ip -n "$A" link set "$VETH_A" mtu "$mtu" up
+    ip -n "$B" link set "$VETH_B" mtu "$mtu" up
     remove_host_lines
     printf '%s %s %s\n%s %s %s\n' "$ADDR_A" "$A" "$TAG" "$ADDR_B" "$B" "$TAG" >>"$HOSTS"
-    echo "hosts $A ($ADDR_A, pvm-veth0) and $B ($ADDR_B, pvm-veth1), MTU $mtu; /etc/hosts updated"
+    echo "hosts $A ($ADDR_A, $VETH_A) and $B ($ADDR_B, $VETH_B), MTU $mtu; /etc/hosts updated"
     ;;
 down)
     ip netns del "$A" 2>/dev/null || true

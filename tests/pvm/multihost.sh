@@ -19,8 +19,10 @@ done
 
 work=$(mktemp -d)
 id=$$
-A=ovpa$id
-B=ovpb$id
+# Namespace names are unique per run; PVM_TEST_NS_TAG puts a word of the
+# caller's in them (so a shared machine's users can tell whose they are).
+A=${PVM_TEST_NS_TAG:-ovp}a$id
+B=${PVM_TEST_NS_TAG:-ovp}b$id
 export HOME=$work/home LD_LIBRARY_PATH=$work/lib WORK=$work
 mkdir -p "$HOME/pvm3/bin/LINUX64" "$work/lib"
 ln -s "$(readlink -f "$bindir/libpvm3.so")" "$work/lib/libpvm3.so.3"

@@ -384,6 +384,7 @@ impl Daemon {
             match f {
                 None => closed = true,
                 Some(Frame::Msg(m)) => {
+                    crate::trace::mark("pvmd.from_task", m.body.len());
                     if let Some(src) = self.conns.get(&fd).and_then(|c| c.tid) {
                         self.route(Msg { src, ..m });
                     }
@@ -428,6 +429,7 @@ impl Daemon {
                     "message for t{dst:x}: no route to host {host}, dropped"
                 ));
             }
+            crate::trace::mark("pvmd.to_link", 0);
             return;
         }
         if !self.deliver(dst, Frame::Msg(m)) {
@@ -599,6 +601,7 @@ impl Daemon {
             }
         }
         let _ = std::fs::remove_file(&self.cfg.socket);
+        crate::trace::flush();
         self.logln("halted");
     }
 }

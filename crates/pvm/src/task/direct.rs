@@ -158,7 +158,15 @@ pub struct Direct {
     control: VecDeque<Queued>,
     /// Links that went down, joined at exit.
     retired: Vec<Link>,
+    /// The task drives its links itself while it waits (`wait_direct`);
+    /// the NIC's progress thread leaves them alone meanwhile.
+    polling: bool,
 }
+
+/// Longest sleep in `wait_direct` between looks at the link (its protocol
+/// timers wake it sooner), and the shortest (a timer already due).
+const DIRECT_SLEEP_MAX_NS: u64 = 100_000_000;
+const DIRECT_SLEEP_MIN_NS: u64 = 20_000;
 
 /// Our discriminator for the pair: tids and a nonce (a tid may come back
 /// in a later virtual machine).
@@ -545,5 +553,69 @@ impl Direct {
     /// Anything set up or asked: sends then look for setup answers.
     pub(super) fn active(&self) -> bool {
         !self.peers.is_empty() || !self.control.is_empty()
+    }
+
+    /// Waits for a message from `src` on its direct link, as stock PVM's
+    /// task waits in a TCP read: asleep in `ppoll` on the VI's socket
+    /// (and on `sock`, the pvmd's, which carries notifies and hangs up
+    /// when the pvmd dies) until a datagram, a protocol timer of the link,
+    /// or the pvmd; then this thread drives the VI, so the message is
+    /// taken in here (the link's receive handler runs on this thread) and
+    /// no other thread is woken for it. Meanwhile the NIC's progress
+    /// thread leaves the VIs to us ([`LinkNic::set_event_driven`]), so it
+    /// neither wakes per datagram nor holds a VI lock we want. False when
+    /// `src` has no open direct route to us: the caller waits the pool way.
+    pub(super) fn wait_direct(&mut self, src: i32, sock: std::os::fd::RawFd) -> bool {
+        let hint = match self.peers.get(&src) {
+            Some(Peer {
+                state: State::Up(link),
+                switched_in: true,
+                ..
+            }) => link.wait_hint().map(|h| (h, link)),
+            _ => None,
+        };
+        let Some(((fd, timer), link)) = hint else {
+            return false;
+        };
+        if !self.polling {
+            if let Some(ep) = &self.endpoint {
+                ep.nic.set_event_driven(false);
+            }
+            self.polling = true;
+        }
+        let now = crate::trace::now_ns();
+        let wait = timer
+            .map_or(DIRECT_SLEEP_MAX_NS, |t| t.saturating_sub(now))
+            .clamp(DIRECT_SLEEP_MIN_NS, DIRECT_SLEEP_MAX_NS);
+        let mut fds = [
+            libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: sock,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        let ts = libc::timespec {
+            tv_sec: (wait / 1_000_000_000) as libc::time_t,
+            tv_nsec: (wait % 1_000_000_000) as libc::c_long,
+        };
+        // SAFETY: two valid pollfds, a live timespec, no signal mask.
+        unsafe { libc::ppoll(fds.as_mut_ptr(), 2, &ts, std::ptr::null()) };
+        link.poll();
+        true
+    }
+
+    /// Before the task sleeps anywhere else: the progress thread watches
+    /// the links again.
+    pub(super) fn stop_polling(&mut self) {
+        if std::mem::take(&mut self.polling) {
+            if let Some(ep) = &self.endpoint {
+                ep.nic.set_event_driven(true);
+            }
+        }
     }
 }
