@@ -33,15 +33,7 @@ fn trace() -> Option<&'static Trace> {
 }
 
 /// CLOCK_MONOTONIC in nanoseconds (the clock of the VIs' protocol timers).
-pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec into a live local.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+pub use openvia_core::sys::now_ns;
 
 /// Marks that the path reached `point` with a message of `bytes` bytes
 /// (0 where the size is not known there).
