@@ -266,6 +266,10 @@ impl LinkNic {
         // thread runs as soon as a datagram arrives.
         nic.set_spin_ns(0);
         nic.set_event_driven(true);
+        // A failed VI is reported as the link going down (`LinkEvent`);
+        // the core's default report would print it on stderr, which is
+        // the program's (a direct route lives in user tasks).
+        nic.set_error_handler(Some(Arc::new(|_: &openvia_core::nic::AsyncError| {})))?;
         let ptag = nic.create_ptag()?;
         Ok(LinkNic {
             nic,
@@ -522,6 +526,17 @@ impl Link {
     /// sleeps in `poll` and then calls [`Link::poll`].
     pub fn wait_hint(&self) -> Option<(RawFd, Option<u64>)> {
         self.vi.wait_hint()
+    }
+
+    /// Whether the link went down (its VI failed or was closed).
+    pub fn failed(&self) -> bool {
+        self.recv.lock().down || self.vi.state() != openvia_core::vi::ViState::Connected
+    }
+
+    /// Drops the VI at once, without letting what is queued go out (a
+    /// failing network, for the tests); both ends then see the link down.
+    pub fn abort(&self) {
+        let _ = self.vi.disconnect();
     }
 
     /// Queues a frame of our own.
@@ -904,8 +919,8 @@ impl RecvSide {
         match std::mem::replace(&mut st.assembly, Assembly::Idle) {
             Assembly::Pool(run) => {
                 let inb = inbound.ok_or("pool assembly without inbound")?;
-                inb.finish(run);
                 crate::trace::mark("link.delivered", 0);
+                inb.finish(run);
             }
             Assembly::Bytes(bytes) => {
                 let (src, dst, frame) = parse(&bytes).ok_or("malformed frame from peer daemon")?;
