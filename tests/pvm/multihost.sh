@@ -10,6 +10,7 @@
 # Needs root (namespaces). Usage: multihost.sh [DIR with libpvm3.so, pvmd, pvm]
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
 bindir=${1:-${CARGO_TARGET_DIR:-$here/../../target}/debug}
 bindir=$(cd "$bindir" && pwd)
 [ "$(id -u)" = 0 ] || { echo "multihost.sh needs root (network namespaces)"; exit 1; }
@@ -50,17 +51,7 @@ ip -n "$B" link set "ovb$id" mtu 9000 up
 # The remote shell: `rsh HOST [-l user] COMMAND...` runs COMMAND in the
 # namespace named HOST, with a PVM_TMP of that host's own (the namespaces
 # share one file system, real hosts would not).
-cat >"$work/rsh" <<'EOF'
-#!/bin/sh
-host=$1; shift
-while [ "${1:-}" = -l ] || [ "${1:-}" = -n ]; do
-	[ "$1" = -l ] && shift
-	shift
-done
-mkdir -p "$WORK/tmp-$host"
-exec ip netns exec "$host" env PVM_TMP="$WORK/tmp-$host" "$@"
-EOF
-chmod +x "$work/rsh"
+netns_rsh "$work/rsh"
 export PVM_RSH=$work/rsh
 mkdir -p "$work/tmp-$A"
 
@@ -73,11 +64,6 @@ printf '# the second host, reached through PVM_RSH\n%s\n' "$B" >"$work/hostfile"
 inA() { ip netns exec "$A" env PVM_TMP="$work/tmp-$A" "$@"; }
 
 fail=0
-check() { # name, output file, extended regex that must match
-	if grep -Eq "$3" "$2"; then echo "ok   $1"; else
-		echo "FAIL $1 (wanted /$3/):"; sed 's/^/    /' "$2"; fail=1
-	fi
-}
 # The master pvmd; it starts the slave before serving tasks.
 inA timeout 30 "$bindir/pvmd" "$work/hostfile"
 cd "$work"

@@ -31,12 +31,17 @@ pub mod op {
     /// [index or -1, keep-all-owned (0: orphans only, 1: all), kept tid*].
     pub const RESETINFO: u32 = 18;
     /// Between pvmds only: the master's host table (ints [num, speed]*,
-    /// strs [name, arch]*).
+    /// strs [name, arch, network address in hex]*).
     pub const D_HOSTS: u32 = 100;
     /// Between pvmds only: the whole sibling list of a spawn across hosts.
     pub const D_SIBLINGS: u32 = 101;
     /// Between pvmds only: the master halts a slave.
     pub const D_HALT: u32 = 102;
+    /// Between slaves, through the master: a mesh link is up, and this
+    /// marks the end of what went the relayed way (`daemon/mesh.rs`).
+    pub const D_MESH_MARK: u32 = 103;
+    /// The answer: everything relayed before the mark has arrived.
+    pub const D_MESH_ACK: u32 = 104;
 }
 
 /// First byte of a message frame (the link reads it to place bodies).

@@ -272,17 +272,20 @@ impl Task {
             let p = self.direct.peers.entry(q.src).or_insert_with(Peer::new);
             p.received += 1;
             p.received_on_link += 1;
-            if Some(p.received_on_link) == *BREAK_AFTER {
-                if let State::Up(link) = &p.state {
-                    link.abort();
-                }
+            let broken = Some(p.received_on_link) == *BREAK_AFTER;
+            if let (true, State::Up(link)) = (broken, &p.state) {
+                link.abort();
             }
+            let src = q.src;
             match p.switched_in {
                 false => p.held.push(q),
                 true => {
                     self.queue.push_back(q);
                     got = true;
                 }
+            }
+            if broken {
+                self.peer_failed(src, true);
             }
         }
         Ok(got)
