@@ -53,6 +53,7 @@ test-pvm: build
 	tests/pvm/pvmd_death.sh $(CURDIR)/target/release
 	tests/pvm/console_compare.sh $(CURDIR)/target/release
 	tests/pvm/multihost.sh $(CURDIR)/target/release
+	tests/pvm/mesh.sh $(CURDIR)/target/release
 
 clean:
 	$(CARGO) clean
