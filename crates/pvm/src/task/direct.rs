@@ -175,8 +175,10 @@ pub struct Direct {
 }
 
 /// Longest sleep in `wait_direct` between looks at the link (its protocol
-/// timers wake it sooner), and the shortest (a timer already due).
-const DIRECT_SLEEP_MAX_NS: u64 = 100_000_000;
+/// timers wake it sooner; this bounds how late a message from the peer
+/// that came the routed way, into the pool, after its VI failed is seen),
+/// and the shortest (a timer already due).
+const DIRECT_SLEEP_MAX_NS: u64 = 20_000_000;
 const DIRECT_SLEEP_MIN_NS: u64 = 20_000;
 
 /// Fault injection for the tests (`OPENVIA_PVM_DIRECT_BREAK_AFTER=N`):
