@@ -94,6 +94,7 @@ test-pvm: test-deps build
 	tests/pvm/pvmd_death.sh $(CURDIR)/target/release
 	tests/pvm/console_compare.sh $(CURDIR)/target/release
 	tests/pvm/multihost.sh $(CURDIR)/target/release
+	tests/pvm/mesh.sh $(CURDIR)/target/release
 
 clean:
 	$(CARGO) clean

@@ -10,8 +10,10 @@
 # scripts/netns-rsh is the PVM_RSH wrapper that runs a command "on" a host.
 # Names can be changed with PVM_NS_A / PVM_NS_B (both scripts read them),
 # the veth's with PVM_VETH (PVM_VETH0/1), the subnet with PVM_NETNS_NET
-# (first three octets), so that two pairs can exist at once; `down` then
-# removes only its own pair's /etc/hosts lines.
+# (first three octets), so that two pairs can exist at once. Other
+# namespace names also get their own /etc/hosts tag and, unless PVM_VETH
+# is given, veth names derived from them; `down` then removes only its own
+# pair's lines.
 #
 # Usage: scripts/pvm_netns.sh up [MTU] | down | status
 set -eu
@@ -20,8 +22,14 @@ B=${PVM_NS_B:-pvmB}
 NET=${PVM_NETNS_NET:-10.78.0}
 ADDR_A=$NET.1
 ADDR_B=$NET.2
-V=${PVM_VETH:-pvm-veth}
 TAG="# openvia-pvm-netns"
+V=pvm-veth
+if [ "$A" != pvmA ] || [ "$B" != pvmB ]; then
+    TAG="$TAG $A $B"
+    # Interface names are at most 15 bytes.
+    V=$(printf '%.12s' "$A")-v
+fi
+V=${PVM_VETH:-$V}
 HOSTS=${PVM_NETNS_HOSTS_FILE:-/etc/hosts}
 
 remove_host_lines() {

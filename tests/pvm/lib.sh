@@ -10,3 +10,29 @@ pvm_bindir() {
 	done
 	echo "$d"
 }
+
+# netns_rsh FILE: writes the remote shell of the namespace tests to FILE:
+# `FILE HOST [-l user] COMMAND...` runs COMMAND in the namespace named
+# HOST, with a PVM_TMP of that host's own under $WORK (the namespaces
+# share one file system, real hosts would not).
+netns_rsh() {
+	cat >"$1" <<'RSH'
+#!/bin/sh
+host=$1; shift
+while [ "${1:-}" = -l ] || [ "${1:-}" = -n ]; do
+	[ "$1" = -l ] && shift
+	shift
+done
+mkdir -p "$WORK/tmp-$host"
+exec ip netns exec "$host" env PVM_TMP="$WORK/tmp-$host" "$@"
+RSH
+	chmod +x "$1"
+}
+
+# check NAME FILE REGEX: "ok NAME" if FILE has a line matching the
+# extended REGEX, else "FAIL NAME" with FILE shown, and fail=1.
+check() {
+	if grep -Eq "$3" "$2"; then echo "ok   $1"; else
+		echo "FAIL $1 (wanted /$3/):"; sed 's/^/    /' "$2"; fail=1
+	fi
+}

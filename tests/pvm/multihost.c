@@ -2,9 +2,12 @@
  *
  *   pvm_multihost HOST     master, run on the first host; HOST names the
  *                          other one (already in the virtual machine)
- *   pvm_multihost echo [direct]
+ *   pvm_multihost echo [direct|break]
  *                          echo slave: returns every message it gets (with
- *                          `direct`, having set PvmRouteDirect itself)
+ *                          `direct`, having set PvmRouteDirect itself; with
+ *                          `break`, also dropping its direct VI abruptly
+ *                          after 20 messages came over it, as a failing
+ *                          network would: OPENVIA_PVM_DIRECT_BREAK_AFTER)
  *   pvm_multihost sib      reports its sibling count and host to its parent
  *
  * Checks, printing "ok <what>" or "FAIL <what>" and exiting non-zero on
@@ -19,7 +22,10 @@
  *    direct, comes back complete and in order while the route changes
  *    under it; then, with a slave that set PvmRouteDirect too, 16 B ...
  *    4 MB round trips, intact; a send to that peer after it was killed
- *    returns, never hangs;
+ *    returns, never hangs; a direct VI that fails under two live tasks
+ *    makes the next send return PvmSysErr at once (messages may have been
+ *    lost with it; every message whose send succeeded comes back), and
+ *    the route is opened again on a new VI;
  *  - four tasks spawned with default placement land on both hosts, and
  *    every one of them sees the same four siblings;
  *  - pvm_tasks(0) lists tasks of both hosts;
@@ -53,9 +59,11 @@ static unsigned char pattern(int seed, int i)
 	return (unsigned char)(((unsigned)seed * 2654435761u + (unsigned)i * 40503u) >> 5);
 }
 
-static int echo(int direct)
+static int echo(int direct, int brk)
 {
 	int parent = pvm_parent(), bufid, len, tag, src;
+	if (brk)
+		setenv("OPENVIA_PVM_DIRECT_BREAK_AFTER", "20", 1);
 	if (direct)
 		pvm_setopt(PvmRoute, PvmRouteDirect);
 	for (;;) {
@@ -68,7 +76,9 @@ static int echo(int direct)
 		/* Send the very buffer back, freeing the one sent before (setsbuf
 		 * does not, and its pool pages would pile up). */
 		pvm_freebuf(pvm_setsbuf(pvm_setrbuf(0)));
-		if (pvm_send(parent, TAG_ECHO) < 0)
+		/* After its VI broke, a send reports it once (and is not
+		 * sent): the next goes through. */
+		if (pvm_send(parent, TAG_ECHO) < 0 && (!brk || pvm_send(parent, TAG_ECHO) < 0))
 			return 1;
 	}
 	pvm_exit();
@@ -172,6 +182,54 @@ static int ordered_stream(int peer, int routed, int direct, int window)
 	return 1;
 }
 
+/* The echo slave drops its direct VI after 20 messages came over it. Sends
+ * one message at a time and waits for its echo: a send that fails must say
+ * PvmSysErr (the VI failed under a live peer); a message whose echo never
+ * comes (lost with the VI) must be followed by such a failed send; and 60
+ * round trips after the failure must work (over a new VI, which the stats
+ * line at exit shows). */
+static int broken_vi(const char *host, char **argv)
+{
+	int peer = -1, seq, errs = 0, lost = 0, unreported = 0, after = 0, bad_code = 0;
+	if (pvm_spawn("pvm_multihost", argv, PvmTaskHost, (char *)host, 1, &peer) != 1 || peer <= 0)
+		return 0;
+	pvm_setopt(PvmRoute, PvmRouteDirect);
+	for (seq = 0; seq < 400 && after < 60; seq++) {
+		int b, got = -1;
+		pvm_initsend(PvmDataRaw);
+		pvm_pkint(&seq, 1, 1);
+		b = pvm_send(peer, 1);
+		if (b < 0) {
+			errs++;
+			bad_code |= b != PvmSysErr;
+			unreported = 0;
+			continue;
+		}
+		/* A loss the send after it did not report. */
+		if (unreported)
+			break;
+		/* Echoes come in order; one older than seq is a late one. */
+		while (got < seq) {
+			b = pvm_trecv(peer, TAG_ECHO, &(struct timeval){ 5, 0 });
+			if (b <= 0)
+				break;
+			pvm_upkint(&got, 1, 1);
+		}
+		if (got != seq) {
+			lost++;
+			unreported = 1;
+		} else if (errs > 0) {
+			after++;
+		}
+	}
+	printf("broken VI: %d sends failed, %d echoes missing (%s), %d round trips after\n", errs,
+	       lost, unreported ? "one not reported" : "each reported", after);
+	pvm_initsend(PvmDataRaw);
+	pvm_send(peer, TAG_STOP);
+	pvm_setopt(PvmRoute, PvmAllowDirect);
+	return errs >= 1 && !bad_code && !unreported && after == 60;
+}
+
 int main(int argc, char **argv)
 {
 	int nhost, narch, me, echo_tid, direct_tid, tids[4], i, n, ok;
@@ -179,12 +237,13 @@ int main(int argc, char **argv)
 	struct pvmhostinfo *hosts;
 	struct pvmtaskinfo *tasks;
 	char *host, *sib_argv[] = { "sib", NULL }, *echo_argv[] = { "echo", NULL };
-	char *direct_argv[] = { "echo", "direct", NULL };
+	char *direct_argv[] = { "echo", "direct", NULL }, *break_argv[] = { "echo", "break", NULL };
 	int remote_host_part = -1, hosts_seen[2] = { 0, 0 };
 	char what[128];
 
 	if (argc > 1 && strcmp(argv[1], "echo") == 0)
-		return echo(argc > 2 && strcmp(argv[2], "direct") == 0);
+		return echo(argc > 2 && strcmp(argv[2], "direct") == 0,
+			    argc > 2 && strcmp(argv[2], "break") == 0);
 	if (argc > 1 && strcmp(argv[1], "sib") == 0)
 		return sib();
 	if (argc < 2) {
@@ -243,6 +302,7 @@ int main(int argc, char **argv)
 		b = pvm_send(direct_tid, 1);
 		check(b == 0 || b == PvmNoTask, "send to the killed direct peer returns");
 	}
+	check(broken_vi(host, break_argv), "a failed direct VI: PvmSysErr at once, then a new VI");
 	pvm_setopt(PvmRoute, PvmAllowDirect);
 
 	/* Default placement spreads tasks over both hosts; siblings agree. */

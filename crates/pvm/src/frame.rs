@@ -33,12 +33,17 @@ pub mod op {
     /// pvm_reg_rm: the asking task becomes the resource manager.
     pub const REG_RM: u32 = 19;
     /// Between pvmds only: the master's host table (ints [num, speed]*,
-    /// strs [name, arch]*).
+    /// strs [name, arch, network address in hex]*).
     pub const D_HOSTS: u32 = 100;
     /// Between pvmds only: the whole sibling list of a spawn across hosts.
     pub const D_SIBLINGS: u32 = 101;
     /// Between pvmds only: the master halts a slave.
     pub const D_HALT: u32 = 102;
+    /// Between slaves, through the master: a mesh link is up, and this
+    /// marks the end of what went the relayed way (`daemon/mesh.rs`).
+    pub const D_MESH_MARK: u32 = 103;
+    /// The answer: everything relayed before the mark has arrived.
+    pub const D_MESH_ACK: u32 = 104;
 }
 
 /// First byte of a message frame (the link reads it to place bodies).

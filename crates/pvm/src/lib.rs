@@ -15,5 +15,6 @@ pub mod pool;
 pub mod private;
 pub mod task;
 pub mod tid;
+pub mod trace;
 
 pub use error::{PvmError, PvmResult};

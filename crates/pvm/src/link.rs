@@ -6,18 +6,22 @@
 //! (`OPENVIA_PVM_WINDOW`, default 16, of `OPENVIA_PVM_FRAG` bytes, default
 //! 256 KiB). Each end keeps twice that many receives posted; when they run
 //! out, RUM's receiver-driven flow control holds the sender, so nothing is
-//! dropped. Two threads per link keep the daemon's poll loop from ever
-//! blocking on the network: a sender that copies fragments into registered
-//! buffers and posts them as the window allows, and a receiver that waits on
-//! completions, reassembles frames and hands them to the loop through a
-//! channel and an eventfd.
+//! dropped. Sending: a one-fragment item is posted by the calling thread
+//! when the window has room; the rest goes to a sender thread that copies
+//! fragments into registered buffers and posts them as the window allows,
+//! so the daemon's poll loop never blocks on the network. Receiving has no
+//! thread of its own: a receive notify handler ([`RecvSide`]) reassembles
+//! each fragment on whichever thread drove the VI (the NIC's progress
+//! thread, woken by the datagram; or the owner itself, see
+//! [`Link::poll`]) and hands frames to the loop through a channel and an
+//! eventfd, or writes messages straight into the pool.
 //!
 //! Tasks use the same links for PvmRouteDirect between hosts
 //! (`task/direct.rs`): there the envelope carries tids, a message body is
-//! handed to the sender thread as a pool [`Body`] (copied once, from its
-//! pool pages into the registered fragments), and the receiver writes
-//! bodies into the task's own pool pages. What a link wakes is a
-//! [`WakeUp`]: the daemon's eventfd, or the task's pool doorbell.
+//! handed over as a pool [`Body`] (copied once, from its pool pages into
+//! the registered fragments), and the receiver writes bodies into the
+//! task's own pool pages. What a link wakes is a [`WakeUp`]: the daemon's
+//! eventfd, or the task's pool doorbell.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -257,14 +261,28 @@ impl LinkNic {
     pub fn open() -> Result<LinkNic, ViaError> {
         let dev = std::env::var("OPENVIA_PVM_DEVICE").unwrap_or_else(|_| "/dev/via_udp".into());
         let nic = Nic::open(Some(&dev))?;
-        // Daemon threads must not busy-poll: tasks need the CPUs.
+        // Daemon threads must not busy-poll: tasks need the CPUs. Receives
+        // come through notify handlers (`RecvSide`), which the progress
+        // thread runs as soon as a datagram arrives.
         nic.set_spin_ns(0);
+        nic.set_event_driven(true);
+        // A failed VI is reported as the link going down (`LinkEvent`);
+        // the core's default report would print it on stderr, which is
+        // the program's (a direct route lives in user tasks).
+        nic.set_error_handler(Some(Arc::new(|_: &openvia_core::nic::AsyncError| {})))?;
         let ptag = nic.create_ptag()?;
         Ok(LinkNic {
             nic,
             ptag,
             cfg: LinkConfig::from_env(),
         })
+    }
+
+    /// Whether the progress thread must watch the VIs (the owner sleeps
+    /// elsewhere) or may leave them to an owner that drives them itself
+    /// while it waits (`Link::poll`, `Link::wait_hint`).
+    pub fn set_event_driven(&self, on: bool) {
+        self.nic.set_event_driven(on);
     }
 
     /// This NIC's host address.
@@ -419,25 +437,31 @@ impl PreparedLink {
                 })
                 .map_err(|_| ViaError::Resource("thread"))?
         };
-        let receiver = {
-            let vi = vi.clone();
-            std::thread::Builder::new()
-                .name(format!("pvm-recv-{via:x}"))
-                .spawn(move || {
-                    let _keep = nic;
-                    let why =
-                        recv_loop(&vi, &recv_slots, via, &events, &*waker, inbound.as_deref());
-                    let _ = events.send(LinkEvent::Down { via, why });
-                    waker.wake();
-                })
-                .map_err(|_| ViaError::Resource("thread"))?
-        };
+        let recv = Arc::new(RecvSide {
+            vi: Arc::downgrade(&vi),
+            _nic: nic,
+            slots: recv_slots,
+            via,
+            waker,
+            inbound,
+            state: Mutex::new(RecvState {
+                pending: Default::default(),
+                running: false,
+                down: false,
+                assembly: Assembly::Idle,
+                events,
+            }),
+        });
+        // What arrived before the handler was armed fires it at once.
+        recv.arm(true)
+            .map_err(|_| ViaError::InvalidState("receive notify"))?;
         Ok(Link {
             tx,
             side,
+            recv,
             vi,
             me,
-            threads: vec![sender, receiver],
+            sender: Some(sender),
         })
     }
 }
@@ -446,9 +470,10 @@ impl PreparedLink {
 pub struct Link {
     tx: Sender<Outgoing>,
     side: Arc<SendSide>,
+    recv: Arc<RecvSide>,
     vi: Arc<Vi>,
     me: u32,
-    threads: Vec<JoinHandle<()>>,
+    sender: Option<JoinHandle<()>>,
 }
 
 impl Link {
@@ -470,19 +495,48 @@ impl Link {
         if st.queued == 0 && !matches!(out, Outgoing::Close) {
             let parts = out.parts();
             let total = parts[0].len() + parts[1].len();
+            // Completions are reaped only when no slot is free: a look
+            // costs a system call on the network device.
             if total <= self.side.slots.frag
-                && self.side.reap(&mut st).is_ok()
+                && (!st.free.is_empty() || self.side.reap(&mut st).is_ok())
                 && !st.free.is_empty()
             {
-                return self
-                    .side
-                    .post_fragment(&mut st, parts, 0, total, true)
-                    .is_ok();
+                let posted = self.side.post_fragment(&mut st, parts, 0, total, true);
+                crate::trace::mark("link.posted", total);
+                return posted.is_ok();
             }
         }
         st.queued += 1;
         drop(st);
+        crate::trace::mark("link.queued", 0);
         self.tx.send(out).is_ok()
+    }
+
+    /// Drives the VI once from the calling thread, without waiting: what
+    /// has arrived is taken in here (the receive handler runs on this
+    /// thread), so a task that polls while it waits for a message is not
+    /// woken by another thread. False if the link failed.
+    pub fn poll(&self) -> bool {
+        let mut st = self.side.lock();
+        self.side.reap(&mut st).is_ok()
+    }
+
+    /// The VI's descriptor (readable when the peer sent something) and
+    /// its next protocol timer (CLOCK_MONOTONIC ns), for an owner that
+    /// sleeps in `poll` and then calls [`Link::poll`].
+    pub fn wait_hint(&self) -> Option<(RawFd, Option<u64>)> {
+        self.vi.wait_hint()
+    }
+
+    /// Whether the link went down (its VI failed or was closed).
+    pub fn failed(&self) -> bool {
+        self.recv.lock().down || self.vi.state() != openvia_core::vi::ViState::Connected
+    }
+
+    /// Drops the VI at once, without letting what is queued go out (a
+    /// failing network, for the tests); both ends then see the link down.
+    pub fn abort(&self) {
+        let _ = self.vi.disconnect();
     }
 
     /// Queues a frame of our own.
@@ -514,22 +568,27 @@ impl Link {
         }
     }
 
-    /// Closes after the queue as above and waits until both threads are
-    /// gone: a task does this before leaving, so no thread still writes
-    /// into pool pages its slot is about to give up.
+    /// Closes after the queue as above and waits until the sender thread
+    /// is gone and no receive handler runs: a task does this before
+    /// leaving, so nothing still writes into pool pages its slot is about
+    /// to give up.
     pub fn close_and_join(mut self) {
         self.close_after_queue();
-        let threads = std::mem::take(&mut self.threads);
-        let mut threads = threads.into_iter();
-        if let Some(sender) = threads.next() {
+        if let Some(sender) = self.sender.take() {
             let _ = sender.join();
         }
-        // The sender disconnected (or failed); either way the receiver's
-        // VI is no longer connected, so its wait ends.
+        // The sender disconnected (or failed); either way the VI is no
+        // longer connected.
         let _ = self.vi.disconnect();
-        for t in threads {
-            let _ = t.join();
-        }
+        self.recv.quiesce();
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        // A link dropped without close_and_join (its peer failed): the
+        // handler's pending work is of no use to anyone any more.
+        self.recv.quiesce();
     }
 }
 
@@ -681,112 +740,203 @@ fn message_header(first: &[u8], me: u32) -> Option<(i32, i32, i32, i32, i32, usi
     Some((int(13), int(17), int(21), int(25), int(29), body_len))
 }
 
-/// Reassembles fragments into frames until the VI fails; returns why. A
-/// message half written into the pool is given up then.
-fn recv_loop(
-    vi: &Vi,
-    slots: &Slots,
+/// The receiving half of a link. No thread of its own: a receive notify
+/// handler reassembles each fragment on whichever thread drove the VI
+/// when it completed (the NIC's progress thread, woken by the datagram,
+/// or a thread posting on the same VI), so a message costs no thread
+/// hand-off between the device and the pool: the receiver is woken once,
+/// when its message is whole (seed 003).
+struct RecvSide {
+    /// Weak: the handler lives in the VI, and must not keep it alive.
+    vi: std::sync::Weak<Vi>,
+    /// Keeps the NIC (and the registration of `slots`) alive.
+    _nic: Nic,
+    slots: Slots,
     via: u32,
-    events: &Sender<LinkEvent>,
-    waker: &dyn WakeUp,
-    inbound: Option<&Inbound>,
-) -> String {
-    let mut state = Assembly::Idle;
-    let why = recv_frames(vi, slots, via, (events, waker), inbound, &mut state);
-    if let (Assembly::Pool(run), Some(inb)) = (state, inbound) {
-        inb.abandon(run);
-    }
-    why
+    waker: Arc<dyn WakeUp>,
+    inbound: Option<Arc<Inbound>>,
+    state: Mutex<RecvState>,
 }
 
-fn recv_frames(
-    vi: &Vi,
-    slots: &Slots,
-    via: u32,
-    (events, waker): (&Sender<LinkEvent>, &dyn WakeUp),
-    inbound: Option<&Inbound>,
-    state: &mut Assembly,
-) -> String {
-    loop {
-        let d = match vi.recv_wait(None) {
-            Ok(d) => d,
-            Err(e) => return e.to_string(),
+// SAFETY: `slots` is plain registered heap memory (see `Slots`); its
+// receive buffers are touched only under `state`'s lock, by one handler
+// run at a time.
+unsafe impl Send for RecvSide {}
+unsafe impl Sync for RecvSide {}
+
+struct RecvState {
+    /// Completions handed to us while a handler run was going on.
+    pending: std::collections::VecDeque<DescPtr>,
+    /// A handler run is draining `pending` (runs do not nest).
+    running: bool,
+    /// Failed or closed: nothing more is taken.
+    down: bool,
+    assembly: Assembly,
+    events: Sender<LinkEvent>,
+}
+
+impl RecvSide {
+    fn lock(&self) -> std::sync::MutexGuard<'_, RecvState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Asks the VI for the next completed receive (`first`: the handler
+    /// is new, so the progress thread must learn of it).
+    fn arm(self: &Arc<Self>, first: bool) -> Result<(), String> {
+        let Some(vi) = self.vi.upgrade() else {
+            return Err("link closed".into());
         };
-        let (len, imm) = match status_ok(d) {
-            Ok(v) => v,
-            Err(e) => return e,
-        };
+        let me = self.clone();
+        let f: openvia_core::vi::DescNotify = Box::new(move |d| me.on_recv(d));
+        match first {
+            true => vi.recv_notify(f),
+            false => vi.rearm_recv_notify(f),
+        }
+        .map_err(|e| e.to_string())
+    }
+
+    /// The notify handler: queues the completion, and unless a run is
+    /// already going on (re-arming below can fire at once), takes every
+    /// queued one in order.
+    fn on_recv(self: Arc<Self>, d: DescPtr) {
+        {
+            let mut st = self.lock();
+            if st.down {
+                return;
+            }
+            st.pending.push_back(d);
+            if st.running {
+                return;
+            }
+            st.running = true;
+        }
+        loop {
+            let mut st = self.lock();
+            let next = match (st.down, st.pending.pop_front()) {
+                (false, Some(d)) => d,
+                _ => {
+                    st.running = false;
+                    return;
+                }
+            };
+            let r = self.take(&mut st, next);
+            if let Err(why) = r.and_then(|()| {
+                drop(st);
+                self.arm(false)
+            }) {
+                self.fail(why);
+                return;
+            }
+        }
+    }
+
+    /// Goes down once: gives up a message half written into the pool
+    /// (never delivered) and tells the owner.
+    fn fail(&self, why: String) {
+        let mut st = self.lock();
+        st.running = false;
+        if std::mem::replace(&mut st.down, true) {
+            return;
+        }
+        self.abandon(&mut st);
+        let _ = st.events.send(LinkEvent::Down { via: self.via, why });
+        drop(st);
+        self.waker.wake();
+    }
+
+    fn abandon(&self, st: &mut RecvState) {
+        if let (Assembly::Pool(run), Some(inb)) = (
+            std::mem::replace(&mut st.assembly, Assembly::Idle),
+            self.inbound.as_deref(),
+        ) {
+            inb.abandon(run);
+        }
+    }
+
+    /// Closed by its owner: no handler run goes on past this (one going
+    /// on has finished its fragment: it holds the lock while it works).
+    fn quiesce(&self) {
+        let mut st = self.lock();
+        st.down = true;
+        self.abandon(&mut st);
+    }
+
+    /// One completed receive: its bytes go into the frame or message being
+    /// assembled, its slot is posted again, and a last fragment hands the
+    /// whole over (one wake-up of its receiver).
+    fn take(&self, st: &mut RecvState, d: DescPtr) -> Result<(), String> {
+        let (len, imm) = status_ok(d)?;
+        crate::trace::mark("link.fragment", len as usize);
+        let slots = &self.slots;
         let i = slots.index_of(d);
         let len = (len as usize).min(slots.frag);
         // SAFETY: the completed receive wrote `len` bytes into slot i,
         // which is not posted again until we are done with them.
         let data = unsafe { std::slice::from_raw_parts(slots.data(i), len) };
-        if matches!(state, Assembly::Idle) {
+        let inbound = self.inbound.as_deref();
+        if matches!(st.assembly, Assembly::Idle) {
             // The frame's length is known from its first fragment: one
             // allocation instead of a doubling per fragment.
             let announced = data
                 .get(8..12)
                 .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize);
             let cap = (ENVELOPE + 4 + announced).min(16 << 20);
-            *state = Assembly::Bytes(Vec::with_capacity(cap));
+            st.assembly = Assembly::Bytes(Vec::with_capacity(cap));
             if let (Some(inb), Some(me)) = (inbound, data.get(4..8)) {
                 let me = u32::from_le_bytes([me[0], me[1], me[2], me[3]]);
                 if let Some((src, dst, tag, ctx, enc, n)) = message_header(data, me) {
                     if let Some(mut run) = inb.begin(src, dst, tag, ctx, enc, n) {
                         if !inb.write(&mut run, &data[MSG_HEADER..]) {
                             inb.abandon(run);
-                            return "message longer than announced".into();
+                            return Err("message longer than announced".into());
                         }
-                        *state = Assembly::Pool(run);
+                        st.assembly = Assembly::Pool(run);
                     }
                 }
             }
-            if let Assembly::Bytes(b) = state {
+            if let Assembly::Bytes(b) = &mut st.assembly {
                 b.extend_from_slice(data);
             }
         } else {
-            match state {
+            match &mut st.assembly {
                 Assembly::Bytes(b) => b.extend_from_slice(data),
                 Assembly::Pool(run) => {
-                    let inb = inbound.expect("pool assembly implies inbound");
+                    let inb = inbound.ok_or("pool assembly without inbound")?;
                     if !inb.write(run, data) {
-                        return "message longer than announced".into();
+                        return Err("message longer than announced".into());
                     }
                 }
                 Assembly::Idle => unreachable!("handled above"),
             }
         }
         slots.prepare(i, slots.frag, None);
-        if let Err(e) = vi.post_recv(slots.desc(i), slots.descs.handle) {
-            return e.to_string();
-        }
+        let vi = self.vi.upgrade().ok_or("link closed")?;
+        vi.post_recv(slots.desc(i), slots.descs.handle)
+            .map_err(|e| e.to_string())?;
         if imm & LAST_FRAGMENT == 0 {
-            continue;
+            return Ok(());
         }
-        match std::mem::replace(state, Assembly::Idle) {
+        match std::mem::replace(&mut st.assembly, Assembly::Idle) {
             Assembly::Pool(run) => {
-                let inb = inbound.expect("pool assembly implies inbound");
+                let inb = inbound.ok_or("pool assembly without inbound")?;
+                crate::trace::mark("link.delivered", 0);
                 inb.finish(run);
             }
-            Assembly::Bytes(bytes) => match parse(&bytes) {
-                Some((src, dst, frame)) => {
-                    if events
-                        .send(LinkEvent::Frame {
-                            via,
-                            src,
-                            dst,
-                            frame,
-                        })
-                        .is_err()
-                    {
-                        return "daemon gone".into();
-                    }
-                    waker.wake();
-                }
-                None => return "malformed frame from peer daemon".into(),
-            },
+            Assembly::Bytes(bytes) => {
+                let (src, dst, frame) = parse(&bytes).ok_or("malformed frame from peer daemon")?;
+                let ev = LinkEvent::Frame {
+                    via: self.via,
+                    src,
+                    dst,
+                    frame,
+                };
+                st.events.send(ev).map_err(|_| "daemon gone")?;
+                self.waker.wake();
+                crate::trace::mark("link.to_loop", 0);
+            }
             Assembly::Idle => {}
         }
+        Ok(())
     }
 }
 

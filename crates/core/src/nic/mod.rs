@@ -150,6 +150,9 @@ pub struct NicShared {
     epoll: Arc<Epoll>,
     watched: Mutex<Watched>,
     activity: AtomicU64,
+    /// The program never polls: the progress thread always watches (see
+    /// [`Nic::set_event_driven`]).
+    event_driven: AtomicBool,
     closed: AtomicBool,
     error_handler: Mutex<Option<ErrorHandler>>,
     pub(crate) listeners: Mutex<HashMap<Vec<u8>, Arc<crate::sys::seqpacket::SeqPacket>>>,
@@ -254,6 +257,7 @@ impl Nic {
                 in_epoll: true,
             }),
             activity: AtomicU64::new(0),
+            event_driven: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             error_handler: Mutex::new(None),
             listeners: Mutex::new(HashMap::new()),
@@ -314,6 +318,18 @@ impl Nic {
     /// Sets how long Waits spin before blocking (ns); `u64::MAX` never blocks.
     pub fn set_spin_ns(&self, ns: u64) {
         self.shared.spin_ns.store(ns, Ordering::Relaxed);
+    }
+
+    /// Declares a program that takes its receives through notify handlers
+    /// and sleeps outside this NIC's Waits (on a poll loop or a futex of
+    /// its own). Its posts still look like polling, which would make the
+    /// progress thread nap and stop watching the sockets; with this set it
+    /// always watches them, so a datagram runs the handlers at once.
+    pub fn set_event_driven(&self, on: bool) {
+        self.shared.event_driven.store(on, Ordering::SeqCst);
+        if on {
+            self.shared.wake_progress();
+        }
     }
 
     pub fn create_ptag(&self) -> Result<PtagId> {
@@ -589,6 +605,10 @@ impl NicShared {
     pub(crate) fn touch(&self) {
         let v = self.activity.load(Ordering::Relaxed);
         self.activity.store(v.wrapping_add(1), Ordering::Relaxed);
+    }
+
+    pub(crate) fn event_driven(&self) -> bool {
+        self.event_driven.load(Ordering::Relaxed)
     }
 
     pub(crate) fn spin_ns(&self) -> u64 {

@@ -103,9 +103,10 @@ pub(super) fn progress_loop(weak: Weak<NicShared>, epoll: Arc<Epoll>, nap: Epoll
                 return;
             }
             let act = nic.activity.load(Ordering::Relaxed);
-            // A program blocked in a Wait is not polling: then the thread
-            // watches everything (hang-ups too) at once.
-            let active = act != last_activity && !nic.doorbell.has_waiters();
+            // A program blocked in a Wait is not polling, nor is one that
+            // is event-driven: then the thread watches everything
+            // (hang-ups too) at once.
+            let active = act != last_activity && !nic.doorbell.has_waiters() && !nic.event_driven();
             last_activity = act;
             // Before the last look of a round that may end in sleep: a
             // socket added back with data queued reports it at once.

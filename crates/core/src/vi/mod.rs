@@ -562,15 +562,23 @@ impl Vi {
     /// `VipSendNotify`: `f` runs once, with the next completed send descriptor
     /// (which it then owns: it is dequeued).
     pub fn send_notify(&self, f: DescNotify) -> Result<()> {
-        self.set_notify(false, f)
+        self.set_notify(false, f, true)
     }
 
     /// `VipRecvNotify`.
     pub fn recv_notify(&self, f: DescNotify) -> Result<()> {
-        self.set_notify(true, f)
+        self.set_notify(true, f, true)
     }
 
-    fn set_notify(&self, recv: bool, f: DescNotify) -> Result<()> {
+    /// `recv_notify` for a handler that installs its successor: the
+    /// thread running it is driving this VI already (the progress thread,
+    /// or the owner's), so the progress thread is not woken to look for
+    /// the new handler, which would cost a wake-up per message.
+    pub fn rearm_recv_notify(&self, f: DescNotify) -> Result<()> {
+        self.set_notify(true, f, false)
+    }
+
+    fn set_notify(&self, recv: bool, f: DescNotify, wake: bool) -> Result<()> {
         self.nic.check_owner()?;
         let mut deferred = Vec::new();
         let mut g = self.lock();
@@ -581,7 +589,9 @@ impl Vi {
         }
         self.collect_notifies(&mut g, &mut deferred);
         drop(g);
-        self.nic.wake_progress();
+        if wake {
+            self.nic.wake_progress();
+        }
         self.run_deferred(deferred);
         Ok(())
     }
@@ -635,6 +645,18 @@ impl Vi {
         self.nic.watch(fd, self.id);
         self.run_deferred(deferred);
         Ok(())
+    }
+
+    /// For a program that sleeps in its own `poll` rather than in a Wait:
+    /// the descriptor that becomes readable when the peer has sent
+    /// something, and when the connection's next protocol timer is due
+    /// (CLOCK_MONOTONIC ns; an acknowledgement held for a reply, a
+    /// retransmission). Driving the VI (`send_done`, `recv_done`) once
+    /// either happens keeps it going. None when not connected.
+    pub fn wait_hint(&self) -> Option<(std::os::fd::RawFd, Option<u64>)> {
+        let g = self.lock();
+        let ch = g.channel.as_ref()?;
+        Some((ch.liveness_fd(), ch.timer_deadline_ns()))
     }
 
     /// `VipDisconnect`: tells the peer, flushes both queues, back to Idle.

@@ -41,6 +41,9 @@ pub struct HostRec {
     pub name: String,
     pub arch: String,
     pub speed: i32,
+    /// Its pvmd's network address (slaves link to each other with it);
+    /// empty where not known.
+    pub addr: Vec<u8>,
 }
 
 /// What a slave prints when its device is open: tag, address (hex), arch.
@@ -109,7 +112,7 @@ impl Daemon {
     fn ensure_link_nic(&mut self) -> Result<(), PvmError> {
         if self.link_nic.is_none() {
             match LinkNic::open() {
-                Ok(n) => self.link_nic = Some(n),
+                Ok(n) => self.link_nic = Some(std::sync::Arc::new(n)),
                 Err(e) => {
                     self.logln(&format!("cannot open the network device: {e}"));
                     return Err(PvmError::CantStart);
@@ -323,6 +326,7 @@ impl Daemon {
                 name: name.to_string(),
                 arch,
                 speed: entry.opts.speed.unwrap_or(1000),
+                addr,
             },
         );
         self.logln(&format!("host {name} is host {num}"));
@@ -338,7 +342,8 @@ impl Daemon {
         let mut a = Args::default();
         for h in self.hosts.values() {
             a.ints.extend([h.num as i32, h.speed]);
-            a.strs.extend([h.name.clone(), h.arch.clone()]);
+            a.strs
+                .extend([h.name.clone(), h.arch.clone(), hex(&h.addr)]);
         }
         let slaves: Vec<u32> = self.links.keys().copied().collect();
         for s in slaves {
@@ -351,9 +356,14 @@ impl Daemon {
         let before = self.host_list();
         self.hosts.clear();
         for (i, pair) in a.ints.chunks(2).enumerate() {
-            let (Some(name), Some(arch)) = (a.strs.get(2 * i), a.strs.get(2 * i + 1)) else {
+            let (Some(name), Some(arch)) = (a.strs.get(3 * i), a.strs.get(3 * i + 1)) else {
                 break;
             };
+            let addr = a
+                .strs
+                .get(3 * i + 2)
+                .and_then(|s| unhex(s))
+                .unwrap_or_default();
             let num = pair[0] as u32;
             self.hosts.insert(
                 num,
@@ -362,10 +372,12 @@ impl Daemon {
                     name: name.clone(),
                     arch: arch.clone(),
                     speed: pair.get(1).copied().unwrap_or(1000),
+                    addr,
                 },
             );
         }
         self.host_table_changed(&before);
+        self.mesh_connect();
     }
 
     /// Fires host notifies for the difference, fails calls to lost hosts.
@@ -382,6 +394,7 @@ impl Daemon {
             .filter(|n| !self.hosts.contains_key(n))
             .collect();
         for &h in &removed {
+            self.mesh_forget(h);
             self.fail_calls_to(h);
             // Its tasks are gone with it: watchers of their exit hear now.
             let (gone, keep): (Vec<Notify>, Vec<Notify>) = std::mem::take(&mut self.remote_watches)
@@ -476,6 +489,12 @@ impl Daemon {
 
     /// A link failed: a slave lost its master (halt), the master lost a host.
     pub(super) fn link_down(&mut self, via: u32, why: &str) {
+        if self.host_num != self.master_num && via != self.master_num {
+            // A slave's mesh link: the pair goes through the master again
+            // (held frames of a switch too), which keeps the host table.
+            self.mesh_down(via, why);
+            return;
+        }
         if self.links.remove(&via).is_none() {
             return;
         }

@@ -7,6 +7,7 @@
 mod conn;
 mod hosts;
 mod mbox;
+mod mesh;
 mod remote;
 mod requests;
 mod rm;
@@ -137,9 +138,11 @@ pub struct Daemon {
     master_num: u32,
     /// Every host of the virtual machine, this one included.
     hosts: BTreeMap<u32, HostRec>,
-    /// Links to other pvmds (a slave has one, to the master, which relays).
+    /// Links to other pvmds: the master's to every slave, a slave's to the
+    /// master and (`mesh.rs`) to every other slave.
     links: HashMap<u32, Link>,
-    link_nic: Option<LinkNic>,
+    link_nic: Option<Arc<LinkNic>>,
+    mesh: mesh::Mesh,
     link_events: (
         std::sync::mpsc::Sender<LinkEvent>,
         std::sync::mpsc::Receiver<LinkEvent>,
@@ -203,6 +206,7 @@ impl Daemon {
             hosts: BTreeMap::new(),
             links: HashMap::new(),
             link_nic: None,
+            mesh: mesh::Mesh::default(),
             link_events: std::sync::mpsc::channel(),
             waker: Waker::new()?,
             calls: HashMap::new(),
@@ -228,6 +232,7 @@ impl Daemon {
             name: d.cfg.hostname.clone(),
             arch: d.cfg.arch.clone(),
             speed: 1000,
+            addr: Vec::new(),
         };
         d.hosts.insert(host_num, me);
         d.logln(&format!(
@@ -389,6 +394,7 @@ impl Daemon {
             match f {
                 None => closed = true,
                 Some(Frame::Msg(m)) => {
+                    crate::trace::mark("pvmd.from_task", m.body.len());
                     if let Some(src) = self.conns.get(&fd).and_then(|c| c.tid) {
                         self.route(Msg { src, ..m });
                     }
@@ -437,6 +443,7 @@ impl Daemon {
                     "message for t{dst:x}: no route to host {host}, dropped"
                 ));
             }
+            crate::trace::mark("pvmd.to_link", 0);
             return;
         }
         if !self.deliver(dst, Frame::Msg(m)) {
@@ -609,6 +616,13 @@ impl Daemon {
             }
         }
         let _ = std::fs::remove_file(&self.cfg.socket);
+        crate::trace::flush();
+        if self.mesh.relayed > 0 || self.host_num == self.master_num {
+            self.logln(&format!(
+                "frames relayed between other hosts: {}",
+                self.mesh.relayed
+            ));
+        }
         self.logln("halted");
     }
 }

@@ -60,6 +60,9 @@ impl Daemon {
     /// direct link. False if there is no way there.
     pub(super) fn send_host(&mut self, dst: u32, f: Frame) -> bool {
         let me = self.host_num;
+        if self.mesh_hold(dst, me, &f) {
+            return true;
+        }
         let link = self
             .links
             .get(&dst)
@@ -264,6 +267,7 @@ impl Daemon {
                 } => {
                     if dst != self.host_num {
                         // Relay (we are the hub): the envelope keeps its source.
+                        self.mesh.relayed += 1;
                         let link = self.links.get(&dst);
                         if !link.is_some_and(|l| l.send(src, dst, &frame)) {
                             self.logln(&format!("no link to host {dst}: frame from {src} dropped"));
@@ -275,6 +279,7 @@ impl Daemon {
                 LinkEvent::Down { via, why } => self.link_down(via, &why),
             }
         }
+        self.mesh_progress();
     }
 
     fn host_frame(&mut self, src: u32, frame: Frame) {

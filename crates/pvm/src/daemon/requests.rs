@@ -108,6 +108,15 @@ impl Daemon {
                 self.set_host_table(&a);
                 return;
             }
+            op::D_MESH_MARK | op::D_MESH_ACK => {
+                if let ReplyTo::Host(h) = to {
+                    match opcode {
+                        op::D_MESH_MARK => self.mesh_mark(h),
+                        _ => self.mesh_ack(h),
+                    }
+                }
+                return;
+            }
             op::D_SIBLINGS => {
                 self.set_siblings(&a.ints);
                 return;

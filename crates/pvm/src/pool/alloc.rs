@@ -3,6 +3,7 @@
 //! is handed its run directly (one wake-up, no thundering herd), then the
 //! next, while anything fits.
 
+use std::sync::atomic::AtomicU32;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
 use std::time::Duration;
 
@@ -26,9 +27,28 @@ impl Drop for Locked<'_> {
     }
 }
 
+/// Our process id, as the lock word holds it. Cached: `getpid` is a
+/// system call (glibc no longer caches it) and the lock is taken several
+/// times per message; a forked child forgets the parent's value.
 fn my_pid() -> u32 {
+    static PID: AtomicU32 = AtomicU32::new(0);
+    static FORGET_IN_CHILD: std::sync::Once = std::sync::Once::new();
+    extern "C" fn forget() {
+        PID.store(0, Relaxed);
+    }
+    let p = PID.load(Relaxed);
+    if p != 0 {
+        return p;
+    }
+    FORGET_IN_CHILD.call_once(|| {
+        // SAFETY: registers a handler that only stores to an atomic,
+        // which is async-signal-safe as a fork child handler must be.
+        unsafe { libc::pthread_atfork(None, None, Some(forget)) };
+    });
     // SAFETY: getpid has no preconditions.
-    unsafe { libc::getpid() as u32 }
+    let p = unsafe { libc::getpid() as u32 };
+    PID.store(p, Relaxed);
+    p
 }
 
 fn pid_alive(pid: u32) -> bool {

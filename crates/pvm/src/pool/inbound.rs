@@ -1,7 +1,8 @@
-//! Messages from other hosts straight into the pool. A link thread writes
-//! the fragments of an arriving message into a run of pool pages as they
-//! come, then hands the head over: the receiver unpacks in place, exactly
-//! as for a message from this host.
+//! Messages from other hosts straight into the pool. A link's receive
+//! handler (on whichever thread drove the VI) writes the fragments of an
+//! arriving message into a run of pool pages as they come, then hands the
+//! head over: the receiver unpacks in place, exactly as for a message from
+//! this host.
 //!
 //! Two owners use it. A pvmd's links queue the head on the receiving
 //! task's ring, so the body never passes through the pvmd's loop or the

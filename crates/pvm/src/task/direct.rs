@@ -44,7 +44,7 @@ use std::time::Duration;
 use openvia_core::ViaError;
 
 use super::{Queued, Task};
-use crate::error::PvmResult;
+use crate::error::{PvmError, PvmResult};
 use crate::frame::{self, Frame, Msg};
 use crate::link::{Link, LinkEvent, LinkNic, PreparedLink, WakeUp};
 use crate::pool::inbound::{Arrival, Inbound};
@@ -122,6 +122,13 @@ struct Peer {
     /// Messages sent and received over the VI.
     sent: u64,
     received: u64,
+    /// Messages sent and received over the current VI.
+    sent_on_link: u64,
+    received_on_link: u64,
+    /// A VI failed after we had sent over it: the next send says so.
+    failed: bool,
+    /// VIs that came up after an earlier one failed.
+    reopened: u64,
 }
 
 impl Peer {
@@ -133,6 +140,10 @@ impl Peer {
             held: Vec::new(),
             sent: 0,
             received: 0,
+            sent_on_link: 0,
+            received_on_link: 0,
+            failed: false,
+            reopened: 0,
         }
     }
 }
@@ -158,7 +169,26 @@ pub struct Direct {
     control: VecDeque<Queued>,
     /// Links that went down, joined at exit.
     retired: Vec<Link>,
+    /// The task drives its links itself while it waits (`wait_direct`);
+    /// the NIC's progress thread leaves them alone meanwhile.
+    polling: bool,
 }
+
+/// Longest sleep in `wait_direct` between looks at the link (its protocol
+/// timers wake it sooner; this bounds how late a message from the peer
+/// that came the routed way, into the pool, after its VI failed is seen),
+/// and the shortest (a timer already due).
+const DIRECT_SLEEP_MAX_NS: u64 = 20_000_000;
+const DIRECT_SLEEP_MIN_NS: u64 = 20_000;
+
+/// Fault injection for the tests (`OPENVIA_PVM_DIRECT_BREAK_AFTER=N`):
+/// a task drops its direct VI to a peer abruptly once N messages came
+/// over it, as a failing network would (tests/pvm/multihost.c).
+static BREAK_AFTER: std::sync::LazyLock<Option<u64>> = std::sync::LazyLock::new(|| {
+    std::env::var("OPENVIA_PVM_DIRECT_BREAK_AFTER")
+        .ok()
+        .and_then(|v| v.parse().ok())
+});
 
 /// Our discriminator for the pair: tids and a nonce (a tid may come back
 /// in a later virtual machine).
@@ -228,7 +258,7 @@ impl Task {
         let mut got = false;
         for ev in events {
             match ev {
-                LinkEvent::Down { via, .. } => self.peer_down(via as i32),
+                LinkEvent::Down { via, .. } => self.peer_failed(via as i32, false),
                 // Not addressed to us (nothing sends that): drop.
                 LinkEvent::Frame { .. } => {}
             }
@@ -243,12 +273,21 @@ impl Task {
             };
             let p = self.direct.peers.entry(q.src).or_insert_with(Peer::new);
             p.received += 1;
+            p.received_on_link += 1;
+            let broken = Some(p.received_on_link) == *BREAK_AFTER;
+            if let (true, State::Up(link)) = (broken, &p.state) {
+                link.abort();
+            }
+            let src = q.src;
             match p.switched_in {
                 false => p.held.push(q),
                 true => {
                     self.queue.push_back(q);
                     got = true;
                 }
+            }
+            if broken {
+                self.peer_failed(src, true);
             }
         }
         Ok(got)
@@ -263,6 +302,9 @@ impl Task {
             || tid::host_of(dst) == tid::host_of(self.mytid)
         {
             return Ok(false);
+        }
+        if self.direct.peers.get(&dst).is_some_and(|p| p.failed) {
+            return Err(self.report_failure(dst));
         }
         let want = self.opts.route == ROUTE_DIRECT;
         let (ask, open) = match self.direct.peers.get(&dst) {
@@ -290,14 +332,33 @@ impl Task {
                 let ok = matches!(&p.state, State::Up(link)
                     if link.send_msg((self.mytid as u32, dst as u32), ints, body));
                 p.sent += u64::from(ok);
+                p.sent_on_link += u64::from(ok);
                 ok
             }
             None => false,
         };
         if !sent {
-            self.peer_down(dst);
+            // This message goes through the pvmds instead; the ones before
+            // it on the failed VI are reported at the next send.
+            self.peer_failed(dst, true);
         }
         Ok(sent)
+    }
+
+    /// The first send to a peer whose VI failed under messages we had
+    /// sent over it: PvmNoTask if the peer is gone (its pvmd says so),
+    /// else PvmSysErr, since those messages may be lost. Either way this
+    /// message is not sent; the next one opens a new VI (PvmRouteDirect)
+    /// or goes through the pvmds.
+    fn report_failure(&mut self, dst: i32) -> PvmError {
+        if let Some(p) = self.direct.peers.get_mut(&dst) {
+            p.failed = false;
+        }
+        match self.task_exists(dst) {
+            Ok(false) => PvmError::NoTask,
+            Ok(true) => PvmError::SysErr,
+            Err(e) => e,
+        }
     }
 
     /// A setup message through the pvmds.
@@ -400,10 +461,18 @@ impl Task {
         match p.state {
             // Both asked: the lower tid's request is the one answered.
             State::Asked { .. } if me < src => return Ok(()),
-            State::Connecting(_) | State::Up(_) => return Ok(()),
+            State::Connecting(_) => return Ok(()),
+            // The peer asks again: its end of our VI failed, so ours is
+            // of no use either (its failure may just not have reached us).
+            State::Up(_) => self.peer_failed(src, true),
             _ => {}
         }
-        let refused = self.opts.route == ROUTE_DONT || matches!(p.state, State::Off);
+        let off = self
+            .direct
+            .peers
+            .get(&src)
+            .is_some_and(|p| matches!(p.state, State::Off));
+        let refused = self.opts.route == ROUTE_DONT || off;
         let disc = make_disc(me, src);
         let started = match (refused, decode_hello(body), self.endpoint().is_some()) {
             (false, Some(_), true) => self.start_connect(&disc, Role::Wait),
@@ -489,6 +558,9 @@ impl Task {
             );
             if let Ok(link) = run {
                 p.state = State::Up(link);
+                p.reopened += u64::from(p.sent + p.received > 0);
+                p.sent_on_link = 0;
+                p.received_on_link = 0;
                 p.switched_out = true;
                 self.send_control(t, kind::SWITCH, Vec::new())?;
                 self.flush_routed()?;
@@ -497,15 +569,27 @@ impl Task {
         Ok(())
     }
 
-    /// The link to `peer` failed: routed from now on.
-    fn peer_down(&mut self, peer: i32) {
-        if let Some(p) = self.direct.peers.get_mut(&peer) {
-            p.switched_out = false;
-            if let State::Up(link) = std::mem::replace(&mut p.state, State::Off) {
-                link.close_after_queue();
-                self.direct.retired.push(link);
-            }
+    /// The VI to `peer` failed (or a stale report of an earlier one that
+    /// did, which changes nothing): its messages go through the pvmds,
+    /// and the route may be opened again (the next send with
+    /// PvmRouteDirect asks, and a CONNECT from the peer is accepted).
+    /// The peer's VI messages wait again for its next SWITCH.
+    /// `known`: the caller saw it fail; otherwise the current VI is
+    /// looked at, since a report may come from one already replaced.
+    fn peer_failed(&mut self, peer: i32, known: bool) {
+        let Some(p) = self.direct.peers.get_mut(&peer) else {
+            return;
+        };
+        if matches!(&p.state, State::Up(link) if !known && !link.failed()) {
+            return;
         }
+        if let State::Up(link) = std::mem::replace(&mut p.state, State::Idle) {
+            p.failed |= p.sent_on_link > 0;
+            link.close_after_queue();
+            self.direct.retired.push(link);
+        }
+        p.switched_out = false;
+        p.switched_in = false;
     }
 
     /// Closes every direct link after what is queued has gone out, and
@@ -528,6 +612,12 @@ impl Task {
                     "openvia-pvm direct t{:x} -> t{t:x}: {state}, {} messages sent and {} received over the VI",
                     self.mytid, p.sent, p.received
                 );
+                if p.reopened > 0 {
+                    eprintln!(
+                        "openvia-pvm direct t{:x} -> t{t:x}: reopened {} times",
+                        self.mytid, p.reopened
+                    );
+                }
             }
         }
         for (_, p) in d.peers {
@@ -545,5 +635,69 @@ impl Direct {
     /// Anything set up or asked: sends then look for setup answers.
     pub(super) fn active(&self) -> bool {
         !self.peers.is_empty() || !self.control.is_empty()
+    }
+
+    /// Waits for a message from `src` on its direct link, as stock PVM's
+    /// task waits in a TCP read: asleep in `ppoll` on the VI's socket
+    /// (and on `sock`, the pvmd's, which carries notifies and hangs up
+    /// when the pvmd dies) until a datagram, a protocol timer of the link,
+    /// or the pvmd; then this thread drives the VI, so the message is
+    /// taken in here (the link's receive handler runs on this thread) and
+    /// no other thread is woken for it. Meanwhile the NIC's progress
+    /// thread leaves the VIs to us ([`LinkNic::set_event_driven`]), so it
+    /// neither wakes per datagram nor holds a VI lock we want. False when
+    /// `src` has no open direct route to us: the caller waits the pool way.
+    pub(super) fn wait_direct(&mut self, src: i32, sock: std::os::fd::RawFd) -> bool {
+        let hint = match self.peers.get(&src) {
+            Some(Peer {
+                state: State::Up(link),
+                switched_in: true,
+                ..
+            }) => link.wait_hint().map(|h| (h, link)),
+            _ => None,
+        };
+        let Some(((fd, timer), link)) = hint else {
+            return false;
+        };
+        if !self.polling {
+            if let Some(ep) = &self.endpoint {
+                ep.nic.set_event_driven(false);
+            }
+            self.polling = true;
+        }
+        let now = crate::trace::now_ns();
+        let wait = timer
+            .map_or(DIRECT_SLEEP_MAX_NS, |t| t.saturating_sub(now))
+            .clamp(DIRECT_SLEEP_MIN_NS, DIRECT_SLEEP_MAX_NS);
+        let mut fds = [
+            libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: sock,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        let ts = libc::timespec {
+            tv_sec: (wait / 1_000_000_000) as libc::time_t,
+            tv_nsec: (wait % 1_000_000_000) as libc::c_long,
+        };
+        // SAFETY: two valid pollfds, a live timespec, no signal mask.
+        unsafe { libc::ppoll(fds.as_mut_ptr(), 2, &ts, std::ptr::null()) };
+        link.poll();
+        true
+    }
+
+    /// Before the task sleeps anywhere else: the progress thread watches
+    /// the links again.
+    pub(super) fn stop_polling(&mut self) {
+        if std::mem::take(&mut self.polling) {
+            if let Some(ep) = &self.endpoint {
+                ep.nic.set_event_driven(true);
+            }
+        }
     }
 }

@@ -350,7 +350,7 @@ impl Task {
     pub fn send_buffer(&mut self, dsts: &[i32], tag: i32) -> PvmResult<()> {
         self.check_pvmd()?;
         let id = self.sbuf;
-        self.bufs.get(id)?;
+        crate::trace::mark("task.send", self.bufs.get(id)?.len());
         let ctx = self.ctx;
         let mut failed = None;
         if self.direct.active() {
@@ -418,6 +418,7 @@ impl Task {
         }
         let r = self.wr.flush();
         self.socket_io(r)?;
+        crate::trace::mark("task.sent", 0);
         failed.map_or(Ok(()), Err)
     }
 
@@ -619,8 +620,16 @@ impl Task {
             if matches!(deadline, Some(d) if Instant::now() >= d) {
                 return Ok(0);
             }
+            if deadline.is_none() && src > 0 {
+                let sock = self.rd.get_ref().as_raw_fd();
+                if self.direct.wait_direct(src, sock) {
+                    continue;
+                }
+            }
+            self.direct.stop_polling();
             // The watcher rings the bell when the pvmd dies.
             home.pool.wait_bell(home.slot, bell, deadline);
+            crate::trace::mark("task.woke", 0);
         }
     }
 
@@ -679,6 +688,7 @@ impl Task {
     }
 
     fn install_rbuf(&mut self, m: Queued) -> i32 {
+        crate::trace::mark("task.recv", m.body.len());
         if self.rbuf > 0 {
             let _ = self.bufs.remove(self.rbuf);
         }
@@ -750,6 +760,7 @@ impl Task {
         // the slot may already belong to a new task. Direct links first:
         // their threads write into pages our slot holds.
         self.direct_close();
+        crate::trace::flush();
         // Our slot is about to go to another task: its bell is not ours
         // to ring any more.
         self.select = None;
