@@ -365,6 +365,7 @@ impl Link {
             Err(libc::EPIPE)
         };
         let total: usize = data.iter().map(|d| d.len()).sum();
+        let mut nonblock = None;
         let mut taken = 0usize;
         let (mut seg, mut off) = (0usize, 0usize);
         while taken < total {
@@ -372,7 +373,7 @@ impl Link {
                 return pipe(taken);
             }
             while tx.free.is_empty() {
-                if dontwait || kernel::is_nonblocking(fd) {
+                if *nonblock.get_or_insert_with(|| dontwait || kernel::is_nonblocking(fd)) {
                     return if taken > 0 {
                         Ok(taken)
                     } else {
