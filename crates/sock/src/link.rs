@@ -399,6 +399,17 @@ impl Link {
                     off = 0;
                 }
             }
+            // Announced and rung before it is posted: a reader never uses
+            // up a message its count does not show yet (it waits the
+            // moment between), and the socket is readable by the time the
+            // message can be read. A dead peer shows on the doorbell as
+            // EPIPE (and SIGPIPE) from the kernel.
+            if self.tx_word().announce(len) {
+                if let Err(e) = kernel::send_doorbell(fd, nosignal) {
+                    tx.free.push(i);
+                    return if taken > 0 { Ok(taken) } else { Err(e) };
+                }
+            }
             let d = self.fill(i, buf, len);
             if self.vi.post_send(d.0, self.region.handle).is_err() {
                 tx.free.push(i);
@@ -406,14 +417,6 @@ impl Link {
             }
             tx.in_flight += 1;
             taken += len;
-            // Posted first, announced after: a reader that sees the count
-            // finds the message in its VI.
-            if self.tx_word().announce(len) {
-                // A dead peer shows here as EPIPE (and SIGPIPE) from the kernel.
-                if let Err(e) = kernel::send_doorbell(fd, nosignal) {
-                    return if taken > len { Ok(taken - len) } else { Err(e) };
-                }
-            }
         }
         Ok(taken)
     }

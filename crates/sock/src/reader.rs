@@ -102,6 +102,7 @@ impl Link {
                     }
                 }
                 if peek {
+                    self.bell_visible(fd);
                     return Ok(got);
                 }
                 if at == len {
@@ -227,7 +228,19 @@ impl Link {
         if rx.current.is_none() {
             self.take_bell(fd, rx);
         }
+        if rx.current.is_some() || self.rx_word().seen().posted != rx.consumed {
+            self.bell_visible(fd);
+        }
         got
+    }
+
+    /// Data stays unread: waits until the doorbell the writer rang for it
+    /// is in the socket (loopback can hand the byte over a moment after
+    /// the writer's send returned), so a poll right after sees it.
+    fn bell_visible(&self, fd: RawFd) {
+        if self.rx_word().seen().bell && matches!(kernel::peek_state(fd), Peek::Empty) {
+            kernel::wait_readable(fd);
+        }
     }
 
     /// Takes the doorbell byte if the page says one is out and nothing is
