@@ -114,8 +114,20 @@ impl Link {
                 } else {
                     rx.current = Some((slot, len, at));
                 }
-                if got == want || !all {
+                if got == want {
                     return Ok(self.leave(fd, &mut rx, got));
+                }
+                if !all {
+                    // Like the kernel, hand over what has already arrived
+                    // (fewer calls for a reader with a large buffer).
+                    if rx.current.is_none() {
+                        if let Ok(d) = self.vi.recv_done() {
+                            rx.current = self.completed(d);
+                        }
+                    }
+                    if rx.current.is_none() {
+                        return Ok(self.leave(fd, &mut rx, got));
+                    }
                 }
                 continue;
             }
