@@ -19,14 +19,32 @@
 //! read-modify-write of the one word, so writer and reader cannot both
 //! think the other will ring.
 //!
-//! The page is a 4 KiB memfd made by the acceptor and handed to the
-//! connector with the rendezvous answer (`SCM_RIGHTS`, same user only); a
-//! forked child shares the mapping.
+//! After the page come the data rings, one per direction of `DATA_SLOTS`
+//! slots of `SLOT_BYTES`: a writer copies a message's bytes into the next
+//! slot and the VI carries only its length, so each byte is copied once
+//! into shared memory and once out (as SDP's buffer-copy writes into the
+//! peer's registered ring). The reader publishes how many messages it has
+//! used up (`consumed`); a writer that finds every slot unread sleeps on
+//! that word (a futex) after raising `WAITING`.
+//!
+//! The whole is a memfd (4 KiB + 2 MiB, pages made as touched) made by the
+//! acceptor and handed to the connector with the rendezvous answer
+//! (`SCM_RIGHTS`, same user only); a forked child shares the mapping.
 
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
 
-const PAGE: usize = 4096;
+use crate::link::SLOT_BYTES;
+
+const HEADER: usize = 4096;
+/// Slots of each direction's data ring.
+pub const DATA_SLOTS: usize = 16;
+const PAGE: usize = HEADER + 2 * DATA_SLOTS * SLOT_BYTES;
+/// Offsets, within a direction's stride, of the consumed count and the
+/// writer's waiting flag.
+const CONSUMED: usize = 64;
+const WAITING: usize = 68;
 /// Bytes between the two directions' words (own cache lines).
 const STRIDE: usize = 128;
 
@@ -88,7 +106,7 @@ impl Control {
         }
     }
 
-    /// Maps a page received from the peer (checked to be a page long).
+    /// Maps a page received from the peer (checked to be of our size).
     pub fn map(fd: RawFd) -> Option<Control> {
         // SAFETY: fstat into our own struct.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -111,6 +129,50 @@ impl Control {
         (p != libc::MAP_FAILED).then(|| Control { base: p.cast() })
     }
 
+    fn word32(&self, offset: usize) -> &AtomicU32 {
+        // SAFETY: as in `word`; every offset used is 4-aligned, in the header.
+        unsafe { &*(self.base.add(offset) as *const AtomicU32) }
+    }
+
+    /// Slot `k` of the data ring the `side` writes into.
+    pub fn slot(&self, writer: Side, k: usize) -> *mut u8 {
+        let dir = tx_index(writer);
+        // SAFETY: within the mapping: HEADER + (dir * DATA_SLOTS + k) slots,
+        // k taken modulo DATA_SLOTS.
+        unsafe {
+            self.base
+                .add(HEADER + (dir * DATA_SLOTS + k % DATA_SLOTS) * SLOT_BYTES)
+        }
+    }
+
+    /// Messages of `writer`'s direction the reader has used up.
+    pub fn consumed(&self, writer: Side) -> u32 {
+        self.word32(tx_index(writer) * STRIDE + CONSUMED)
+            .load(Ordering::Acquire)
+    }
+
+    /// Reader: one more message of `writer`'s direction used up; wakes the
+    /// writer if it sleeps for room.
+    pub fn used_up(&self, writer: Side) {
+        let base = tx_index(writer) * STRIDE;
+        let consumed = self.word32(base + CONSUMED);
+        consumed.fetch_add(1, Ordering::SeqCst);
+        if self.word32(base + WAITING).swap(0, Ordering::SeqCst) != 0 {
+            futex(consumed, libc::FUTEX_WAKE, i32::MAX as u32, None);
+        }
+    }
+
+    /// Writer that found every slot unread with `seen` used up: sleeps
+    /// (at most `limit`) until the reader uses one more up.
+    pub fn wait_for_room(&self, writer: Side, seen: u32, limit: Duration) {
+        let base = tx_index(writer) * STRIDE;
+        let consumed = self.word32(base + CONSUMED);
+        self.word32(base + WAITING).store(1, Ordering::SeqCst);
+        if consumed.load(Ordering::SeqCst) == seen {
+            futex(consumed, libc::FUTEX_WAIT, seen, Some(limit));
+        }
+    }
+
     fn word(&self, dir: usize) -> &AtomicU64 {
         // SAFETY: the page is PAGE bytes, mapped for our lifetime, and the
         // word is 8-aligned inside it; it is only accessed atomically.
@@ -119,19 +181,42 @@ impl Control {
 
     /// The word this side writes into.
     pub fn tx(&self, side: Side) -> Direction<'_> {
-        Direction(self.word(match side {
-            Side::Connector => 0,
-            Side::Acceptor => 1,
-        }))
+        Direction(self.word(tx_index(side)))
     }
 
     /// The word this side reads from.
     pub fn rx(&self, side: Side) -> Direction<'_> {
-        Direction(self.word(match side {
-            Side::Connector => 1,
-            Side::Acceptor => 0,
-        }))
+        Direction(self.word(1 - tx_index(side)))
     }
+}
+
+fn tx_index(side: Side) -> usize {
+    match side {
+        Side::Connector => 0,
+        Side::Acceptor => 1,
+    }
+}
+
+/// The other end.
+pub fn peer_of(side: Side) -> Side {
+    match side {
+        Side::Connector => Side::Acceptor,
+        Side::Acceptor => Side::Connector,
+    }
+}
+
+/// A shared (not process-private) futex call on `word`.
+fn futex(word: &AtomicU32, op: i32, val: u32, limit: Option<Duration>) {
+    let ts = limit.map(|d| libc::timespec {
+        tv_sec: d.as_secs() as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    });
+    let tsp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: a futex call on a 4-aligned word of the shared mapping,
+    // with a timespec that lives across the call.
+    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), op, val, tsp, 0, 0) };
 }
 
 impl Drop for Control {

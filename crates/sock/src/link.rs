@@ -21,11 +21,13 @@ use openvia_core::nic::{Device, Nic};
 use openvia_core::vi::{reliability, Vi, ViAttributes, ViState};
 use openvia_core::{Address, ViaError};
 
-use crate::control::{Control, Direction, Side};
+use crate::control::{peer_of, Control, Direction, Side, DATA_SLOTS};
 use crate::kernel;
 
-/// Bytes per message (one slot).
+/// Bytes per message (one slot of the control page's data ring).
 pub const SLOT_BYTES: usize = 64 << 10;
+/// Bytes of a VI message: the length of the message in the data ring.
+const MSG_BYTES: usize = 64;
 /// Sends in flight per connection.
 const SEND_SLOTS: usize = 8;
 /// Receives posted per connection.
@@ -97,17 +99,19 @@ impl Region {
         (d.0 as usize - self.base) / DESC_BYTES
     }
     fn buffer(&self, i: usize) -> usize {
-        self.base + (SEND_SLOTS + RECV_SLOTS) * DESC_BYTES + i * SLOT_BYTES
+        self.base + (SEND_SLOTS + RECV_SLOTS) * DESC_BYTES + i * MSG_BYTES
     }
 }
 
 struct Tx {
     free: Vec<usize>,
     in_flight: usize,
+    /// Messages sent (the next one goes into data slot `sent`).
+    sent: u32,
 }
 
 pub(crate) struct Rx {
-    /// The message being read: (slot, length, bytes already taken).
+    /// The message being read: (data slot, length, bytes already taken).
     pub current: Option<(usize, usize, usize)>,
     /// Messages used up (compared with the writer's count on the page).
     pub consumed: u32,
@@ -203,7 +207,7 @@ impl Link {
 
     fn create(side: Side, control: Arc<Control>) -> Result<Link, ViaError> {
         let (nic, ptag) = process_nic()?;
-        let len = (SEND_SLOTS + RECV_SLOTS) * (DESC_BYTES + SLOT_BYTES);
+        let len = (SEND_SLOTS + RECV_SLOTS) * (DESC_BYTES + MSG_BYTES);
         // SAFETY: an anonymous private mapping owned by the link until Drop.
         let p = unsafe {
             libc::mmap(
@@ -230,7 +234,7 @@ impl Link {
         let region = Region { base, len, handle };
         let attrs = ViAttributes {
             reliability: reliability::RELIABLE_RECEPTION,
-            max_transfer: SLOT_BYTES as u64,
+            max_transfer: MSG_BYTES as u64,
             ptag,
             rdma_write: false,
             rdma_read: false,
@@ -254,6 +258,7 @@ impl Link {
             tx: Mutex::new(Tx {
                 free: (0..SEND_SLOTS).collect(),
                 in_flight: 0,
+                sent: 0,
             }),
             rx: Mutex::new(Rx {
                 current: None,
@@ -297,6 +302,16 @@ impl Link {
         self.region.buffer(SEND_SLOTS + j)
     }
 
+    /// Data slot `k` of the peer's direction.
+    pub(crate) fn data_in(&self, k: u32) -> *const u8 {
+        self.control.slot(peer_of(self.side), k as usize)
+    }
+
+    /// Reader: one more of the peer's messages used up.
+    pub(crate) fn used_up(&self) {
+        self.control.used_up(peer_of(self.side));
+    }
+
     /// Receive slot index of a completed receive descriptor.
     pub(crate) fn recv_slot_of(&self, d: DescPtr) -> usize {
         self.region.slot_of(d) - SEND_SLOTS
@@ -306,7 +321,7 @@ impl Link {
         let d = self.fill(
             SEND_SLOTS + j,
             self.region.buffer(SEND_SLOTS + j),
-            SLOT_BYTES,
+            MSG_BYTES,
         );
         self.vi.post_recv(d.0, self.region.handle)
     }
@@ -384,14 +399,32 @@ impl Link {
                     return pipe(taken);
                 }
             }
-            let i = tx.free.pop().unwrap_or(0);
-            let buf = self.region.buffer(i);
+            // Room in the data ring: fewer than DATA_SLOTS messages unread.
+            loop {
+                let used = self.control.consumed(self.side);
+                if tx.sent.wrapping_sub(used) < DATA_SLOTS as u32 {
+                    break;
+                }
+                if *nonblock.get_or_insert_with(|| dontwait || kernel::is_nonblocking(fd)) {
+                    return if taken > 0 {
+                        Ok(taken)
+                    } else {
+                        Err(libc::EAGAIN)
+                    };
+                }
+                if self.broken() {
+                    return pipe(taken);
+                }
+                self.control.wait_for_room(self.side, used, SLICE);
+            }
+            let slot = self.control.slot(self.side, tx.sent as usize);
             let mut len = 0usize;
             while len < SLOT_BYTES && seg < data.len() {
                 let part = &data[seg][off..];
                 let n = part.len().min(SLOT_BYTES - len);
-                // SAFETY: slot `i` is free (not posted) and SLOT_BYTES long.
-                unsafe { std::ptr::copy_nonoverlapping(part.as_ptr(), (buf + len) as *mut u8, n) };
+                // SAFETY: the data slot is SLOT_BYTES long and unread (the
+                // reader has used up every message that was in it).
+                unsafe { std::ptr::copy_nonoverlapping(part.as_ptr(), slot.add(len), n) };
                 len += n;
                 off += n;
                 if off == data[seg].len() {
@@ -399,6 +432,10 @@ impl Link {
                     off = 0;
                 }
             }
+            let i = tx.free.pop().unwrap_or(0);
+            let buf = self.region.buffer(i);
+            // SAFETY: message slot `i` is free and MSG_BYTES (≥ 4) long.
+            unsafe { std::ptr::write_unaligned(buf as *mut u32, len as u32) };
             // Announced and rung before it is posted: a reader never uses
             // up a message its count does not show yet (it waits the
             // moment between), and the socket is readable by the time the
@@ -410,12 +447,13 @@ impl Link {
                     return if taken > 0 { Ok(taken) } else { Err(e) };
                 }
             }
-            let d = self.fill(i, buf, len);
+            let d = self.fill(i, buf, 4);
             if self.vi.post_send(d.0, self.region.handle).is_err() {
                 tx.free.push(i);
                 return pipe(taken);
             }
             tx.in_flight += 1;
+            tx.sent = tx.sent.wrapping_add(1);
             taken += len;
         }
         Ok(taken)

@@ -84,11 +84,11 @@ impl Link {
                 let mut at = taken;
                 while at < len && seg < out.len() {
                     let n = (len - at).min(out[seg].len() - off);
-                    let src = self.recv_buffer(slot) + at;
-                    // SAFETY: the completed receive's buffer holds `len` bytes.
+                    // SAFETY: the data slot holds the message's `len` bytes,
+                    // which its writer leaves alone until we use it up.
                     unsafe {
                         std::ptr::copy_nonoverlapping(
-                            src as *const u8,
+                            self.data_in(slot as u32).add(at),
                             out[seg][off..].as_mut_ptr(),
                             n,
                         )
@@ -108,9 +108,7 @@ impl Link {
                 if at == len {
                     rx.current = None;
                     rx.consumed = rx.consumed.wrapping_add(1);
-                    if self.post_recv(slot).is_err() {
-                        return Err(libc::ECONNRESET);
-                    }
+                    self.used_up();
                 } else {
                     rx.current = Some((slot, len, at));
                 }
@@ -122,7 +120,7 @@ impl Link {
                     // (fewer calls for a reader with a large buffer).
                     if rx.current.is_none() {
                         if let Ok(d) = self.vi.recv_done() {
-                            rx.current = self.completed(d);
+                            rx.current = self.completed(d, rx.consumed);
                         }
                     }
                     if rx.current.is_none() {
@@ -132,7 +130,7 @@ impl Link {
                 continue;
             }
             if let Ok(d) = self.vi.recv_done() {
-                match self.completed(d) {
+                match self.completed(d, rx.consumed) {
                     Some(m) => {
                         rx.current = Some(m);
                         continue;
@@ -217,7 +215,7 @@ impl Link {
             // Polling the VI keeps the device's progress thread asleep and
             // takes a message the moment it lands.
             if let Ok(d) = self.vi.recv_done() {
-                rx.current = self.completed(d);
+                rx.current = self.completed(d, rx.consumed);
                 return Spin::Changed;
             }
             turns = turns.wrapping_add(1);
@@ -265,15 +263,22 @@ impl Link {
         }
     }
 
-    /// A completed receive as (slot, length, 0); None if it failed.
-    fn completed(&self, d: DescPtr) -> Option<(usize, usize, usize)> {
+    /// A completed receive as (data slot, length, 0) of message number
+    /// `index`, its receive posted again; None if it failed.
+    fn completed(&self, d: DescPtr, index: u32) -> Option<(usize, usize, usize)> {
         let st = d.status();
-        let slot = self.recv_slot_of(d);
-        if st & status::ERROR_MASK != 0 {
+        let j = self.recv_slot_of(d);
+        // SAFETY: the descriptor is ours and completed.
+        let got = unsafe { (*d.0).cs.length as usize };
+        if st & status::ERROR_MASK != 0 || got < 4 {
             return None;
         }
-        // SAFETY: the descriptor is ours and completed.
-        let len = unsafe { (*d.0).cs.length as usize };
-        Some((slot, len.min(SLOT_BYTES), 0))
+        // SAFETY: the receive buffer holds at least the 4 bytes it got.
+        let len = unsafe { std::ptr::read_unaligned(self.recv_buffer(j) as *const u32) } as usize;
+        if self.post_recv(j).is_err() {
+            return None;
+        }
+        // The peer's word, bounds-checked: a slot holds SLOT_BYTES.
+        Some((index as usize, len.min(SLOT_BYTES), 0))
     }
 }
