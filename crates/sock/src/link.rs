@@ -29,9 +29,9 @@ pub const SLOT_BYTES: usize = 64 << 10;
 /// Bytes of a VI message: the length of the message in the data ring.
 const MSG_BYTES: usize = 64;
 /// Sends in flight per connection.
-const SEND_SLOTS: usize = 8;
+const SEND_SLOTS: usize = DATA_SLOTS;
 /// Receives posted per connection.
-const RECV_SLOTS: usize = 16;
+const RECV_SLOTS: usize = 2 * DATA_SLOTS;
 const DESC_BYTES: usize = 128;
 /// How long a wait lasts before the kernel socket is checked again.
 pub(crate) const SLICE: Duration = Duration::from_millis(50);
