@@ -176,7 +176,15 @@ impl Link {
                     }
                 }
             }
+            // The token goes out before the socket's mode is asked (a
+            // system call): a ping-pong reply that comes meanwhile then
+            // needs no doorbell. A nonblocking read takes it back at once.
+            let token = !dontwait && !peek && self.rx_word().offer_token(rx.consumed, want - got);
             if *nonblock.get_or_insert_with(nonblocking) {
+                if token && !self.rx_word().revoke_token() {
+                    // A message took it: it is on its way, read it.
+                    continue;
+                }
                 rx.idle = rx.idle.wrapping_add(1);
                 if rx.idle % IDLE_LOOK == 0 {
                     ask_kernel = true;
@@ -184,7 +192,7 @@ impl Link {
                 }
                 return if got > 0 { Ok(got) } else { Err(libc::EAGAIN) };
             }
-            if peek || !self.rx_word().offer_token(rx.consumed, want - got) {
+            if !token {
                 if peek {
                     // A peek must not take a token (it leaves the message
                     // unread): the writer rings, the kernel wakes us.
