@@ -17,7 +17,7 @@ STAGE := $(CURDIR)/dist
 # missing ones as root, else names them and the command, and stops.
 ENSURE := scripts/ensure-packages.sh
 TEST_PKGS := gcc g++ make pkg-config python3 iproute2 nftables pvm pvm-dev pvm-examples man-db groff-base xvfb x11-apps x11-utils
-BENCH_PKGS := ucx-utils libfabric-bin iperf3
+BENCH_PKGS := ucx-utils libfabric-bin sockperf iperf3
 REPORT_PKGS := python3-matplotlib
 MAN1 := $(wildcard docs/man/*.1)
 MAN7 := $(wildcard docs/man/*.7)

@@ -8,6 +8,7 @@ trap 'rm -rf "$dir"' EXIT
 here=$(dirname "$0")
 cc -Wall -Wextra -Werror -O2 -o "$dir/echo" "$here/echo.c"
 cc -Wall -Wextra -Werror -O2 -o "$dir/peer" "$here/peer.c"
+cc -Wall -Wextra -Werror -O2 -pthread -o "$dir/compat" "$here/compat.c"
 shm_before=$(ls /dev/shm | wc -l)
 V="$bin/viarun"
 
@@ -43,6 +44,15 @@ expect client "$SHM1"
 # Peer death: EOF/ECONNRESET on read, EPIPE on write, within 1 s.
 pair "$V" die "$VS" survivor
 expect client "$SHM1"
+# Each socket feature (compat.c): kernel TCP first (the reference), then
+# both ends under viarun, where the connections must have gone over shm.
+for mode in poll select epoll-lt epoll-et epoll-nested peek dup threads sendfile stress; do
+    "$dir/compat" "$mode"
+    $VS "$dir/compat" "$mode" 2>"$dir/compat.err" || { cat "$dir/compat.err"; exit 1; }
+    n=1
+    [ "$mode" = stress ] && n=3
+    expect compat "viarun: $n connections over shm, 0 over kernel TCP"
+done
 "$dir/echo" 3000000
 "$bin/viarun" --stats "$dir/echo" 3000000 2>"$dir/stats"
 cat "$dir/stats"

@@ -9,7 +9,8 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::link::{HandshakeEnd, Link, Role};
+use crate::control::{Control, Side};
+use crate::link::{HandshakeEnd, Link};
 use crate::real::real;
 use crate::{rendezvous, stats};
 
@@ -30,8 +31,9 @@ pub enum Setup {
     },
     /// Both ends said yes; the VI is made on first use.
     Agreed {
-        role: Role,
+        side: Side,
         token: u64,
+        control: Arc<Control>,
     },
     Via(Arc<Link>),
     Kernel,
@@ -111,8 +113,9 @@ fn finish(conn: &Conn) {
     let mut g = conn.setup.lock().unwrap_or_else(|e| e.into_inner());
     match std::mem::replace(&mut *g, Setup::Kernel) {
         Setup::Via(link) => {
-            if link.owner_pid == std::process::id() {
+            if link.owner_pid == crate::process::id() {
                 link.flush();
+                link.shut();
                 drop(link);
             } else {
                 // Made by our parent before a fork: its VI is not ours to end.
@@ -138,7 +141,7 @@ pub fn route(fd: RawFd) -> Route {
             Setup::Kernel => return Route::Kernel,
             Setup::Broken => return Route::Fail(libc::ECONNRESET),
             Setup::Via(link) => {
-                if link.owner_pid == std::process::id() {
+                if link.owner_pid == crate::process::id() {
                     return Route::Via(link.clone());
                 }
                 // Carried by the parent before a fork: not usable here.
@@ -154,11 +157,19 @@ pub fn route(fd: RawFd) -> Route {
                 unsafe { (real().close)(*listener) };
                 let key = stats::key_of(fd, Some(dst.clone()));
                 match answer {
-                    Some(token) => {
+                    Some((token, page)) => {
                         stats::record(crate::link::device_short_name(), &key);
-                        Setup::Agreed {
-                            role: Role::Connector,
-                            token,
+                        let control = Control::map(page);
+                        // SAFETY: the received page's descriptor, ours to close.
+                        unsafe { (real().close)(page) };
+                        match control {
+                            Some(control) => Setup::Agreed {
+                                side: Side::Connector,
+                                token,
+                                control: Arc::new(control),
+                            },
+                            // Both committed; without the page we cannot follow.
+                            None => Setup::Broken,
                         }
                     }
                     None => {
@@ -167,17 +178,15 @@ pub fn route(fd: RawFd) -> Route {
                     }
                 }
             }
-            Setup::Agreed { role, token } => {
-                let role = match role {
-                    Role::Connector => Role::Connector,
-                    Role::Acceptor => Role::Acceptor,
-                };
-                match Link::handshake(fd, role, *token) {
-                    Ok(link) => Setup::Via(Arc::new(link)),
-                    Err(HandshakeEnd::PeerNeverCame) => Setup::Kernel,
-                    Err(HandshakeEnd::Broken) => Setup::Broken,
-                }
-            }
+            Setup::Agreed {
+                side,
+                token,
+                control,
+            } => match Link::handshake(fd, *side, *token, control.clone()) {
+                Ok(link) => Setup::Via(Arc::new(link)),
+                Err(HandshakeEnd::PeerNeverCame) => Setup::Kernel,
+                Err(HandshakeEnd::Broken) => Setup::Broken,
+            },
         };
         *g = next;
     }
@@ -208,7 +217,7 @@ pub fn flush_all() {
     for c in conns {
         let g = c.setup.lock().unwrap_or_else(|e| e.into_inner());
         if let Setup::Via(link) = &*g {
-            if link.owner_pid == std::process::id() {
+            if link.owner_pid == crate::process::id() {
                 link.flush();
             }
         }

@@ -107,25 +107,21 @@ fn wait_writable(fd: RawFd) {
     unsafe { libc::poll(&mut p, 1, -1) };
 }
 
-/// The doorbell ahead of a message, with the program's blocking mode and
-/// its choice about SIGPIPE.
-pub fn send_doorbell(fd: RawFd, nonblock: bool, nosignal: bool) -> Result<(), i32> {
-    let mut flags = 0;
-    if nosignal {
-        flags |= libc::MSG_NOSIGNAL;
-    }
-    if nonblock {
-        flags |= libc::MSG_DONTWAIT;
-    }
+/// The doorbell: one byte, with the program's choice about SIGPIPE. At
+/// most one is outstanding, so there is room even on a nonblocking socket.
+pub fn send_doorbell(fd: RawFd, nosignal: bool) -> Result<(), i32> {
+    let flags = if nosignal { libc::MSG_NOSIGNAL } else { 0 };
     let b = crate::link::DOORBELL;
     loop {
         // SAFETY: one byte from our own variable.
-        let n = unsafe { (real().send)(fd, (&b as *const u8).cast(), 1, flags) };
+        let n =
+            unsafe { (real().send)(fd, (&b as *const u8).cast(), 1, flags | libc::MSG_DONTWAIT) };
         if n == 1 {
             return Ok(());
         }
         match errno() {
             libc::EINTR => {}
+            libc::EAGAIN => wait_writable(fd),
             e => return Err(e),
         }
     }

@@ -4,16 +4,21 @@
 //!
 //! - `real`: the C library's calls (`dlsym(RTLD_NEXT)`).
 //! - `rendezvous`: agreeing per connection, out of band, on openvia.
-//! - `conn`: descriptor → connection state; `link`: the VI data path;
-//!   `kernel`: the doorbell bytes on the program's own TCP socket.
+//! - `conn`: descriptor → connection state; `link` (setup, writes) and
+//!   `reader`: the VI data path; `control`: the shared page that decides
+//!   when a doorbell is needed; `kernel`: the doorbell bytes on the
+//!   program's own TCP socket.
 //! - `stats`: the lines `viarun --stats` counts.
 //!
 //! The hooks below decide per call: not ours → the real call, unchanged.
 //! No panic leaves a hook: one becomes -1/EIO.
 
 mod conn;
+mod control;
 mod kernel;
 mod link;
+mod process;
+mod reader;
 mod real;
 mod rendezvous;
 mod stats;
@@ -90,11 +95,11 @@ fn via_read(link: &link::Link, fd: c_int, mut bufs: Vec<&mut [u8]>, flags: c_int
     if flags & libc::MSG_OOB != 0 {
         return result(Err(libc::EINVAL));
     }
-    let nonblock = flags & libc::MSG_DONTWAIT != 0 || kernel::is_nonblocking(fd);
+    let dontwait = flags & libc::MSG_DONTWAIT != 0;
     result(link.read(
         fd,
         &mut bufs,
-        nonblock,
+        dontwait,
         flags & libc::MSG_PEEK != 0,
         flags & libc::MSG_WAITALL != 0,
     ))
@@ -104,9 +109,9 @@ fn via_write(link: &link::Link, fd: c_int, bufs: Vec<&mut [u8]>, flags: c_int) -
     if flags & libc::MSG_OOB != 0 {
         return result(Err(libc::EOPNOTSUPP));
     }
-    let nonblock = flags & libc::MSG_DONTWAIT != 0 || kernel::is_nonblocking(fd);
+    let dontwait = flags & libc::MSG_DONTWAIT != 0;
     let parts: Vec<&[u8]> = bufs.iter().map(|b| &**b).collect();
-    result(link.write(fd, &parts, nonblock, flags & libc::MSG_NOSIGNAL != 0))
+    result(link.write(fd, &parts, dontwait, flags & libc::MSG_NOSIGNAL != 0))
 }
 
 fn one<'a>(buf: *mut c_void, n: size_t) -> Vec<&'a mut [u8]> {
@@ -347,6 +352,7 @@ pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
         if let Route::Via(link) = conn::route(fd) {
             if how != libc::SHUT_RD {
                 link.flush();
+                link.shut();
             }
         }
         (real().shutdown)(fd, how)
@@ -448,14 +454,32 @@ fn accepted(listener: c_int, fd: c_int) {
     if let (Some(peer), Some(local)) = (peer, local) {
         let key = stats::key(rendezvous::text_of(&local), rendezvous::text_of(&peer));
         let ports = rendezvous::port_of(&peer).zip(rendezvous::port_of(&local));
-        let carried = (fd as usize) < conn::MAX_FD;
-        match ports.and_then(|(p, l)| rendezvous::answer(p, l, carried)) {
-            Some(token) => {
+        // A connection we can carry gets its control page, sent with the yes.
+        let mut control = None;
+        let mut page_fd = None;
+        let answer = ports.and_then(|(p, l)| {
+            rendezvous::answer(p, l, || {
+                if fd as usize >= conn::MAX_FD {
+                    return None;
+                }
+                let (page, memfd) = control::Control::create()?;
+                control = Some(page);
+                page_fd = Some(memfd);
+                page_fd
+            })
+        });
+        if let Some(memfd) = page_fd {
+            // SAFETY: the page's descriptor: mapped and handed on, ours to close.
+            unsafe { (real().close)(memfd) };
+        }
+        match answer.zip(control) {
+            Some((token, control)) => {
                 conn::insert(
                     fd,
                     Setup::Agreed {
-                        role: link::Role::Acceptor,
+                        side: control::Side::Acceptor,
                         token,
+                        control: std::sync::Arc::new(control),
                     },
                 );
                 stats::record(link::device_short_name(), &key);
@@ -559,6 +583,7 @@ extern "C" fn at_exit() {
 }
 
 extern "C" fn init() {
+    process::init();
     // SAFETY: registering a plain extern "C" function.
     unsafe { libc::atexit(at_exit) };
 }

@@ -3,13 +3,13 @@
 //! ahead, reliable reception (a send completes once it sits in a posted
 //! receive of the peer, so a flushed connection has lost nothing).
 //!
-//! Readiness: before each message the writer puts one byte, `D`, into the
-//! kernel TCP socket (the doorbell); the reader takes that byte when the
-//! message is used up. So the kernel socket is readable exactly while a
-//! message is unread (or at EOF/error), and poll/select/epoll on the
-//! program's own fd work untouched. Both ends start the stream with one
-//! `H` byte, written before the VI handshake, which wakes a peer that
-//! sleeps in poll so that it joins the handshake.
+//! Readiness: the program's kernel TCP socket stays its descriptor and
+//! holds one doorbell byte, `D`, exactly while data is unread; the
+//! control page (`control`) decides per message whether the writer must
+//! ring it, so a reader spinning in read costs the writer no system call.
+//! Both ends start the stream with one `H` byte, written before the VI
+//! handshake, which wakes a peer that sleeps in poll so that it joins the
+//! handshake. This file sets the link up and writes; `reader` reads.
 
 use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex};
@@ -21,17 +21,20 @@ use openvia_core::nic::{Device, Nic};
 use openvia_core::vi::{reliability, Vi, ViAttributes, ViState};
 use openvia_core::{Address, ViaError};
 
+use crate::control::{peer_of, Control, Direction, Side, DATA_SLOTS};
 use crate::kernel;
 
-/// Bytes per message (one slot).
+/// Bytes per message (one slot of the control page's data ring).
 pub const SLOT_BYTES: usize = 64 << 10;
+/// Bytes of a VI message: the length of the message in the data ring.
+const MSG_BYTES: usize = 64;
 /// Sends in flight per connection.
-const SEND_SLOTS: usize = 8;
+const SEND_SLOTS: usize = DATA_SLOTS;
 /// Receives posted per connection.
-const RECV_SLOTS: usize = 16;
+const RECV_SLOTS: usize = 2 * DATA_SLOTS;
 const DESC_BYTES: usize = 128;
 /// How long a wait lasts before the kernel socket is checked again.
-const SLICE: Duration = Duration::from_millis(50);
+pub(crate) const SLICE: Duration = Duration::from_millis(50);
 /// How long close waits for the peer to take what was sent.
 const LINGER: Duration = Duration::from_secs(10);
 
@@ -54,7 +57,7 @@ static NIC: Mutex<Option<ProcessNic>> = Mutex::new(None);
 
 fn process_nic() -> Result<(Nic, PtagId), ViaError> {
     let mut g = NIC.lock().unwrap_or_else(|e| e.into_inner());
-    let pid = std::process::id();
+    let pid = crate::process::id();
     if let Some(p) = g.as_ref().filter(|p| p.pid == pid) {
         return Ok((p.nic.clone(), p.ptag));
     }
@@ -96,27 +99,35 @@ impl Region {
         (d.0 as usize - self.base) / DESC_BYTES
     }
     fn buffer(&self, i: usize) -> usize {
-        self.base + (SEND_SLOTS + RECV_SLOTS) * DESC_BYTES + i * SLOT_BYTES
+        self.base + (SEND_SLOTS + RECV_SLOTS) * DESC_BYTES + i * MSG_BYTES
     }
 }
 
 struct Tx {
     free: Vec<usize>,
     in_flight: usize,
+    /// Messages sent (the next one goes into data slot `sent`).
+    sent: u32,
 }
 
-struct Rx {
-    /// The message being read: (slot, length, bytes already taken).
-    current: Option<(usize, usize, usize)>,
+pub(crate) struct Rx {
+    /// The message being read: (data slot, length, bytes already taken).
+    pub current: Option<(usize, usize, usize)>,
+    /// Messages used up (compared with the writer's count on the page).
+    pub consumed: u32,
+    /// Nonblocking reads in a row that found nothing.
+    pub idle: u32,
 }
 
 pub struct Link {
     nic: Nic,
-    vi: Arc<Vi>,
+    pub(crate) vi: Arc<Vi>,
     region: Region,
     pub owner_pid: u32,
+    side: Side,
+    control: Arc<Control>,
     tx: Mutex<Tx>,
-    rx: Mutex<Rx>,
+    pub(crate) rx: Mutex<Rx>,
 }
 
 // SAFETY: the region is plain memory owned by the link; all access to its
@@ -124,11 +135,6 @@ pub struct Link {
 unsafe impl Send for Link {}
 // SAFETY: as above.
 unsafe impl Sync for Link {}
-
-pub enum Role {
-    Connector,
-    Acceptor,
-}
 
 /// Why a handshake ended without a link.
 pub enum HandshakeEnd {
@@ -144,13 +150,18 @@ fn disc(role_char: char, token: u64) -> Vec<u8> {
 
 impl Link {
     /// Sets up and connects the VI of a connection both ends agreed on.
-    pub fn handshake(fd: RawFd, role: Role, token: u64) -> Result<Link, HandshakeEnd> {
+    pub fn handshake(
+        fd: RawFd,
+        side: Side,
+        token: u64,
+        control: Arc<Control>,
+    ) -> Result<Link, HandshakeEnd> {
         kernel::send_byte(fd, HELLO).map_err(|_| HandshakeEnd::Broken)?;
-        let link = Link::create().map_err(|_| HandshakeEnd::Broken)?;
+        let link = Link::create(side, control).map_err(|_| HandshakeEnd::Broken)?;
         let host = link.nic.query().address.to_vec();
-        let (mine, theirs) = match role {
-            Role::Connector => ('c', 'a'),
-            Role::Acceptor => ('a', 'c'),
+        let (mine, theirs) = match side {
+            Side::Connector => ('c', 'a'),
+            Side::Acceptor => ('a', 'c'),
         };
         let local = Address {
             host: host.clone(),
@@ -161,12 +172,12 @@ impl Link {
             discriminator: disc(theirs, token),
         };
         loop {
-            let r = match role {
-                Role::Connector => {
+            let r = match side {
+                Side::Connector => {
                     openvia_core::connect_request(&link.vi, &local, &remote, Some(SLICE))
                         .map(|_| ())
                 }
-                Role::Acceptor => {
+                Side::Acceptor => {
                     openvia_core::connect_wait(link.nic.shared(), &local, Some(SLICE))
                         .and_then(|req| req.accept(&link.vi))
                 }
@@ -194,9 +205,9 @@ impl Link {
         }
     }
 
-    fn create() -> Result<Link, ViaError> {
+    fn create(side: Side, control: Arc<Control>) -> Result<Link, ViaError> {
         let (nic, ptag) = process_nic()?;
-        let len = (SEND_SLOTS + RECV_SLOTS) * (DESC_BYTES + SLOT_BYTES);
+        let len = (SEND_SLOTS + RECV_SLOTS) * (DESC_BYTES + MSG_BYTES);
         // SAFETY: an anonymous private mapping owned by the link until Drop.
         let p = unsafe {
             libc::mmap(
@@ -223,7 +234,7 @@ impl Link {
         let region = Region { base, len, handle };
         let attrs = ViAttributes {
             reliability: reliability::RELIABLE_RECEPTION,
-            max_transfer: SLOT_BYTES as u64,
+            max_transfer: MSG_BYTES as u64,
             ptag,
             rdma_write: false,
             rdma_read: false,
@@ -241,12 +252,19 @@ impl Link {
             nic,
             vi,
             region,
-            owner_pid: std::process::id(),
+            owner_pid: crate::process::id(),
+            side,
+            control,
             tx: Mutex::new(Tx {
                 free: (0..SEND_SLOTS).collect(),
                 in_flight: 0,
+                sent: 0,
             }),
-            rx: Mutex::new(Rx { current: None }),
+            rx: Mutex::new(Rx {
+                current: None,
+                consumed: 0,
+                idle: 0,
+            }),
         };
         for j in 0..RECV_SLOTS {
             link.post_recv(j)?;
@@ -269,16 +287,46 @@ impl Link {
         d
     }
 
-    fn post_recv(&self, j: usize) -> Result<(), ViaError> {
+    /// The page word this side's messages are announced in.
+    fn tx_word(&self) -> Direction<'_> {
+        self.control.tx(self.side)
+    }
+
+    /// The page word the peer announces its messages in.
+    pub(crate) fn rx_word(&self) -> Direction<'_> {
+        self.control.rx(self.side)
+    }
+
+    /// Address of receive slot `j`'s buffer.
+    pub(crate) fn recv_buffer(&self, j: usize) -> usize {
+        self.region.buffer(SEND_SLOTS + j)
+    }
+
+    /// Data slot `k` of the peer's direction.
+    pub(crate) fn data_in(&self, k: u32) -> *const u8 {
+        self.control.slot(peer_of(self.side), k as usize)
+    }
+
+    /// Reader: one more of the peer's messages used up.
+    pub(crate) fn used_up(&self) {
+        self.control.used_up(peer_of(self.side));
+    }
+
+    /// Receive slot index of a completed receive descriptor.
+    pub(crate) fn recv_slot_of(&self, d: DescPtr) -> usize {
+        self.region.slot_of(d) - SEND_SLOTS
+    }
+
+    pub(crate) fn post_recv(&self, j: usize) -> Result<(), ViaError> {
         let d = self.fill(
             SEND_SLOTS + j,
             self.region.buffer(SEND_SLOTS + j),
-            SLOT_BYTES,
+            MSG_BYTES,
         );
         self.vi.post_recv(d.0, self.region.handle)
     }
 
-    fn broken(&self) -> bool {
+    pub(crate) fn broken(&self) -> bool {
         self.vi.state() == ViState::Error
     }
 
@@ -310,12 +358,14 @@ impl Link {
         }
     }
 
-    /// write/send: Ok(bytes taken) or Err(errno). `nosignal`: no SIGPIPE.
+    /// write/send: Ok(bytes taken) or Err(errno). `dontwait`: the call
+    /// asked not to block (else the socket's own mode decides, asked only
+    /// when every slot is in flight). `nosignal`: no SIGPIPE.
     pub fn write(
         &self,
         fd: RawFd,
         data: &[&[u8]],
-        nonblock: bool,
+        dontwait: bool,
         nosignal: bool,
     ) -> Result<usize, i32> {
         let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
@@ -330,6 +380,7 @@ impl Link {
             Err(libc::EPIPE)
         };
         let total: usize = data.iter().map(|d| d.len()).sum();
+        let mut nonblock = None;
         let mut taken = 0usize;
         let (mut seg, mut off) = (0usize, 0usize);
         while taken < total {
@@ -337,7 +388,7 @@ impl Link {
                 return pipe(taken);
             }
             while tx.free.is_empty() {
-                if nonblock {
+                if *nonblock.get_or_insert_with(|| dontwait || kernel::is_nonblocking(fd)) {
                     return if taken > 0 {
                         Ok(taken)
                     } else {
@@ -348,19 +399,32 @@ impl Link {
                     return pipe(taken);
                 }
             }
-            // The doorbell first: a dead peer shows here as EPIPE/SIGPIPE
-            // from the kernel itself.
-            if let Err(e) = kernel::send_doorbell(fd, nonblock, nosignal) {
-                return if taken > 0 { Ok(taken) } else { Err(e) };
+            // Room in the data ring: fewer than DATA_SLOTS messages unread.
+            loop {
+                let used = self.control.consumed(self.side);
+                if tx.sent.wrapping_sub(used) < DATA_SLOTS as u32 {
+                    break;
+                }
+                if *nonblock.get_or_insert_with(|| dontwait || kernel::is_nonblocking(fd)) {
+                    return if taken > 0 {
+                        Ok(taken)
+                    } else {
+                        Err(libc::EAGAIN)
+                    };
+                }
+                if self.broken() {
+                    return pipe(taken);
+                }
+                self.control.wait_for_room(self.side, used, SLICE);
             }
-            let i = tx.free.pop().unwrap_or(0);
-            let buf = self.region.buffer(i);
+            let slot = self.control.slot(self.side, tx.sent as usize);
             let mut len = 0usize;
             while len < SLOT_BYTES && seg < data.len() {
                 let part = &data[seg][off..];
                 let n = part.len().min(SLOT_BYTES - len);
-                // SAFETY: slot `i` is free (not posted) and SLOT_BYTES long.
-                unsafe { std::ptr::copy_nonoverlapping(part.as_ptr(), (buf + len) as *mut u8, n) };
+                // SAFETY: the data slot is SLOT_BYTES long and unread (the
+                // reader has used up every message that was in it).
+                unsafe { std::ptr::copy_nonoverlapping(part.as_ptr(), slot.add(len), n) };
                 len += n;
                 off += n;
                 if off == data[seg].len() {
@@ -368,120 +432,31 @@ impl Link {
                     off = 0;
                 }
             }
-            let d = self.fill(i, buf, len);
+            let i = tx.free.pop().unwrap_or(0);
+            let buf = self.region.buffer(i);
+            // SAFETY: message slot `i` is free and MSG_BYTES (≥ 4) long.
+            unsafe { std::ptr::write_unaligned(buf as *mut u32, len as u32) };
+            // Announced and rung before it is posted: a reader never uses
+            // up a message its count does not show yet (it waits the
+            // moment between), and the socket is readable by the time the
+            // message can be read. A dead peer shows on the doorbell as
+            // EPIPE (and SIGPIPE) from the kernel.
+            if self.tx_word().announce(len) {
+                if let Err(e) = kernel::send_doorbell(fd, nosignal) {
+                    tx.free.push(i);
+                    return if taken > 0 { Ok(taken) } else { Err(e) };
+                }
+            }
+            let d = self.fill(i, buf, 4);
             if self.vi.post_send(d.0, self.region.handle).is_err() {
                 tx.free.push(i);
                 return pipe(taken);
             }
             tx.in_flight += 1;
+            tx.sent = tx.sent.wrapping_add(1);
             taken += len;
         }
         Ok(taken)
-    }
-
-    /// read/recv into `out`: Ok(0) at EOF. `peek` leaves the data; `all`
-    /// waits for the whole of `out` (MSG_WAITALL).
-    pub fn read(
-        &self,
-        fd: RawFd,
-        out: &mut [&mut [u8]],
-        nonblock: bool,
-        peek: bool,
-        all: bool,
-    ) -> Result<usize, i32> {
-        let mut rx = self.rx.lock().unwrap_or_else(|e| e.into_inner());
-        let want: usize = out.iter().map(|o| o.len()).sum();
-        let mut got = 0usize;
-        let (mut seg, mut off) = (0usize, 0usize);
-        if want == 0 {
-            return Ok(0);
-        }
-        loop {
-            if let Some((slot, len, taken)) = rx.current {
-                // Copy what this message has (a peek takes from one message).
-                let mut at = taken;
-                while at < len && seg < out.len() {
-                    let n = (len - at).min(out[seg].len() - off);
-                    let src = self.region.buffer(SEND_SLOTS + slot) + at;
-                    // SAFETY: the completed receive's buffer holds `len` bytes.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            src as *const u8,
-                            out[seg][off..].as_mut_ptr(),
-                            n,
-                        )
-                    };
-                    at += n;
-                    off += n;
-                    got += n;
-                    if off == out[seg].len() {
-                        seg += 1;
-                        off = 0;
-                    }
-                }
-                if peek {
-                    return Ok(got);
-                }
-                if at == len {
-                    rx.current = None;
-                    if self.post_recv(slot).is_err() {
-                        return Err(libc::ECONNRESET);
-                    }
-                    match kernel::take_byte(fd) {
-                        Ok(DOORBELL) => {}
-                        _ => return Err(libc::EIO),
-                    }
-                } else {
-                    rx.current = Some((slot, len, at));
-                }
-                if got == want || !all {
-                    return Ok(got);
-                }
-                continue;
-            }
-            // A flushed receive (the peer is gone) is no message: whether
-            // that is EOF or a reset is the kernel stream's to say.
-            if let Ok(d) = self.vi.recv_done() {
-                if let Some(m) = self.completed(d) {
-                    rx.current = Some(m);
-                    continue;
-                }
-            }
-            match kernel::peek_state(fd) {
-                kernel::Peek::Byte(DOORBELL) => {
-                    // A message is on its way (its doorbell went first).
-                    match self.vi.recv_wait(Some(SLICE)) {
-                        Ok(d) => match self.completed(d) {
-                            Some(m) => rx.current = Some(m),
-                            None => return Err(libc::ECONNRESET),
-                        },
-                        Err(ViaError::Timeout) if !self.broken() => {}
-                        Err(_) => return Err(libc::ECONNRESET),
-                    }
-                }
-                kernel::Peek::Byte(_) => return Err(libc::EIO),
-                kernel::Peek::Eof => return Ok(got),
-                kernel::Peek::Error(e) => return if got > 0 { Ok(got) } else { Err(e) },
-                kernel::Peek::Empty => {
-                    if nonblock {
-                        return if got > 0 { Ok(got) } else { Err(libc::EAGAIN) };
-                    }
-                    kernel::wait_readable(fd);
-                }
-            }
-        }
-    }
-
-    /// A completed receive as (slot, length, 0); None if it failed.
-    fn completed(&self, d: DescPtr) -> Option<(usize, usize, usize)> {
-        let st = d.status();
-        let slot = self.region.slot_of(d) - SEND_SLOTS;
-        if st & status::ERROR_MASK != 0 {
-            return None;
-        }
-        // SAFETY: the descriptor is ours and completed.
-        let len = unsafe { (*d.0).cs.length as usize };
-        Some((slot, len.min(SLOT_BYTES), 0))
     }
 
     /// Waits (up to LINGER) until the peer holds everything sent.
@@ -494,11 +469,17 @@ impl Link {
             }
         }
     }
+
+    /// After flush, before the kernel's FIN: the peer's reads ask the
+    /// kernel from now on.
+    pub fn shut(&self) {
+        self.tx_word().shut();
+    }
 }
 
 impl Drop for Link {
     fn drop(&mut self) {
-        if self.owner_pid != std::process::id() {
+        if self.owner_pid != crate::process::id() {
             return;
         }
         let _ = self.vi.disconnect();

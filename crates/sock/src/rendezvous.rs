@@ -150,25 +150,109 @@ pub fn connector_socket(local_port: u16) -> Option<RawFd> {
 }
 
 /// Acceptor side: answers the connector at `peer_port` (if it is waiting
-/// under viarun). Some(token) when both agreed on openvia, None otherwise.
-pub fn answer(peer_port: u16, listen_port: u16, yes: bool) -> Option<u64> {
+/// under viarun). `control` is asked for the connection's control page
+/// only then; with one the answer is yes and the page goes along.
+/// Some(token) when both agreed on openvia, None otherwise.
+pub fn answer(
+    peer_port: u16,
+    listen_port: u16,
+    control: impl FnOnce() -> Option<RawFd>,
+) -> Option<u64> {
     let fd = connect_to("c", peer_port)?;
+    let control = control();
     let token = openvia_core::sys::random_u64() | 1;
     let mut msg = [0u8; ANSWER_LEN];
     msg[0..4].copy_from_slice(&MAGIC.to_le_bytes());
     msg[4..6].copy_from_slice(&listen_port.to_le_bytes());
-    msg[6] = u8::from(yes);
+    msg[6] = u8::from(control.is_some());
     msg[8..16].copy_from_slice(&token.to_le_bytes());
-    // SAFETY: writing our buffer to our socket (16 bytes fit any buffer).
-    let n = unsafe { libc::send(fd, msg.as_ptr().cast(), msg.len(), libc::MSG_NOSIGNAL) };
+    let n = send_with_fd(fd, &msg, control);
     close(fd);
-    (yes && n == ANSWER_LEN as isize).then_some(token)
+    (control.is_some() && n == ANSWER_LEN as isize).then_some(token)
+}
+
+/// Space for one descriptor's control message (aligned as a cmsghdr).
+#[repr(C, align(8))]
+struct FdCmsg {
+    buf: [u8; 64],
+}
+
+/// Sends `msg` on `fd` (16 bytes fit any buffer), with `pass` as
+/// SCM_RIGHTS when given.
+fn send_with_fd(fd: RawFd, msg: &[u8], pass: Option<RawFd>) -> isize {
+    let mut iov = libc::iovec {
+        iov_base: msg.as_ptr() as *mut libc::c_void,
+        iov_len: msg.len(),
+    };
+    // SAFETY: msghdr and the cmsg buffer are plain data, zero is valid.
+    let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+    let mut cm = FdCmsg { buf: [0; 64] };
+    h.msg_iov = &mut iov;
+    h.msg_iovlen = 1;
+    if let Some(pass) = pass {
+        // SAFETY: CMSG_SPACE/LEN of one int fit the 64-byte buffer; the
+        // header pointer comes from our msghdr, which points at it.
+        unsafe {
+            h.msg_control = cm.buf.as_mut_ptr().cast();
+            h.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<c_int>() as u32) as usize;
+            let c = libc::CMSG_FIRSTHDR(&h);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<c_int>() as u32) as usize;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<c_int>(), pass);
+        }
+    }
+    // SAFETY: a valid msghdr describing our buffers.
+    unsafe { libc::sendmsg(fd, &h, libc::MSG_NOSIGNAL) }
+}
+
+/// Reads into `buf` from `fd`; a descriptor passed along is stored in
+/// `passed` (any further ones are closed).
+fn recv_with_fd(fd: RawFd, buf: &mut [u8], passed: &mut Option<RawFd>) -> isize {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: msghdr and the cmsg buffer are plain data, zero is valid.
+    let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+    let mut cm = FdCmsg { buf: [0; 64] };
+    h.msg_iov = &mut iov;
+    h.msg_iovlen = 1;
+    h.msg_control = cm.buf.as_mut_ptr().cast();
+    h.msg_controllen = std::mem::size_of::<FdCmsg>();
+    // SAFETY: a valid msghdr describing our buffers.
+    let n = unsafe { libc::recvmsg(fd, &mut h, libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC) };
+    if n < 0 {
+        return n;
+    }
+    // SAFETY: walking the control messages the kernel wrote into our
+    // buffer with the CMSG macros, which stay within msg_controllen; each
+    // SCM_RIGHTS payload is read as whole ints inside its cmsg_len.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&h);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let header = libc::CMSG_LEN(0) as usize;
+                let count = ((*c).cmsg_len as usize).saturating_sub(header) / 4;
+                for i in 0..count {
+                    let f = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<c_int>().add(i));
+                    if passed.is_none() {
+                        *passed = Some(f);
+                    } else {
+                        close(f);
+                    }
+                }
+            }
+            c = libc::CMSG_NXTHDR(&h, c);
+        }
+    }
+    n
 }
 
 /// Connector side: waits for the acceptor's answer on `listener`.
-/// Some(token) for yes; None for no (or nonsense).
+/// Some((token, control page fd)) for yes; None for no (or nonsense).
 /// A TCP connection that fails meanwhile (`tcp` shows an error) gives no.
-pub fn await_answer(listener: RawFd, dst_port: u16, tcp: RawFd) -> Option<u64> {
+pub fn await_answer(listener: RawFd, dst_port: u16, tcp: RawFd) -> Option<(u64, RawFd)> {
     loop {
         let mut p = [
             libc::pollfd {
@@ -208,22 +292,16 @@ pub fn await_answer(listener: RawFd, dst_port: u16, tcp: RawFd) -> Option<u64> {
         }
         let mut msg = [0u8; ANSWER_LEN];
         let mut got = 0;
+        let mut passed = None;
         while got < ANSWER_LEN {
             let mut p = libc::pollfd {
                 fd,
                 events: libc::POLLIN,
                 revents: 0,
             };
-            // SAFETY: one pollfd; then reading into the rest of our buffer.
-            let n = unsafe {
-                libc::poll(&mut p, 1, 1000);
-                libc::recv(
-                    fd,
-                    msg[got..].as_mut_ptr().cast(),
-                    ANSWER_LEN - got,
-                    libc::MSG_DONTWAIT,
-                )
-            };
+            // SAFETY: one pollfd of ours.
+            unsafe { libc::poll(&mut p, 1, 1000) };
+            let n = recv_with_fd(fd, &mut msg[got..], &mut passed);
             if n == 0 || (n < 0 && errno() != libc::EAGAIN && errno() != libc::EINTR) {
                 break;
             }
@@ -232,14 +310,25 @@ pub fn await_answer(listener: RawFd, dst_port: u16, tcp: RawFd) -> Option<u64> {
             }
         }
         close(fd);
-        if got < ANSWER_LEN || msg[0..4] != MAGIC.to_le_bytes() {
-            continue;
-        }
-        if u16::from_le_bytes([msg[4], msg[5]]) != dst_port {
+        let valid = got == ANSWER_LEN
+            && msg[0..4] == MAGIC.to_le_bytes()
+            && u16::from_le_bytes([msg[4], msg[5]]) == dst_port;
+        if !valid {
+            if let Some(f) = passed {
+                close(f);
+            }
             continue;
         }
         let token = u64::from_le_bytes(msg[8..16].try_into().unwrap_or([0; 8]));
-        return (msg[6] == 1).then_some(token);
+        return match (msg[6] == 1, passed) {
+            (true, Some(f)) => Some((token, f)),
+            (_, f) => {
+                if let Some(f) = f {
+                    close(f);
+                }
+                None
+            }
+        };
     }
 }
 

@@ -1,0 +1,25 @@
+//! This process's id, cached: glibc's getpid is a system call, and every
+//! call on a carried descriptor asks whether this process made its VI. A
+//! fork handler refreshes it in the child.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+static PID: AtomicU32 = AtomicU32::new(0);
+
+extern "C" fn forked_child() {
+    PID.store(std::process::id(), Ordering::Relaxed);
+}
+
+/// Registers the fork handler (from the library's constructor).
+pub fn init() {
+    PID.store(std::process::id(), Ordering::Relaxed);
+    // SAFETY: registering a plain extern "C" function as child handler.
+    unsafe { libc::pthread_atfork(None, None, Some(forked_child)) };
+}
+
+pub fn id() -> u32 {
+    match PID.load(Ordering::Relaxed) {
+        0 => std::process::id(),
+        p => p,
+    }
+}

@@ -1,0 +1,292 @@
+//! Reading a carried connection. Messages arrive in the VI's posted
+//! receives; the control page says how many the peer has posted (so
+//! "nothing unread" needs no system call) and whether a doorbell byte is
+//! out. A blocking read with nothing unread offers a token and spins on
+//! the page (and the VI, which keeps the device's progress thread off our
+//! CPU) for `VIARUN_SPIN_US` (default 50 µs) before it takes the token back
+//! and sleeps in the kernel; whatever read used a message up last takes
+//! the doorbell. So a reader that catches its messages spinning makes no
+//! system call and costs its writer none (see `control`).
+//!
+//! The kernel is asked only when the peer shut down or closed (its page
+//! word says so), when the VI broke, or after a sleep: its stream then
+//! says EOF, ECONNRESET or nothing yet.
+
+use std::os::fd::RawFd;
+use std::sync::{MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use openvia_core::descriptor::{status, DescPtr};
+
+use crate::kernel::{self, Peek};
+use crate::link::{Link, Rx, DOORBELL, SLOT_BYTES};
+
+/// How long a blocking read spins before it sleeps in the kernel.
+fn spin_time() -> Duration {
+    static SPIN: OnceLock<Duration> = OnceLock::new();
+    *SPIN.get_or_init(|| {
+        let us = std::env::var("VIARUN_SPIN_US")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(50);
+        Duration::from_micros(us)
+    })
+}
+
+/// Nonblocking reads that found nothing, in a row, between two looks at
+/// the kernel stream (a killed peer's FIN, before the VI says it broke).
+const IDLE_LOOK: u32 = 64;
+
+/// How a spin with a token ended.
+enum Spin {
+    /// A message was announced (or the page or VI changed): look again.
+    Changed,
+    /// Nothing came within the spin time.
+    TimedOut,
+}
+
+impl Link {
+    /// read/recv into `out`: Ok(0) at EOF. `dontwait`: the call asked not
+    /// to block (else the socket's mode decides, asked only when there is
+    /// nothing to read). `peek` leaves the data; `all` waits for the whole
+    /// of `out` (MSG_WAITALL).
+    pub fn read(
+        &self,
+        fd: RawFd,
+        out: &mut [&mut [u8]],
+        dontwait: bool,
+        peek: bool,
+        all: bool,
+    ) -> Result<usize, i32> {
+        let nonblocking = || dontwait || kernel::is_nonblocking(fd);
+        let mut rx = match self.rx.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            // Another thread is reading (it may sleep there).
+            Err(std::sync::TryLockError::WouldBlock) if nonblocking() => return Err(libc::EAGAIN),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                self.rx.lock().unwrap_or_else(|e| e.into_inner())
+            }
+        };
+        let mut nonblock = None;
+        let want: usize = out.iter().map(|o| o.len()).sum();
+        if want == 0 {
+            return Ok(0);
+        }
+        let mut got = 0usize;
+        let (mut seg, mut off) = (0usize, 0usize);
+        // Set after a sleep, or when the page or VI says so: the kernel
+        // stream has the last word.
+        let mut ask_kernel = false;
+        loop {
+            if let Some((slot, len, taken)) = rx.current {
+                // Copy what this message has (a peek takes from one message).
+                let mut at = taken;
+                while at < len && seg < out.len() {
+                    let n = (len - at).min(out[seg].len() - off);
+                    // SAFETY: the data slot holds the message's `len` bytes,
+                    // which its writer leaves alone until we use it up.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            self.data_in(slot as u32).add(at),
+                            out[seg][off..].as_mut_ptr(),
+                            n,
+                        )
+                    };
+                    at += n;
+                    off += n;
+                    got += n;
+                    if off == out[seg].len() {
+                        seg += 1;
+                        off = 0;
+                    }
+                }
+                if peek {
+                    self.bell_visible(fd);
+                    return Ok(got);
+                }
+                if at == len {
+                    rx.current = None;
+                    rx.consumed = rx.consumed.wrapping_add(1);
+                    self.used_up();
+                } else {
+                    rx.current = Some((slot, len, at));
+                }
+                if got == want {
+                    return Ok(self.leave(fd, &mut rx, got));
+                }
+                if !all {
+                    // Like the kernel, hand over what has already arrived
+                    // (fewer calls for a reader with a large buffer).
+                    if rx.current.is_none() {
+                        if let Ok(d) = self.vi.recv_done() {
+                            rx.current = self.completed(d, rx.consumed);
+                        }
+                    }
+                    if rx.current.is_none() {
+                        return Ok(self.leave(fd, &mut rx, got));
+                    }
+                }
+                continue;
+            }
+            if let Ok(d) = self.vi.recv_done() {
+                match self.completed(d, rx.consumed) {
+                    Some(m) => {
+                        rx.current = Some(m);
+                        continue;
+                    }
+                    // A flushed receive (the peer is gone) is no message.
+                    None => ask_kernel = true,
+                }
+            }
+            let seen = self.rx_word().seen();
+            let broken = self.broken();
+            if seen.posted != rx.consumed && !broken && !ask_kernel {
+                // Announced: it is in the ring, on its way to a receive.
+                std::hint::spin_loop();
+                continue;
+            }
+            // Nothing unread.
+            if got > 0 && !all {
+                return Ok(self.leave(fd, &mut rx, got));
+            }
+            if seen.bell && seen.posted == rx.consumed {
+                self.take_bell(fd, &rx);
+                continue;
+            }
+            if seen.shut || broken || ask_kernel {
+                match kernel::peek_state(fd) {
+                    Peek::Eof => return Ok(got),
+                    Peek::Error(e) => return if got > 0 { Ok(got) } else { Err(e) },
+                    Peek::Byte(b) => {
+                        let now = self.rx_word().seen();
+                        if b != DOORBELL || !now.bell {
+                            // Not ours: the stream cannot be followed.
+                            return Err(libc::EIO);
+                        }
+                        ask_kernel = false;
+                        continue;
+                    }
+                    Peek::Empty if *nonblock.get_or_insert_with(nonblocking) => {
+                        return if got > 0 { Ok(got) } else { Err(libc::EAGAIN) };
+                    }
+                    Peek::Empty => {
+                        kernel::wait_readable(fd);
+                        continue;
+                    }
+                }
+            }
+            // The token goes out before the socket's mode is asked (a
+            // system call): a ping-pong reply that comes meanwhile then
+            // needs no doorbell. A nonblocking read takes it back at once.
+            let token = !dontwait && !peek && self.rx_word().offer_token(rx.consumed, want - got);
+            if *nonblock.get_or_insert_with(nonblocking) {
+                if token && !self.rx_word().revoke_token() {
+                    // A message took it: it is on its way, read it.
+                    continue;
+                }
+                rx.idle = rx.idle.wrapping_add(1);
+                if rx.idle % IDLE_LOOK == 0 {
+                    ask_kernel = true;
+                    continue;
+                }
+                return if got > 0 { Ok(got) } else { Err(libc::EAGAIN) };
+            }
+            if !token {
+                if peek {
+                    // A peek must not take a token (it leaves the message
+                    // unread): the writer rings, the kernel wakes us.
+                    kernel::wait_readable(fd);
+                    ask_kernel = true;
+                }
+                continue;
+            }
+            let spin = self.spin(&mut rx);
+            if self.rx_word().revoke_token() && matches!(spin, Spin::TimedOut) {
+                // No message took the token: from now on the writer rings.
+                kernel::wait_readable(fd);
+                ask_kernel = true;
+            }
+        }
+    }
+
+    /// Spins while our token stands and nothing changes.
+    fn spin(&self, rx: &mut MutexGuard<'_, Rx>) -> Spin {
+        let start = Instant::now();
+        let limit = spin_time();
+        let mut turns = 0u32;
+        loop {
+            let seen = self.rx_word().seen();
+            if !seen.token || seen.posted != rx.consumed || seen.shut {
+                return Spin::Changed;
+            }
+            // Polling the VI keeps the device's progress thread asleep and
+            // takes a message the moment it lands.
+            if let Ok(d) = self.vi.recv_done() {
+                rx.current = self.completed(d, rx.consumed);
+                return Spin::Changed;
+            }
+            turns = turns.wrapping_add(1);
+            if turns % 64 == 0 && (self.broken() || start.elapsed() >= limit) {
+                return if self.broken() {
+                    Spin::Changed
+                } else {
+                    Spin::TimedOut
+                };
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Before a read returns: if every message is used up, the doorbell
+    /// (if out) is taken, so the socket is readable exactly while data is
+    /// unread.
+    fn leave(&self, fd: RawFd, rx: &mut MutexGuard<'_, Rx>, got: usize) -> usize {
+        rx.idle = 0;
+        if rx.current.is_none() {
+            self.take_bell(fd, rx);
+        }
+        if rx.current.is_some() || self.rx_word().seen().posted != rx.consumed {
+            self.bell_visible(fd);
+        }
+        got
+    }
+
+    /// Data stays unread: waits until the doorbell the writer rang for it
+    /// is in the socket (loopback can hand the byte over a moment after
+    /// the writer's send returned), so a poll right after sees it.
+    fn bell_visible(&self, fd: RawFd) {
+        if self.rx_word().seen().bell && matches!(kernel::peek_state(fd), Peek::Empty) {
+            kernel::wait_readable(fd);
+        }
+    }
+
+    /// Takes the doorbell byte if the page says one is out and nothing is
+    /// unread (the writer may be just writing it: take_byte waits).
+    fn take_bell(&self, fd: RawFd, rx: &Rx) {
+        if self.rx_word().clear_bell(rx.consumed) {
+            // EOF or an error here: the peer died writing it; the next
+            // read hears that from the kernel.
+            let _ = kernel::take_byte(fd);
+        }
+    }
+
+    /// A completed receive as (data slot, length, 0) of message number
+    /// `index`, its receive posted again; None if it failed.
+    fn completed(&self, d: DescPtr, index: u32) -> Option<(usize, usize, usize)> {
+        let st = d.status();
+        let j = self.recv_slot_of(d);
+        // SAFETY: the descriptor is ours and completed.
+        let got = unsafe { (*d.0).cs.length as usize };
+        if st & status::ERROR_MASK != 0 || got < 4 {
+            return None;
+        }
+        // SAFETY: the receive buffer holds at least the 4 bytes it got.
+        let len = unsafe { std::ptr::read_unaligned(self.recv_buffer(j) as *const u32) } as usize;
+        if self.post_recv(j).is_err() {
+            return None;
+        }
+        // The peer's word, bounds-checked: a slot holds SLOT_BYTES.
+        Some((index as usize, len.min(SLOT_BYTES), 0))
+    }
+}

@@ -1,0 +1,68 @@
+#!/bin/sh
+# viarun beside kernel TCP on one host (a benchmark, not a test):
+# sockperf ping-pong at 14 B and iperf3 one stream, default writes, the
+# server on CPU 0 and the client on CPU 1, kernel and viarun alternated
+# in one run, ROUNDS times; prints each figure and the medians.
+#   tests/sock/bench.sh BINDIR [ROUNDS]     (BINDIR holds viarun)
+# Kernel latency is taken both ways: blocking reads (sockperf's default)
+# and --nonblocked (sockperf spinning on recv: the kernel's busy-poll).
+# Under viarun the blocking reads spin in the library (VIARUN_SPIN_US).
+set -eu
+bin=$1
+rounds=${2:-5}
+V="$bin/viarun"
+for t in sockperf iperf3; do
+    command -v $t >/dev/null || { echo "bench: $t not installed (apt-get install $t)"; exit 1; }
+done
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+
+port() { echo $((20000 + $(od -An -N2 -tu2 /dev/urandom) % 20000)); }
+# listening PORT: waits until a TCP listener holds PORT (the readiness signal).
+listening() {
+    i=0
+    until ss -ltn | grep -q ":$1 "; do
+        i=$((i + 1))
+        [ $i -lt 200 ] || { echo "bench: no listener on $1"; exit 1; }
+        sleep 0.05
+    done
+}
+# pp PREFIX ARGS...: median one-way latency (us) of one sockperf run.
+pp() {
+    pre=$1
+    shift
+    p=$(port)
+    taskset -c 0 $pre sockperf sr --tcp -i 127.0.0.1 -p "$p" "$@" >"$dir/sr" 2>&1 &
+    s=$!
+    listening "$p"
+    taskset -c 1 $pre sockperf pp --tcp -i 127.0.0.1 -p "$p" -m 14 -t 3 "$@" >"$dir/pp" 2>&1
+    kill "$s" 2>/dev/null || true
+    wait "$s" 2>/dev/null || true
+    sed -n 's/.*percentile 50.000 = *\([0-9.]*\).*/\1/p' "$dir/pp"
+}
+# ip PREFIX: receiver Gbit/s of one iperf3 run.
+ip() {
+    pre=$1
+    p=$(port)
+    taskset -c 0 $pre iperf3 -s -1 -p "$p" >/dev/null 2>&1 &
+    s=$!
+    listening "$p"
+    taskset -c 1 $pre iperf3 -c 127.0.0.1 -p "$p" -t 3 -J >"$dir/ip.json"
+    wait "$s" || true
+    python3 -c "import json,sys; print('%.1f' % (json.load(open(sys.argv[1]))['end']['sum_received']['bits_per_second'] / 1e9))" "$dir/ip.json"
+}
+median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+
+: >"$dir/lk"; : >"$dir/lkn"; : >"$dir/lv"; : >"$dir/tk"; : >"$dir/tv"
+for r in $(seq "$rounds"); do
+    lk=$(pp "") lkn=$(pp "" --nonblocked) lv=$(pp "$V")
+    tk=$(ip "") tv=$(ip "$V")
+    echo "round $r: latency kernel $lk us, kernel --nonblocked $lkn us, viarun $lv us; iperf3 kernel $tk, viarun $tv Gbit/s"
+    echo "$lk" >>"$dir/lk"; echo "$lkn" >>"$dir/lkn"; echo "$lv" >>"$dir/lv"
+    echo "$tk" >>"$dir/tk"; echo "$tv" >>"$dir/tv"
+done
+mk=$(median <"$dir/lk") mkn=$(median <"$dir/lkn") mv=$(median <"$dir/lv")
+mtk=$(median <"$dir/tk") mtv=$(median <"$dir/tv")
+echo "medians: latency kernel $mk us, kernel --nonblocked $mkn us, viarun $mv us" \
+    "($(echo "$mv $mkn" | awk '{printf "%.2f", $1 / $2}')x the busy-polling kernel);" \
+    "iperf3 kernel $mtk, viarun $mtv Gbit/s ($(echo "$mtv $mtk" | awk '{printf "%.2f", $1 / $2}')x)"
