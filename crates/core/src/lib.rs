@@ -36,6 +36,7 @@ pub mod nic;
 pub mod ns;
 pub mod ranges;
 pub mod settings;
+pub mod slots;
 pub mod sys;
 pub mod transport;
 pub mod vi;

@@ -14,16 +14,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use openvia_core::descriptor::{control, status, DataSegment, DescPtr, Descriptor};
+use openvia_core::descriptor::{status, DescPtr};
 use openvia_core::mem::PtagId;
 use openvia_core::nic::Nic;
+use openvia_core::slots::Slots;
 use openvia_core::vi::{reliability, Vi, ViAttributes, ViState};
 use openvia_core::{Address, ViaError};
 
 use crate::peers::HostAddr;
 
-/// Bytes of one descriptor slot (control segment and one data segment).
-const DESC_SLOT: usize = 64;
 /// Sends in flight per link.
 const TX_SLOTS: usize = 64;
 /// Receives posted per link.
@@ -67,90 +66,6 @@ impl Mode {
         match self {
             Mode::Connected => reliability::RELIABLE_DELIVERY,
             Mode::Datagram => reliability::UNRELIABLE,
-        }
-    }
-}
-
-/// Registered memory, 64-byte aligned, deregistered when dropped.
-struct Region {
-    nic: Nic,
-    buf: Vec<u8>,
-    base: usize,
-    handle: u32,
-}
-
-impl Region {
-    fn new(nic: &Nic, ptag: PtagId, len: usize) -> Result<Region, ViaError> {
-        let buf = vec![0u8; len + 64];
-        let base = (buf.as_ptr() as usize).next_multiple_of(64);
-        let handle = nic.register_mem(base as u64, len as u64, ptag, false, false)?;
-        Ok(Region {
-            nic: nic.clone(),
-            buf,
-            base,
-            handle,
-        })
-    }
-}
-
-impl Drop for Region {
-    fn drop(&mut self) {
-        if self
-            .nic
-            .deregister_mem(self.base as u64, self.handle)
-            .is_err()
-        {
-            // Still named by a descriptor the core holds: the memory must
-            // outlive it, so it is never freed.
-            std::mem::forget(std::mem::take(&mut self.buf));
-        }
-    }
-}
-
-/// Slot i is descriptor i and data buffer i.
-struct Slots {
-    descs: Region,
-    data: Region,
-    size: usize,
-}
-
-impl Slots {
-    fn new(nic: &Nic, ptag: PtagId, n: usize, size: usize) -> Result<Slots, ViaError> {
-        Ok(Slots {
-            descs: Region::new(nic, ptag, n * DESC_SLOT)?,
-            data: Region::new(nic, ptag, n * size)?,
-            size,
-        })
-    }
-
-    fn desc(&self, i: usize) -> *mut Descriptor {
-        (self.descs.base + i * DESC_SLOT) as *mut Descriptor
-    }
-
-    fn index_of(&self, d: DescPtr) -> usize {
-        (d.0 as usize - self.descs.base) / DESC_SLOT
-    }
-
-    fn data(&self, i: usize) -> *mut u8 {
-        (self.data.base + i * self.size) as *mut u8
-    }
-
-    /// Writes slot i's descriptor: one segment of `len` bytes.
-    fn prepare(&self, i: usize, len: usize, imm: Option<u32>) {
-        let d = self.desc(i);
-        // SAFETY: slot i's descriptor lies in our registered region and is
-        // not posted now; the slot has room for the control segment and
-        // one data segment.
-        unsafe {
-            std::ptr::write_bytes(d as *mut u8, 0, DESC_SLOT);
-            (*d).cs.seg_count = 1;
-            (*d).cs.control = if imm.is_some() { control::IMMEDIATE } else { 0 };
-            (*d).cs.immediate_data = imm.unwrap_or(0);
-            (*d).ds[0] = DataSegment {
-                data: self.data(i) as u64,
-                handle: self.data.handle,
-                length: len as u32,
-            };
         }
     }
 }
@@ -231,7 +146,7 @@ impl Fabric {
     pub fn connect(&self, peer: &HostAddr, timeout: Duration) -> Result<TxLink, ViaError> {
         let vi = self.new_vi()?;
         let link = TxLink {
-            slots: Slots::new(&self.nic, self.ptag, TX_SLOTS, self.mtu)?,
+            slots: Slots::new(&self.nic, self.ptag, TX_SLOTS, self.mtu, false)?,
             free: (0..TX_SLOTS).rev().collect(),
             nic: self.nic.clone(),
             vi,
@@ -266,10 +181,10 @@ impl Fabric {
             peer.copy_from_slice(host);
         }
         let vi = self.new_vi()?;
-        let slots = Slots::new(&self.nic, self.ptag, RX_SLOTS, self.mtu)?;
+        let slots = Slots::new(&self.nic, self.ptag, RX_SLOTS, self.mtu, false)?;
         for i in 0..RX_SLOTS {
             slots.prepare(i, self.mtu, None);
-            vi.post_recv(slots.desc(i), slots.descs.handle)?;
+            vi.post_recv(slots.desc(i), slots.desc_handle())?;
         }
         let link = RxLink {
             nic: self.nic.clone(),
@@ -329,7 +244,7 @@ impl TxLink {
     /// Copies `pkt` into a free slot and posts it, waiting up to `wait`
     /// for a slot.
     pub fn send(&mut self, pkt: &[u8], wait: Duration) -> Result<(), SendFailure> {
-        debug_assert!(pkt.len() <= self.slots.size);
+        debug_assert!(pkt.len() <= self.slots.size());
         self.reap()?;
         if self.free.is_empty() {
             match self.vi.send_wait(Some(wait)) {
@@ -348,7 +263,7 @@ impl TxLink {
         unsafe { std::ptr::copy_nonoverlapping(pkt.as_ptr(), self.slots.data(i), pkt.len()) };
         self.slots.prepare(i, pkt.len(), Some(MAGIC));
         self.vi
-            .post_send(self.slots.desc(i), self.slots.descs.handle)
+            .post_send(self.slots.desc(i), self.slots.desc_handle())
             .map_err(|_| SendFailure::Down)
     }
 }
@@ -392,7 +307,7 @@ impl RxLink {
             .map_err(|e| RecvFailure::Down(e.to_string()))?;
         let i = self.slots.index_of(d);
         let (st, len, imm) = completion(d);
-        let ok = st & status::ERROR_MASK == 0 && imm == MAGIC && len <= self.slots.size;
+        let ok = st & status::ERROR_MASK == 0 && imm == MAGIC && len <= self.slots.size();
         if ok {
             // SAFETY: the completed receive wrote `len` bytes into slot i,
             // which is not posted again until `deliver` returns.
@@ -400,9 +315,9 @@ impl RxLink {
         } else if self.reliable && st & status::ERROR_MASK != 0 {
             return Err(RecvFailure::Down(format!("receive status {st:#x}")));
         }
-        self.slots.prepare(i, self.slots.size, None);
+        self.slots.prepare(i, self.slots.size(), None);
         self.vi
-            .post_recv(self.slots.desc(i), self.slots.descs.handle)
+            .post_recv(self.slots.desc(i), self.slots.desc_handle())
             .map_err(|e| RecvFailure::Down(e.to_string()))?;
         if ok {
             Ok(())

@@ -30,9 +30,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use openvia_core::descriptor::{control, status, DataSegment, DescPtr, Descriptor};
+use openvia_core::descriptor::{status, DescPtr};
 use openvia_core::mem::PtagId;
 use openvia_core::nic::Nic;
+use openvia_core::slots::Slots;
 use openvia_core::vi::{reliability, Vi, ViAttributes};
 use openvia_core::{Address, ViaError};
 
@@ -42,8 +43,6 @@ use crate::pool::Body;
 
 /// The immediate data of the last fragment of a frame.
 const LAST_FRAGMENT: u32 = 1;
-/// Bytes of one descriptor slot (control segment + data segments).
-const DESC_SLOT: usize = 64;
 /// Envelope: source host, destination host.
 const ENVELOPE: usize = 8;
 /// Envelope, frame length, kind, five ints and the body length: where a
@@ -172,82 +171,6 @@ fn copy_span(parts: [&[u8]; 2], at: usize, out: &mut [u8]) {
     }
 }
 
-/// Registered memory, 64-byte aligned, owned by a link.
-struct Region {
-    buf: Vec<u8>,
-    base: usize,
-    handle: u32,
-}
-
-impl Region {
-    fn new(nic: &Nic, ptag: PtagId, len: usize) -> Result<Region, ViaError> {
-        let buf = vec![0u8; len + 64];
-        let base = (buf.as_ptr() as usize).next_multiple_of(64);
-        let handle = nic.register_mem(base as u64, len as u64, ptag, true, false)?;
-        Ok(Region { buf, base, handle })
-    }
-    fn at(&self, off: usize) -> usize {
-        debug_assert!(off < self.buf.len());
-        self.base + off
-    }
-}
-
-/// Buffers and descriptors of one direction: slot i is descriptor i and
-/// data buffer i.
-struct Slots {
-    descs: Region,
-    data: Region,
-    frag: usize,
-    n: usize,
-}
-
-// SAFETY: the regions are plain heap memory; each slot is used by one
-// thread at a time (the sender's or the receiver's), and the core reads
-// posted descriptors only while they are posted.
-unsafe impl Send for Slots {}
-unsafe impl Sync for Slots {}
-
-impl Slots {
-    fn new(nic: &Nic, ptag: PtagId, n: usize, frag: usize) -> Result<Slots, ViaError> {
-        Ok(Slots {
-            descs: Region::new(nic, ptag, n * DESC_SLOT)?,
-            data: Region::new(nic, ptag, n * frag)?,
-            frag,
-            n,
-        })
-    }
-
-    fn desc(&self, i: usize) -> *mut Descriptor {
-        self.descs.at(i * DESC_SLOT) as *mut Descriptor
-    }
-
-    fn index_of(&self, d: DescPtr) -> usize {
-        (d.0 as usize - self.descs.base) / DESC_SLOT
-    }
-
-    fn data(&self, i: usize) -> *mut u8 {
-        self.data.at(i * self.frag) as *mut u8
-    }
-
-    /// Writes slot i's descriptor: one data segment of `len` bytes.
-    fn prepare(&self, i: usize, len: usize, imm: Option<u32>) {
-        let d = self.desc(i);
-        // SAFETY: slot i's descriptor lies in our registered region, is not
-        // posted now, and has room for the control segment and one segment.
-        unsafe {
-            std::ptr::write_bytes(d as *mut u8, 0, DESC_SLOT);
-            (*d).cs.seg_count = 1;
-            (*d).cs.control = if imm.is_some() { control::IMMEDIATE } else { 0 };
-            (*d).cs.immediate_data = imm.unwrap_or(0);
-            (*d).ds[0] = DataSegment {
-                data: self.data(i) as u64,
-                handle: self.data.handle,
-                length: len as u32,
-            };
-        }
-    }
-}
-
 /// The daemon's side of the network: one NIC for every link.
 pub struct LinkNic {
     nic: Nic,
@@ -370,12 +293,12 @@ impl LinkNic {
     /// VI connects, so whatever the peer sends at once finds room.
     pub fn prepare(&self, vi: Arc<Vi>) -> Result<PreparedLink, ViaError> {
         let cfg = self.cfg;
-        let send_slots = Slots::new(&self.nic, self.ptag, cfg.window, cfg.frag)?;
+        let send_slots = Slots::new(&self.nic, self.ptag, cfg.window, cfg.frag, true)?;
         let recv_n = 2 * cfg.window;
-        let recv_slots = Slots::new(&self.nic, self.ptag, recv_n, cfg.frag)?;
+        let recv_slots = Slots::new(&self.nic, self.ptag, recv_n, cfg.frag, true)?;
         for i in 0..recv_n {
             recv_slots.prepare(i, cfg.frag, None);
-            vi.post_recv(recv_slots.desc(i), recv_slots.descs.handle)?;
+            vi.post_recv(recv_slots.desc(i), recv_slots.desc_handle())?;
         }
         Ok(PreparedLink {
             nic: self.nic.clone(),
@@ -417,7 +340,7 @@ impl PreparedLink {
         let (tx, rx) = mpsc::channel::<Outgoing>();
         let side = Arc::new(SendSide {
             state: Mutex::new(SendState {
-                free: (0..send_slots.n).rev().collect(),
+                free: (0..send_slots.len()).rev().collect(),
                 queued: 0,
             }),
             vi: vi.clone(),
@@ -497,7 +420,7 @@ impl Link {
             let total = parts[0].len() + parts[1].len();
             // Completions are reaped only when no slot is free: a look
             // costs a system call on the network device.
-            if total <= self.side.slots.frag
+            if total <= self.side.slots.size()
                 && (!st.free.is_empty() || self.side.reap(&mut st).is_ok())
                 && !st.free.is_empty()
             {
@@ -667,14 +590,14 @@ impl SendSide {
         self.slots
             .prepare(i, len, Some(if last { LAST_FRAGMENT } else { 0 }));
         self.vi
-            .post_send(self.slots.desc(i), self.slots.descs.handle)
+            .post_send(self.slots.desc(i), self.slots.desc_handle())
             .map_err(|e| e.to_string())
     }
 }
 
 /// Sends each queued item as fragments, at most `window` in flight.
 fn send_loop(side: &SendSide, rx: Receiver<Outgoing>) -> Result<(), String> {
-    let window = side.slots.n;
+    let window = side.slots.len();
     while let Ok(out) = rx.recv() {
         if matches!(out, Outgoing::Close) {
             // Close: let the window drain (bounded), then disconnect.
@@ -696,7 +619,7 @@ fn send_loop(side: &SendSide, rx: Receiver<Outgoing>) -> Result<(), String> {
         }
         let parts = out.parts();
         let total = parts[0].len() + parts[1].len();
-        let frag = side.slots.frag;
+        let frag = side.slots.size();
         let n = total.div_ceil(frag);
         for k in 0..n {
             loop {
@@ -869,7 +792,7 @@ impl RecvSide {
         crate::trace::mark("link.fragment", len as usize);
         let slots = &self.slots;
         let i = slots.index_of(d);
-        let len = (len as usize).min(slots.frag);
+        let len = (len as usize).min(slots.size());
         // SAFETY: the completed receive wrote `len` bytes into slot i,
         // which is not posted again until we are done with them.
         let data = unsafe { std::slice::from_raw_parts(slots.data(i), len) };
@@ -909,9 +832,9 @@ impl RecvSide {
                 Assembly::Idle => unreachable!("handled above"),
             }
         }
-        slots.prepare(i, slots.frag, None);
+        slots.prepare(i, slots.size(), None);
         let vi = self.vi.upgrade().ok_or("link closed")?;
-        vi.post_recv(slots.desc(i), slots.descs.handle)
+        vi.post_recv(slots.desc(i), slots.desc_handle())
             .map_err(|e| e.to_string())?;
         if imm & LAST_FRAGMENT == 0 {
             return Ok(());
