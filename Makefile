@@ -104,7 +104,7 @@ clean:
 bench: build
 	@$(ENSURE) --optional "their rows will say so" $(BENCH_PKGS)
 	python3 python/compare.py --viabench target/release/viabench
-	@echo "Plots of every seed's figures: make report (about 25 min; make report-quick: under 5 min)"
+	@echo "Plots of every seed's figures: make report (5-15 min here, it states its own estimate; make report-quick: a few minutes)"
 
 # Every seed's figures, regenerated here: report/index.html (python/report.py).
 report: build
