@@ -6,6 +6,7 @@
 //! (CMA), eventfd/epoll and a random source for unguessable handles.
 
 pub mod cma;
+pub mod frames;
 pub mod futex;
 pub mod mapping;
 pub mod membarrier;
