@@ -5,6 +5,7 @@
 //! sequenced-packet sockets that carry file descriptors, cross-memory copies
 //! (CMA), eventfd/epoll and a random source for unguessable handles.
 
+pub mod bpf;
 pub mod cma;
 pub mod frames;
 pub mod futex;
@@ -12,6 +13,8 @@ pub mod mapping;
 pub mod membarrier;
 pub mod poll;
 pub mod seqpacket;
+pub mod xdp;
+mod xsk_ring;
 
 use std::io;
 
