@@ -545,3 +545,18 @@ fn missing_capabilities_are_named() {
     let all = open_restricted(&pair, || keep_only(&[CAP_NET_RAW, CAP_BPF, CAP_NET_ADMIN]));
     assert_eq!(all, "Ok");
 }
+
+/// A link opened right after another closed gets the queue: the kernel
+/// frees a closed socket's queue in deferred work, which open waits out.
+#[test]
+fn reopening_at_once_finds_the_queue_free() {
+    if skip("reopening_at_once_finds_the_queue_free") {
+        return;
+    }
+    let _g = serial();
+    let pair = Pair::new();
+    for round in 0..20 {
+        let link = pair.open(0, filter());
+        assert!(link.is_ok(), "round {round}: {:?}", link.err());
+    }
+}

@@ -148,7 +148,7 @@ pub(crate) fn interface(name: &str) -> Result<(u32, Mac, usize), FrameError> {
 /// the kernel releases a socket's hold on its queue in deferred work, so
 /// a link reopened right after another closed finds the queue busy for a
 /// moment. A queue still busy after this has a live owner.
-const BUSY_QUEUE_WAIT: Duration = Duration::from_millis(200);
+const BUSY_QUEUE_WAIT: Duration = Duration::from_millis(500);
 
 /// Binds the socket to (interface, queue), waiting out a queue that a
 /// just-closed socket is still releasing.
