@@ -10,13 +10,15 @@
 
 use std::os::fd::AsRawFd;
 use std::process::Command;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use openvia_core::sys::bpf::XdpMode;
 use openvia_core::sys::frames::{FrameError, FrameFilter, FrameIo, Mac};
-use openvia_core::sys::xdp::XdpLink;
+use openvia_core::sys::xdp::{XdpLink, XdpOptions};
+
+mod veth_pair;
+use veth_pair::Pair;
 
 const ETHERTYPE: u16 = 0x88b5;
 
@@ -34,89 +36,19 @@ fn skip(test: &str) -> bool {
     false
 }
 
-fn run(args: &[&str]) {
-    let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Two namespaces joined by a veth pair (one queue each way), deleted on drop.
-struct Pair {
-    ns: [String; 2],
-    ifs: [String; 2],
-    ips: [String; 2],
-}
-
 impl Pair {
-    fn new() -> Pair {
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let tag = format!(
-            "{}{}",
-            std::process::id() % 1_000_000,
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        let subnet = std::process::id() % 200 + 20;
-        let p = Pair {
-            ns: [format!("xdpA{tag}"), format!("xdpB{tag}")],
-            ifs: [format!("xdp{tag}a"), format!("xdp{tag}b")],
-            ips: [format!("10.201.{subnet}.1"), format!("10.201.{subnet}.2")],
-        };
-        run(&["ip", "netns", "add", &p.ns[0]]);
-        run(&["ip", "netns", "add", &p.ns[1]]);
-        run(&[
-            "ip",
-            "link",
-            "add",
-            &p.ifs[0],
-            "netns",
-            &p.ns[0],
-            "numtxqueues",
-            "1",
-            "numrxqueues",
-            "1",
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &p.ifs[1],
-            "netns",
-            &p.ns[1],
-            "numtxqueues",
-            "1",
-            "numrxqueues",
-            "1",
-        ]);
-        for i in 0..2 {
-            let addr = format!("{}/24", p.ips[i]);
-            run(&["ip", "-n", &p.ns[i], "addr", "add", &addr, "dev", &p.ifs[i]]);
-            run(&["ip", "-n", &p.ns[i], "link", "set", &p.ifs[i], "up"]);
-        }
-        p
-    }
-
-    /// Runs `f` on a thread inside namespace `i`.
-    fn within<T: Send + 'static>(&self, i: usize, f: impl FnOnce() -> T + Send + 'static) -> T {
-        let path = format!("/run/netns/{}", self.ns[i]);
-        std::thread::spawn(move || {
-            let ns = std::fs::File::open(&path).unwrap();
-            // SAFETY: setns on this thread only, with a valid namespace fd.
-            assert_eq!(
-                unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) },
-                0
-            );
-            f()
-        })
-        .join()
-        .unwrap()
-    }
-
     fn open(&self, i: usize, filter: FrameFilter) -> Result<XdpLink, FrameError> {
+        self.open_with(i, filter, XdpOptions::default())
+    }
+
+    fn open_with(
+        &self,
+        i: usize,
+        filter: FrameFilter,
+        opts: XdpOptions,
+    ) -> Result<XdpLink, FrameError> {
         let name = self.ifs[i].clone();
-        self.within(i, move || XdpLink::open(&name, filter))
+        self.within(i, move || XdpLink::open_with(&name, filter, &opts))
     }
 
     /// A UDP datagram from namespace `from` to the other and its echo
@@ -139,14 +71,6 @@ impl Pair {
         let n = client.recv(&mut buf)?;
         assert_eq!(&buf[..n], b"echo");
         Ok(())
-    }
-}
-
-impl Drop for Pair {
-    fn drop(&mut self) {
-        for ns in &self.ns {
-            let _ = Command::new("ip").args(["netns", "del", ns]).output();
-        }
     }
 }
 
@@ -218,7 +142,7 @@ fn frames_cross_both_ways_with_every_byte() {
         return;
     }
     let _g = serial();
-    let pair = Pair::new();
+    let pair = Pair::with(1500, Some(1));
     let mut a = pair.open(0, filter()).expect("open a");
     let mut b = pair.open(1, filter()).expect("open b");
     // veth runs the program in its own receive path and copies into the UMEM.
@@ -237,7 +161,7 @@ fn batches_of_hundreds_arrive_whole_and_in_order() {
         return;
     }
     let _g = serial();
-    let pair = Pair::new();
+    let pair = Pair::with(1500, Some(1));
     let mut a = pair.open(0, filter()).expect("open a");
     let mut b = pair.open(1, filter()).expect("open b");
     for round in 0..3 {
@@ -254,7 +178,7 @@ fn oversized_frames_are_refused() {
         return;
     }
     let _g = serial();
-    let pair = Pair::new();
+    let pair = Pair::with(1500, Some(1));
     let mut a = pair.open(0, filter()).expect("open a");
     let big = vec![0u8; a.mtu() + 1];
     let err = a.send([2; 6], &[&[&big]]).unwrap_err();
@@ -269,7 +193,7 @@ fn kernel_traffic_flows_while_attached_and_drop_detaches() {
         return;
     }
     let _g = serial();
-    let pair = Pair::new();
+    let pair = Pair::with(1500, Some(1));
     let xdp_shown = |i: usize| {
         let out = Command::new("ip")
             .args(["-n", &pair.ns[i], "link", "show", &pair.ifs[i]])
@@ -300,7 +224,7 @@ fn a_second_socket_on_the_queue_is_refused() {
         return;
     }
     let _g = serial();
-    let pair = Pair::new();
+    let pair = Pair::with(1500, Some(1));
     let _a = pair.open(0, filter()).expect("open a");
     match pair.open(0, filter()) {
         Err(FrameError::Unsupported(why)) => assert_eq!(why, "queue busy"),
@@ -387,7 +311,7 @@ fn other_ethertypes_go_to_the_kernel() {
         return;
     }
     let _g = serial();
-    let pair = Pair::new();
+    let pair = Pair::with(1500, Some(1));
     let mut a = pair.open(0, filter()).expect("open a");
     let watch_a = RawSocket::open(&pair, 0);
     let raw_b = RawSocket::open(&pair, 1);
@@ -431,7 +355,7 @@ fn the_destination_id_filter_selects_frames() {
         return;
     }
     let _g = serial();
-    let pair = Pair::new();
+    let pair = Pair::with(1500, Some(1));
     let mut a = pair
         .open(
             0,
@@ -532,7 +456,7 @@ fn missing_capabilities_are_named() {
         return;
     }
     let _g = serial();
-    let pair = Pair::new();
+    let pair = Pair::with(1500, Some(1));
     let nobody = open_restricted(&pair, || {
         // SAFETY: dropping to an unprivileged user in the forked child.
         assert_eq!(unsafe { libc::setuid(65534) }, 0);
@@ -554,9 +478,95 @@ fn reopening_at_once_finds_the_queue_free() {
         return;
     }
     let _g = serial();
-    let pair = Pair::new();
+    let pair = Pair::with(1500, Some(1));
     for round in 0..20 {
         let link = pair.open(0, filter());
         assert!(link.is_ok(), "round {round}: {:?}", link.err());
+    }
+}
+
+/// Forced into generic mode (the path for drivers without native XDP),
+/// the link still carries our frames and passes the kernel's.
+#[test]
+fn generic_mode_carries_frames_and_kernel_traffic() {
+    if skip("generic_mode_carries_frames_and_kernel_traffic") {
+        return;
+    }
+    let _g = serial();
+    let pair = Pair::with(1500, Some(1));
+    let generic = XdpOptions {
+        queue: 0,
+        mode: Some(XdpMode::Generic),
+    };
+    let mut a = pair.open_with(0, filter(), generic).expect("open a");
+    let mut b = pair.open_with(1, filter(), generic).expect("open b");
+    assert_eq!(a.mode(), XdpMode::Generic);
+    exchange(&mut a, &mut b, 200, 1500);
+    exchange(&mut b, &mut a, 200, 700);
+    pair.udp_round_trip(0).expect("UDP in generic mode");
+}
+
+/// Above MTU 3506 veth refuses native mode for a program that is not
+/// multi-buffer aware: the link falls back to generic mode and carries
+/// the largest frame a UMEM frame holds.
+#[test]
+fn a_large_mtu_falls_back_to_generic_mode() {
+    if skip("a_large_mtu_falls_back_to_generic_mode") {
+        return;
+    }
+    let _g = serial();
+    let pair = Pair::with(4138, Some(1));
+    let mut a = pair.open(0, filter()).expect("open a");
+    let mut b = pair.open(1, filter()).expect("open b");
+    assert_eq!(a.mode(), XdpMode::Generic);
+    assert_eq!(a.mtu(), 4096 - 256 - 14);
+    let largest = a.mtu();
+    exchange(&mut a, &mut b, 50, largest);
+    exchange(&mut b, &mut a, 50, 4000 - 256);
+}
+
+/// On the kernel's default veth (a queue per CPU) an AF_XDP sender still
+/// reaches the peer's queue 0, where its socket is.
+#[test]
+fn default_multi_queue_veth_carries_xdp_to_xdp() {
+    if skip("default_multi_queue_veth_carries_xdp_to_xdp") {
+        return;
+    }
+    let _g = serial();
+    let pair = Pair::with(1500, None);
+    let mut a = pair.open(0, filter()).expect("open a");
+    let mut b = pair.open(1, filter()).expect("open b");
+    exchange(&mut a, &mut b, 300, 1000);
+    exchange(&mut b, &mut a, 300, 1000);
+}
+
+/// An AF_XDP sender reaches a peer with no program, every byte intact.
+#[test]
+fn an_xdp_sender_reaches_a_plain_raw_socket() {
+    if skip("an_xdp_sender_reaches_a_plain_raw_socket") {
+        return;
+    }
+    let _g = serial();
+    let pair = Pair::with(1500, Some(1));
+    let mut a = pair.open(0, filter()).expect("open a");
+    let raw_b = RawSocket::open(&pair, 1);
+    let dst: Mac = [0x02, 0, 0, 0, 0, 0xcd];
+    let frames: Vec<Vec<u8>> = (0..100).map(|s| payload(s, 64 + s as usize * 13)).collect();
+    send_all(&mut a, dst, &frames);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut seen = Vec::new();
+    while seen.len() < frames.len() && Instant::now() < deadline {
+        seen.extend(
+            raw_b
+                .drain()
+                .into_iter()
+                .filter(|f| f.len() >= 14 && f[..6] == dst),
+        );
+    }
+    assert_eq!(seen.len(), frames.len());
+    for (f, p) in seen.iter().zip(&frames) {
+        assert_eq!(f[6..12], a.local_mac());
+        assert_eq!(f[12..14], ETHERTYPE.to_be_bytes());
+        assert_eq!(&f[14..], &p[..]);
     }
 }

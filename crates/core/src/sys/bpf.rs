@@ -364,32 +364,43 @@ impl XdpSteering {
         })
     }
 
-    /// Attaches the program to `ifindex`: native mode first, generic
-    /// where the driver has none.
-    pub fn attach(&mut self, ifindex: u32) -> Result<XdpMode, FrameError> {
-        let (link, mode) = match attach(&self.prog, ifindex, XdpMode::Native) {
-            Ok(link) => (link, XdpMode::Native),
-            Err(native) => match attach(&self.prog, ifindex, XdpMode::Generic) {
-                Ok(link) => (link, XdpMode::Generic),
-                Err(e) => {
-                    return Err(match e.raw_os_error() {
-                        Some(libc::EPERM) => FrameError::Permission("CAP_NET_ADMIN"),
-                        Some(libc::EBUSY) | Some(libc::EEXIST) => {
-                            FrameError::Unsupported("another XDP program is attached")
-                        }
-                        Some(libc::EINVAL) if native.raw_os_error() == Some(libc::EINVAL) => {
-                            FrameError::Unsupported("XDP links not supported by this kernel")
-                        }
-                        _ => FrameError::Io(io::Error::new(
-                            e.kind(),
-                            format!("XDP attach failed: native {native}, generic {e}"),
-                        )),
-                    })
-                }
-            },
+    /// Attaches the program to `ifindex` in `only` that mode, or (None)
+    /// native mode first and generic where the driver has none.
+    pub fn attach(&mut self, ifindex: u32, only: Option<XdpMode>) -> Result<XdpMode, FrameError> {
+        let modes: &[XdpMode] = match only {
+            Some(XdpMode::Native) => &[XdpMode::Native],
+            Some(XdpMode::Generic) => &[XdpMode::Generic],
+            None => &[XdpMode::Native, XdpMode::Generic],
         };
-        self.link = Some((link, mode));
-        Ok(mode)
+        let mut failures = Vec::new();
+        for &mode in modes {
+            match attach(&self.prog, ifindex, mode) {
+                Ok(link) => {
+                    self.link = Some((link, mode));
+                    return Ok(mode);
+                }
+                Err(e) => failures.push((mode, e)),
+            }
+        }
+        // The last refusal says most (generic mode refuses only for
+        // reasons every mode shares).
+        let (_, e) = failures.last().expect("at least one mode tried");
+        Err(match e.raw_os_error() {
+            Some(libc::EPERM) => FrameError::Permission("CAP_NET_ADMIN"),
+            Some(libc::EBUSY) | Some(libc::EEXIST) => {
+                FrameError::Unsupported("another XDP program is attached")
+            }
+            _ => {
+                let text: Vec<String> = failures
+                    .iter()
+                    .map(|(m, e)| format!("{m:?}: {e}"))
+                    .collect();
+                FrameError::Io(io::Error::new(
+                    e.kind(),
+                    format!("XDP attach failed ({})", text.join(", ")),
+                ))
+            }
+        })
     }
 
     /// Steers `queue`'s frames to the AF_XDP socket `xsk`.

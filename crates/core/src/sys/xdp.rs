@@ -43,6 +43,9 @@ pub struct XdpOptions {
     /// The interface's receive queue to bind (frames arriving on other
     /// queues go to the kernel).
     pub queue: u32,
+    /// Where the steering program must run; None: natively where the
+    /// driver can, generic otherwise.
+    pub mode: Option<XdpMode>,
 }
 
 /// An AF_XDP link on one interface queue.
@@ -303,7 +306,7 @@ impl XdpLink {
 
         // Registered before attaching, so the first steered frame finds it.
         steering.register(opts.queue, fd)?;
-        let mode = steering.attach(ifindex)?;
+        let mode = steering.attach(ifindex, opts.mode)?;
         // Received frames land XDP_PACKET_HEADROOM into a frame; larger
         // ones would be dropped by the kernel.
         let mtu = if_mtu.min(FRAME_SIZE - XDP_PACKET_HEADROOM - ETH_HEADER_LEN);
