@@ -66,6 +66,7 @@ pub struct XdpLink {
     mac: Mac,
     mtu: usize,
     queue: u32,
+    rx_queues: Option<u32>,
     /// Written into every frame sent: the filter's.
     ethertype: u16,
 }
@@ -107,8 +108,31 @@ fn getsockopt<T: PlainInts>(fd: RawFd, opt: libc::c_int) -> io::Result<T> {
     super::cvt(r).map(|_| value)
 }
 
-/// The interface's index, MAC and MTU in the calling thread's namespace.
-pub(crate) fn interface(name: &str) -> Result<(u32, Mac, usize), FrameError> {
+/// What open needs to know of an interface.
+struct Interface {
+    index: u32,
+    mac: Mac,
+    mtu: usize,
+    /// Receive queues (ETHTOOL_GCHANNELS), when the driver says.
+    rx_queues: Option<u32>,
+}
+
+/// Receive queues of the interface `req` names, from ETHTOOL_GCHANNELS.
+fn rx_queues(sock: RawFd, req: &mut libc::ifreq) -> Option<u32> {
+    const ETHTOOL_GCHANNELS: u32 = 0x3c;
+    // struct ethtool_channels: cmd, max_rx, max_tx, max_other,
+    // max_combined, rx_count, tx_count, other_count, combined_count.
+    let mut channels = [0u32; 9];
+    channels[0] = ETHTOOL_GCHANNELS;
+    req.ifr_ifru.ifru_data = channels.as_mut_ptr().cast();
+    // SAFETY: `req` names the interface and points at a writable
+    // ethtool_channels, which outlives the call.
+    let r = unsafe { libc::ioctl(sock, libc::SIOCETHTOOL, req as *mut libc::ifreq) };
+    (r == 0).then(|| channels[5] + channels[8])
+}
+
+/// The interface `name` in the calling thread's namespace.
+fn interface(name: &str) -> Result<Interface, FrameError> {
     let cname = CString::new(name).map_err(|_| FrameError::NoInterface)?;
     if name.len() >= libc::IFNAMSIZ {
         return Err(FrameError::NoInterface);
@@ -144,7 +168,12 @@ pub(crate) fn interface(name: &str) -> Result<(u32, Mac, usize), FrameError> {
     super::cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFMTU, &mut req) })?;
     // SAFETY: SIOCGIFMTU filled `ifru_mtu`.
     let mtu = unsafe { req.ifr_ifru.ifru_mtu }.max(0) as usize;
-    Ok((ifindex, mac, mtu))
+    Ok(Interface {
+        index: ifindex,
+        mac,
+        mtu,
+        rx_queues: rx_queues(sock.as_raw_fd(), &mut req),
+    })
 }
 
 /// How long a bind waits for a queue that a closed socket still holds:
@@ -201,7 +230,12 @@ impl XdpLink {
         filter: FrameFilter,
         opts: &XdpOptions,
     ) -> Result<XdpLink, FrameError> {
-        let (ifindex, mac, if_mtu) = interface(ifname)?;
+        let Interface {
+            index: ifindex,
+            mac,
+            mtu: if_mtu,
+            rx_queues,
+        } = interface(ifname)?;
         // SAFETY: plain socket creation.
         let fd = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
         if fd < 0 {
@@ -324,6 +358,7 @@ impl XdpLink {
             mac,
             mtu,
             queue: opts.queue,
+            rx_queues,
             ethertype: filter.ethertype,
         })
     }
@@ -342,6 +377,14 @@ impl XdpLink {
     /// The queue this link is bound to.
     pub fn queue(&self) -> u32 {
         self.queue
+    }
+
+    /// The interface's receive queues, when the driver tells. Frames of
+    /// ours that arrive on another queue than [`XdpLink::queue`] go to the
+    /// kernel, not to this link: with more than one, the sender or the
+    /// NIC's flow steering must put them on this queue (docs/xdp.md).
+    pub fn rx_queues(&self) -> Option<u32> {
+        self.rx_queues
     }
 
     /// Frames the kernel dropped for this socket (RX ring or fill ring
