@@ -211,6 +211,70 @@ fn bind(fd: RawFd, addr: &libc::sockaddr_xdp) -> Result<(), FrameError> {
     }
 }
 
+/// The socket's four rings, sized and mapped.
+struct Rings {
+    rx: Ring<libc::xdp_desc>,
+    tx: Ring<libc::xdp_desc>,
+    fill: Ring<u64>,
+    completion: Ring<u64>,
+}
+
+impl Rings {
+    /// Sizes the rings of socket `fd` (after its UMEM is registered) and
+    /// maps them where XDP_MMAP_OFFSETS says their parts lie.
+    fn map(fd: RawFd) -> io::Result<Rings> {
+        for opt in [
+            libc::XDP_UMEM_FILL_RING,
+            libc::XDP_UMEM_COMPLETION_RING,
+            libc::XDP_RX_RING,
+            libc::XDP_TX_RING,
+        ] {
+            sockopt(fd, opt, &RING_SIZE)?;
+        }
+        let offs: libc::xdp_mmap_offsets = getsockopt(fd, libc::XDP_MMAP_OFFSETS)?;
+        let o = |r: libc::xdp_ring_offset| RingOffsets {
+            producer: r.producer,
+            consumer: r.consumer,
+            desc: r.desc,
+            flags: r.flags,
+        };
+        let rx = Ring::map(
+            fd,
+            libc::XDP_PGOFF_RX_RING as u64,
+            RING_SIZE,
+            o(offs.rx),
+            false,
+        )?;
+        let tx = Ring::map(
+            fd,
+            libc::XDP_PGOFF_TX_RING as u64,
+            RING_SIZE,
+            o(offs.tx),
+            true,
+        )?;
+        let fill = Ring::map(
+            fd,
+            libc::XDP_UMEM_PGOFF_FILL_RING,
+            RING_SIZE,
+            o(offs.fr),
+            true,
+        )?;
+        let completion = Ring::map(
+            fd,
+            libc::XDP_UMEM_PGOFF_COMPLETION_RING,
+            RING_SIZE,
+            o(offs.cr),
+            false,
+        )?;
+        Ok(Rings {
+            rx,
+            tx,
+            fill,
+            completion,
+        })
+    }
+}
+
 impl XdpLink {
     /// Opens an AF_XDP link on `ifname` (in the calling thread's network
     /// namespace) receiving the frames `filter` selects, on queue 0.
@@ -270,49 +334,12 @@ impl XdpLink {
             )),
             _ => FrameError::Io(e),
         })?;
-        for opt in [
-            libc::XDP_UMEM_FILL_RING,
-            libc::XDP_UMEM_COMPLETION_RING,
-            libc::XDP_RX_RING,
-            libc::XDP_TX_RING,
-        ] {
-            sockopt(fd, opt, &RING_SIZE)?;
-        }
-        let offs: libc::xdp_mmap_offsets = getsockopt(fd, libc::XDP_MMAP_OFFSETS)?;
-        let o = |r: libc::xdp_ring_offset| RingOffsets {
-            producer: r.producer,
-            consumer: r.consumer,
-            desc: r.desc,
-            flags: r.flags,
-        };
-        let rx = Ring::map(
-            fd,
-            libc::XDP_PGOFF_RX_RING as u64,
-            RING_SIZE,
-            o(offs.rx),
-            false,
-        )?;
-        let tx = Ring::map(
-            fd,
-            libc::XDP_PGOFF_TX_RING as u64,
-            RING_SIZE,
-            o(offs.tx),
-            true,
-        )?;
-        let mut fill = Ring::map(
-            fd,
-            libc::XDP_UMEM_PGOFF_FILL_RING,
-            RING_SIZE,
-            o(offs.fr),
-            true,
-        )?;
-        let completion = Ring::map(
-            fd,
-            libc::XDP_UMEM_PGOFF_COMPLETION_RING,
-            RING_SIZE,
-            o(offs.cr),
-            false,
-        )?;
+        let Rings {
+            rx,
+            tx,
+            mut fill,
+            completion,
+        } = Rings::map(fd)?;
         // The first half of the frames is lent for receiving, the second
         // half kept for sending.
         let half = UMEM_FRAMES / 2;
@@ -497,6 +524,11 @@ impl FrameIo for XdpLink {
     }
 
     fn recv(&mut self, max: usize, each: &mut dyn FnMut(Mac, &[u8])) -> io::Result<usize> {
+        // Frames a send left in the TX ring (its kicks stopped making
+        // progress) go out with the next call, whichever it is.
+        if self.tx.pending() > 0 {
+            self.kick_tx()?;
+        }
         // The fill ring holds every receive frame, so it has room for all
         // those RX hands us; the bound only refreshes its consumer index.
         let n = self
