@@ -448,4 +448,29 @@ mod tests {
         // The bounds check covers the id's two bytes.
         assert_eq!(prog[4].imm, 14 + 2 + 2);
     }
+
+    /// A program that reads the frame without the bounds check is refused,
+    /// and the refusal carries the verifier's reason.
+    #[test]
+    fn a_rejected_program_carries_the_verifier_log() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIPPED: loading XDP programs needs root");
+            return;
+        }
+        let unchecked = [
+            insn(LDX | MEM | W, 2, 1, XDP_MD_DATA, 0),
+            insn(LDX | MEM | H, 0, 2, 12, 0),
+            insn(JMP | EXIT, 0, 0, 0, 0),
+        ];
+        match load_program(&unchecked) {
+            Err(FrameError::Io(e)) => {
+                let text = e.to_string();
+                assert!(text.contains("verifier log"), "{text}");
+                assert!(text.contains("invalid access to packet"), "{text}");
+            }
+            Err(e) => panic!("unexpected error {e}"),
+            Ok(_) => panic!("the verifier accepted an unchecked packet read"),
+        }
+    }
 }

@@ -316,7 +316,7 @@ impl XdpLink {
         // The program before the queue: a process that may not load it
         // leaves no socket bound behind (its release is deferred, and
         // would keep the queue busy for a moment).
-        let mut steering = XdpSteering::load(opts.queue + 1, &filter)?;
+        let mut steering = XdpSteering::load(opts.queue.saturating_add(1), &filter)?;
 
         let umem = Umem::new(UMEM_FRAMES, FRAME_SIZE)?;
         let reg = libc::xdp_umem_reg {
