@@ -3,7 +3,9 @@
 //! Everything that touches libc lives here, so the rest of the core reads as
 //! plain Rust: shared mappings of a memfd, futexes on shared words, Unix
 //! sequenced-packet sockets that carry file descriptors, cross-memory copies
-//! (CMA), eventfd/epoll and a random source for unguessable handles.
+//! (CMA), eventfd/epoll, a random source for unguessable handles, and the
+//! raw-frame links of the Ethernet device (`frames`; AF_XDP in `xdp` with
+//! its ring and UMEM code in `xsk_ring` and its XDP program in `bpf`).
 
 pub mod bpf;
 pub mod cma;
