@@ -1,0 +1,587 @@
+//! AF_PACKET: raw frames of one EtherType on one interface, through the
+//! kernel's packet socket ([`super::frames::FrameIo`]).
+//!
+//! The socket is bound to (interface, EtherType), so frames the kernel
+//! must see (ARP, IP) pass by untouched. A hand-assembled classic BPF
+//! program keeps only our EtherType and, when the [`FrameFilter`] names a
+//! connection id, only frames carrying it: one socket per connection, the
+//! kernel demultiplexing across processes. Frames arrive either through a
+//! memory-mapped TPACKET_V3 ring (no copy, no system call per frame; the
+//! kernel hands over whole blocks, when full or when the retire timeout
+//! expires) or through plain `recv` (one copy, every frame at once): the
+//! caller picks with [`RxPath`]. Sends bypass the qdisc and go out in
+//! batches with one `sendmmsg`, each frame gathered from the caller's
+//! parts behind the Ethernet header.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+use super::frames::{FrameError, FrameFilter, FrameIo, Mac, ETH_HEADER_LEN};
+
+const SOL_PACKET: libc::c_int = 263;
+const PACKET_RX_RING: libc::c_int = 5;
+const PACKET_VERSION: libc::c_int = 10;
+const PACKET_QDISC_BYPASS: libc::c_int = 20;
+const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
+const TPACKET_V3: libc::c_int = 2;
+const TP_STATUS_USER: u32 = 1;
+
+/// Ring geometry: 16 blocks of 256 KiB (4 MiB), blocks retired after
+/// 1 ms (the kernel's smallest timeout) when not full.
+const BLOCK_SIZE: usize = 256 << 10;
+const BLOCK_NR: usize = 16;
+const FRAME_SIZE: usize = 2048;
+const RETIRE_MS: u32 = 1;
+
+/// Frames per `sendmmsg` call.
+const SEND_BATCH: usize = 256;
+
+/// How frames are received.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RxPath {
+    /// Memory-mapped TPACKET_V3 ring: no copy, blocks of frames.
+    Ring,
+    /// `recv` per frame into the link's buffer: one copy, no block delay.
+    Copy,
+}
+
+/// Bytes of headroom in front of every payload handed to
+/// [`PacketLink::recv_in_place`]'s callback, at least.
+pub const RX_HEADROOM: usize = 48;
+
+/// What [`PacketLink::recv_in_place`] calls per frame: (source MAC,
+/// buffer, payload start, payload length).
+pub type InPlace<'a> = dyn FnMut(Mac, &mut [u8], usize, usize) + 'a;
+
+/// The interface's index, MAC and MTU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InterfaceInfo {
+    pub ifindex: i32,
+    pub mac: Mac,
+    pub mtu: usize,
+}
+
+fn socket_error(e: io::Error) -> FrameError {
+    match e.raw_os_error() {
+        Some(libc::EPERM) | Some(libc::EACCES) => FrameError::Permission("CAP_NET_RAW"),
+        Some(libc::EAFNOSUPPORT) => FrameError::Unsupported("AF_PACKET"),
+        _ => FrameError::Io(e),
+    }
+}
+
+/// The index, MAC (SIOCGIFHWADDR) and MTU (SIOCGIFMTU) of `name` in the
+/// calling thread's network namespace.
+pub fn interface_info(name: &str) -> Result<InterfaceInfo, FrameError> {
+    let cname = std::ffi::CString::new(name).map_err(|_| FrameError::NoInterface)?;
+    if name.len() >= libc::IFNAMSIZ {
+        return Err(FrameError::NoInterface);
+    }
+    // SAFETY: `cname` is a valid NUL-terminated string.
+    let ifindex = unsafe { libc::if_nametoindex(cname.as_ptr()) };
+    if ifindex == 0 {
+        return Err(FrameError::NoInterface);
+    }
+    // SAFETY: socket has no memory preconditions.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    let fd = super::cvt(fd)?;
+    // SAFETY: `fd` was just opened and is owned by nothing else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // struct ifreq: 16 bytes of name, then a 24-byte union.
+    let ioctl = |req: libc::c_ulong| -> io::Result<[u8; 40]> {
+        let mut ifr = [0u8; 40];
+        ifr[..name.len()].copy_from_slice(name.as_bytes());
+        // SAFETY: `ifr` is as large as struct ifreq and lives across the call.
+        super::cvt(unsafe { libc::ioctl(fd.as_raw_fd(), req as _, ifr.as_mut_ptr()) })?;
+        Ok(ifr)
+    };
+    let hw = ioctl(libc::SIOCGIFHWADDR)?;
+    let mtu = ioctl(libc::SIOCGIFMTU)?;
+    let mut mac = [0u8; 6];
+    // The union holds a sockaddr: family (2 bytes), then the address.
+    mac.copy_from_slice(&hw[18..24]);
+    let mtu = i32::from_ne_bytes([mtu[16], mtu[17], mtu[18], mtu[19]]);
+    Ok(InterfaceInfo {
+        ifindex: ifindex as i32,
+        mac,
+        mtu: mtu.max(0) as usize,
+    })
+}
+
+/// The MAC the kernel's neighbour table holds for an IPv4 address on
+/// `ifname` (from the ARP table in /proc: complete entries only), if any: a second
+/// source of peer MACs beside the device's own resolution exchange.
+pub fn neighbour_mac(ip: std::net::Ipv4Addr, ifname: &str) -> Option<Mac> {
+    // thread-self: /proc/self/net is the namespace of the main thread.
+    let table = std::fs::read_to_string("/proc/thread-self/net/arp").ok()?;
+    parse_arp_table(&table, ip, ifname)
+}
+
+fn parse_arp_table(table: &str, ip: std::net::Ipv4Addr, ifname: &str) -> Option<Mac> {
+    const ATF_COM: u32 = 0x02;
+    table.lines().skip(1).find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let [addr, _hw, flags, mac, _mask, dev] = f[..] else {
+            return None;
+        };
+        let flags = u32::from_str_radix(flags.trim_start_matches("0x"), 16).ok()?;
+        if addr.parse() != Ok(ip) || dev != ifname || flags & ATF_COM == 0 {
+            return None;
+        }
+        let mut out = [0u8; 6];
+        let mut parts = mac.split(':');
+        for b in &mut out {
+            *b = u8::from_str_radix(parts.next()?, 16).ok()?;
+        }
+        Some(out)
+    })
+}
+
+/// The classic BPF program: accept frames of `filter.ethertype` (and, if
+/// given, with the 16-bit id at its payload offset), drop the rest.
+fn filter_program(filter: &FrameFilter) -> Vec<libc::sock_filter> {
+    const LD_H_ABS: u16 = 0x28; // BPF_LD | BPF_H | BPF_ABS
+    const JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+    const RET_K: u16 = 0x06; // BPF_RET | BPF_K
+    let op = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
+    let mut p = vec![op(LD_H_ABS, 0, 0, 12)];
+    match filter.dst_id {
+        None => p.push(op(JEQ_K, 0, 1, u32::from(filter.ethertype))),
+        Some((offset, id)) => {
+            p.push(op(JEQ_K, 0, 3, u32::from(filter.ethertype)));
+            p.push(op(LD_H_ABS, 0, 0, (ETH_HEADER_LEN + offset) as u32));
+            p.push(op(JEQ_K, 0, 1, u32::from(id)));
+        }
+    }
+    p.push(op(RET_K, 0, 0, u32::MAX)); // whole frame
+    p.push(op(RET_K, 0, 0, 0)); // drop
+    p
+}
+
+fn setsockopt<T>(fd: RawFd, level: libc::c_int, name: libc::c_int, v: &T) -> io::Result<()> {
+    // SAFETY: `v` points at a live value of the size passed.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (v as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    super::cvt(r).map(drop)
+}
+
+/// struct tpacket_req3.
+#[repr(C)]
+struct TpacketReq3 {
+    block_size: u32,
+    block_nr: u32,
+    frame_size: u32,
+    frame_nr: u32,
+    retire_blk_tov: u32,
+    sizeof_priv: u32,
+    feature_req_word: u32,
+}
+
+/// The mapped receive ring and where reading stands in it.
+struct Ring {
+    base: *mut u8,
+    /// Block being read, frames of it already handed out, and the offset
+    /// of the next one.
+    block: usize,
+    taken: u32,
+    next: usize,
+}
+
+// SAFETY: the ring is a private mapping of this link, used only through
+// `&mut PacketLink`; nothing in it is tied to a thread.
+unsafe impl Send for Ring {}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // SAFETY: `base` is the mapping made in `open`, of this size.
+        unsafe { libc::munmap(self.base.cast(), BLOCK_SIZE * BLOCK_NR) };
+    }
+}
+
+/// One AF_PACKET socket on one interface.
+pub struct PacketLink {
+    // `ring` first: unmapped before the socket closes.
+    ring: Option<Ring>,
+    fd: OwnedFd,
+    info: InterfaceInfo,
+    ethertype: u16,
+    /// Receive buffer of the copy path (headroom, then one frame).
+    rx_buf: Vec<u8>,
+}
+
+impl PacketLink {
+    /// Opens a socket on interface `ifname` receiving what `filter` lets
+    /// through, by `rx`. Without CAP_NET_RAW: `FrameError::Permission`.
+    pub fn open(ifname: &str, filter: FrameFilter, rx: RxPath) -> Result<Self, FrameError> {
+        let info = interface_info(ifname)?;
+        // Protocol 0: nothing is queued until the filter is in place and
+        // the bind names our EtherType.
+        // SAFETY: socket has no memory preconditions.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                0,
+            )
+        };
+        let fd = super::cvt(fd).map_err(socket_error)?;
+        // SAFETY: `fd` was just opened and is owned by nothing else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let raw = fd.as_raw_fd();
+        let prog = filter_program(&filter);
+        let fprog = libc::sock_fprog {
+            len: prog.len() as u16,
+            filter: prog.as_ptr() as *mut _,
+        };
+        setsockopt(raw, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &fprog)?;
+        setsockopt(raw, SOL_PACKET, PACKET_QDISC_BYPASS, &1i32)?;
+        // Not to see our own frames again (Linux ≥ 4.20); older kernels
+        // only lose the saving.
+        if let Err(e) = setsockopt(raw, SOL_PACKET, PACKET_IGNORE_OUTGOING, &1i32) {
+            if e.raw_os_error() != Some(libc::ENOPROTOOPT) {
+                return Err(e.into());
+            }
+        }
+        let ring = match rx {
+            RxPath::Copy => {
+                // Room for bursts of hundreds of frames between two polls;
+                // the forced size needs CAP_NET_ADMIN, the plain one is capped.
+                let want = 4i32 << 20;
+                if setsockopt(raw, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &want).is_err() {
+                    setsockopt(raw, libc::SOL_SOCKET, libc::SO_RCVBUF, &want)?;
+                }
+                None
+            }
+            RxPath::Ring => Some(map_ring(raw)?),
+        };
+        // SAFETY: sockaddr_ll is plain data; zero is a valid value.
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_protocol = filter.ethertype.to_be();
+        sll.sll_ifindex = info.ifindex;
+        // SAFETY: `sll` is a valid sockaddr_ll of the size passed.
+        let r = unsafe {
+            libc::bind(
+                raw,
+                (&sll as *const libc::sockaddr_ll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        };
+        super::cvt(r)?;
+        let rx_buf = match rx {
+            RxPath::Copy => vec![0u8; RX_HEADROOM + ETH_HEADER_LEN + info.mtu.max(1500)],
+            RxPath::Ring => Vec::new(),
+        };
+        Ok(PacketLink {
+            ring,
+            fd,
+            info,
+            ethertype: filter.ethertype,
+            rx_buf,
+        })
+    }
+
+    /// The interface this link is bound to.
+    pub fn interface(&self) -> InterfaceInfo {
+        self.info
+    }
+
+    /// Takes up to `max` waiting frames without blocking and calls
+    /// `each(source, buf, frame_start, frame_len)`: the payload after the
+    /// Ethernet header is `buf[frame_start..frame_start + frame_len]`, and
+    /// `buf[..frame_start]` (at least [`RX_HEADROOM`] bytes) may be
+    /// overwritten, e.g. by `openvia_wire::ether::expand_in_place`.
+    pub fn recv_in_place(&mut self, max: usize, each: &mut InPlace<'_>) -> io::Result<usize> {
+        match self.ring.as_mut() {
+            Some(ring) => Ok(ring_recv(ring, max, each)),
+            None => copy_recv(self.fd.as_raw_fd(), &mut self.rx_buf, max, each),
+        }
+    }
+}
+
+fn map_ring(fd: RawFd) -> Result<Ring, FrameError> {
+    setsockopt(fd, SOL_PACKET, PACKET_VERSION, &TPACKET_V3)?;
+    let req = TpacketReq3 {
+        block_size: BLOCK_SIZE as u32,
+        block_nr: BLOCK_NR as u32,
+        frame_size: FRAME_SIZE as u32,
+        frame_nr: (BLOCK_SIZE * BLOCK_NR / FRAME_SIZE) as u32,
+        retire_blk_tov: RETIRE_MS,
+        sizeof_priv: 0,
+        feature_req_word: 0,
+    };
+    setsockopt(fd, SOL_PACKET, PACKET_RX_RING, &req)?;
+    // SAFETY: maps the ring the kernel just allocated for `fd`, shared,
+    // at an address of the kernel's choosing.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            BLOCK_SIZE * BLOCK_NR,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error().into());
+    }
+    Ok(Ring {
+        base: base.cast(),
+        block: 0,
+        taken: 0,
+        next: 0,
+    })
+}
+
+/// Offsets in struct tpacket_block_desc (v1 header) and tpacket3_hdr.
+const BLOCK_STATUS: usize = 8;
+const BLOCK_NUM_PKTS: usize = 12;
+const BLOCK_FIRST_PKT: usize = 16;
+const PKT_NEXT: usize = 0;
+const PKT_SNAPLEN: usize = 12;
+const PKT_MAC: usize = 24;
+/// sizeof(struct tpacket3_hdr): what precedes the headroom we hand out.
+const PKT_HDR_LEN: usize = 48;
+
+fn ring_recv(ring: &mut Ring, max: usize, each: &mut InPlace<'_>) -> usize {
+    let mut n = 0;
+    while n < max {
+        // SAFETY: `block < BLOCK_NR`, so the block lies inside the mapping.
+        let block = unsafe {
+            std::slice::from_raw_parts_mut(ring.base.add(ring.block * BLOCK_SIZE), BLOCK_SIZE)
+        };
+        let status = block_word(block, BLOCK_STATUS);
+        // Acquire: the kernel's writes of the block precede its status.
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+        if status & TP_STATUS_USER == 0 {
+            break;
+        }
+        let count = block_word(block, BLOCK_NUM_PKTS);
+        if ring.taken == 0 {
+            ring.next = block_word(block, BLOCK_FIRST_PKT) as usize;
+        }
+        while ring.taken < count && n < max {
+            let at = ring.next;
+            // Kernel-written offsets, checked all the same.
+            if at + PKT_HDR_LEN > BLOCK_SIZE {
+                ring.taken = count;
+                break;
+            }
+            let next = block_word(block, at + PKT_NEXT) as usize;
+            let snaplen = block_word(block, at + PKT_SNAPLEN) as usize;
+            let mac = u16::from_ne_bytes([block[at + PKT_MAC], block[at + PKT_MAC + 1]]) as usize;
+            ring.taken += 1;
+            ring.next = at + next;
+            let start = at + PKT_HDR_LEN;
+            if mac < PKT_HDR_LEN || at + mac + snaplen > BLOCK_SIZE || snaplen < ETH_HEADER_LEN {
+                continue;
+            }
+            let frame = &mut block[start..at + mac + snaplen];
+            let mut src = [0u8; 6];
+            let eth = mac - PKT_HDR_LEN;
+            src.copy_from_slice(&frame[eth + 6..eth + 12]);
+            let payload = eth + ETH_HEADER_LEN;
+            each(src, frame, payload, snaplen - ETH_HEADER_LEN);
+            n += 1;
+            if next == 0 {
+                ring.taken = count;
+            }
+        }
+        if ring.taken >= count {
+            // Release: our reads of the block precede handing it back.
+            std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+            set_block_word(block, BLOCK_STATUS, 0);
+            ring.block = (ring.block + 1) % BLOCK_NR;
+            ring.taken = 0;
+        }
+    }
+    n
+}
+
+fn block_word(block: &[u8], at: usize) -> u32 {
+    // SAFETY: `at + 4 <= block.len()` (all callers index inside the
+    // block), and a volatile read sees the kernel's latest store.
+    unsafe { std::ptr::read_volatile(block[at..at + 4].as_ptr().cast::<u32>()) }
+}
+
+fn set_block_word(block: &mut [u8], at: usize, v: u32) {
+    // SAFETY: as in `block_word`; the word is 4-byte aligned in the block.
+    unsafe { std::ptr::write_volatile(block[at..at + 4].as_mut_ptr().cast::<u32>(), v) }
+}
+
+fn copy_recv(fd: RawFd, buf: &mut [u8], max: usize, each: &mut InPlace<'_>) -> io::Result<usize> {
+    let mut n = 0;
+    while n < max {
+        let room = &mut buf[RX_HEADROOM..];
+        // SAFETY: `room` is writable for its length across the call.
+        let got =
+            unsafe { libc::recv(fd, room.as_mut_ptr().cast(), room.len(), libc::MSG_DONTWAIT) };
+        if got < 0 {
+            let e = io::Error::last_os_error();
+            return match e.kind() {
+                io::ErrorKind::WouldBlock => Ok(n),
+                io::ErrorKind::Interrupted => continue,
+                _ if n > 0 => Ok(n),
+                _ => Err(e),
+            };
+        }
+        let got = got as usize;
+        if got < ETH_HEADER_LEN {
+            continue;
+        }
+        let mut src = [0u8; 6];
+        src.copy_from_slice(&buf[RX_HEADROOM + 6..RX_HEADROOM + 12]);
+        let start = RX_HEADROOM + ETH_HEADER_LEN;
+        each(src, buf, start, got - ETH_HEADER_LEN);
+        n += 1;
+    }
+    Ok(n)
+}
+
+impl FrameIo for PacketLink {
+    fn local_mac(&self) -> Mac {
+        self.info.mac
+    }
+
+    fn mtu(&self) -> usize {
+        self.info.mtu
+    }
+
+    fn send(&mut self, dst: Mac, frames: &[&[&[u8]]]) -> io::Result<usize> {
+        let mut eth = [0u8; ETH_HEADER_LEN];
+        eth[0..6].copy_from_slice(&dst);
+        eth[6..12].copy_from_slice(&self.info.mac);
+        eth[12..14].copy_from_slice(&self.ethertype.to_be_bytes());
+        let mut sent = 0;
+        for batch in frames.chunks(SEND_BATCH) {
+            let mut iovs: Vec<libc::iovec> = Vec::new();
+            let mut ranges = Vec::with_capacity(batch.len());
+            for parts in batch {
+                let first = iovs.len();
+                iovs.push(libc::iovec {
+                    iov_base: eth.as_ptr() as *mut _,
+                    iov_len: ETH_HEADER_LEN,
+                });
+                iovs.extend(parts.iter().map(|p| libc::iovec {
+                    iov_base: p.as_ptr() as *mut _,
+                    iov_len: p.len(),
+                }));
+                ranges.push(first..iovs.len());
+            }
+            let mut msgs: Vec<libc::mmsghdr> = ranges
+                .iter()
+                .map(|r| {
+                    // SAFETY: msghdr is plain data; zero is a valid value.
+                    let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                    m.msg_hdr.msg_iov = iovs[r.clone()].as_ptr() as *mut _;
+                    m.msg_hdr.msg_iovlen = r.len() as _;
+                    m
+                })
+                .collect();
+            // SAFETY: every msghdr points at iovecs in `iovs`, which point
+            // at `eth` and the caller's parts, all alive across the call.
+            let r = unsafe {
+                libc::sendmmsg(
+                    self.fd.as_raw_fd(),
+                    msgs.as_mut_ptr(),
+                    msgs.len() as u32,
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                return match e.raw_os_error() {
+                    Some(libc::EAGAIN) | Some(libc::ENOBUFS) | Some(libc::EINTR) => Ok(sent),
+                    _ if sent > 0 => Ok(sent),
+                    _ => Err(e),
+                };
+            }
+            sent += r as usize;
+            if (r as usize) < batch.len() {
+                break;
+            }
+        }
+        Ok(sent)
+    }
+
+    fn recv(&mut self, max: usize, each: &mut dyn FnMut(Mac, &[u8])) -> io::Result<usize> {
+        self.recv_in_place(max, &mut |src, buf, start, len| {
+            each(src, &buf[start..start + len])
+        })
+    }
+
+    fn raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    fn wait_readable(&self, timeout: Duration) -> bool {
+        if let Some(ring) = &self.ring {
+            // SAFETY: the current block lies inside the mapping.
+            let block =
+                unsafe { std::slice::from_raw_parts(ring.base.add(ring.block * BLOCK_SIZE), 32) };
+            if block_word(block, BLOCK_STATUS) & TP_STATUS_USER != 0 {
+                return true;
+            }
+        }
+        let mut pfd = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd for the duration of the call.
+        unsafe { libc::poll(&mut pfd, 1, ms) > 0 }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_filter_program_jumps_inside_itself() {
+        for f in [
+            FrameFilter {
+                ethertype: 0x88B5,
+                dst_id: None,
+            },
+            FrameFilter {
+                ethertype: 0x88B5,
+                dst_id: Some((0, 7)),
+            },
+        ] {
+            let p = filter_program(&f);
+            for (i, ins) in p.iter().enumerate() {
+                if ins.code == 0x15 {
+                    assert!(i + 1 + (ins.jf as usize) < p.len());
+                    assert_eq!(p[i + 1 + ins.jf as usize].k, 0, "false leads to drop");
+                }
+            }
+            assert_eq!(p.last().unwrap().k, 0);
+        }
+    }
+
+    #[test]
+    fn the_arp_table_gives_complete_entries_of_the_interface() {
+        let t = "IP address       HW type     Flags       HW address            Mask     Device\n\
+                 10.0.0.2         0x1         0x2         02:aa:bb:cc:dd:0e     *        eth0\n\
+                 10.0.0.3         0x1         0x0         00:00:00:00:00:00     *        eth0\n\
+                 10.0.0.4         0x1         0x2         02:00:00:00:00:04     *        eth1\n";
+        let ip = |s: &str| s.parse().unwrap();
+        assert_eq!(
+            parse_arp_table(t, ip("10.0.0.2"), "eth0"),
+            Some([2, 0xaa, 0xbb, 0xcc, 0xdd, 0x0e])
+        );
+        assert_eq!(parse_arp_table(t, ip("10.0.0.3"), "eth0"), None);
+        assert_eq!(parse_arp_table(t, ip("10.0.0.4"), "eth0"), None);
+        assert_eq!(parse_arp_table(t, ip("10.0.0.9"), "eth0"), None);
+    }
+}

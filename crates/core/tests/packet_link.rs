@@ -1,0 +1,254 @@
+//! The AF_PACKET link between two namespaces (root; skipped otherwise):
+//! frames both ways in batches of hundreds with every byte checked, on
+//! both receive paths; the kernel's per-connection filter; the kernel's
+//! own IP traffic flowing beside open links (and filling the neighbour
+//! table); and the missing capability named for a user without it.
+
+mod ethw_netns;
+
+use std::net::UdpSocket;
+use std::time::{Duration, Instant};
+
+use ethw_netns::{in_ns, skip, EthwPair};
+use openvia_core::sys::frames::{FrameError, FrameFilter, FrameIo, Mac};
+use openvia_core::sys::packet::{interface_info, neighbour_mac, PacketLink, RxPath, RX_HEADROOM};
+
+const ETHERTYPE: u16 = 0x88B5;
+
+fn open(ifname: &str, dst_id: Option<u16>, rx: RxPath) -> PacketLink {
+    let filter = FrameFilter {
+        ethertype: ETHERTYPE,
+        dst_id: dst_id.map(|id| (0, id)),
+    };
+    PacketLink::open(ifname, filter, rx).expect("open AF_PACKET link")
+}
+
+/// Frame `i` of a test stream to connection `dst`: the id, then bytes
+/// that depend on (dst, i), of a length that varies with i.
+fn frame(dst: u16, i: u32) -> Vec<u8> {
+    let len = 46 + (i as usize * 37) % 1400;
+    let mut f: Vec<u8> = (0..len as u32)
+        .map(|k| (k.wrapping_mul(31) ^ i.wrapping_mul(7) ^ u32::from(dst)) as u8)
+        .collect();
+    f[0..2].copy_from_slice(&dst.to_be_bytes());
+    f[2..6].copy_from_slice(&i.to_be_bytes());
+    f
+}
+
+/// Sends the frames, each gathered from three parts, until all are out.
+fn send_all(link: &mut PacketLink, dst: Mac, frames: &[Vec<u8>]) {
+    let parts: Vec<[&[u8]; 3]> = frames
+        .iter()
+        .map(|f| [&f[..2], &f[2..10], &f[10..]])
+        .collect();
+    let refs: Vec<&[&[u8]]> = parts.iter().map(|p| &p[..]).collect();
+    let mut done = 0;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while done < refs.len() {
+        done += link.send(dst, &refs[done..]).expect("send");
+        assert!(Instant::now() < deadline, "only {done} frames sent");
+    }
+}
+
+/// Receives `n` frames (waiting as needed, at most 10 s).
+fn recv_n(link: &mut PacketLink, n: usize) -> Vec<(Mac, Vec<u8>)> {
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while got.len() < n {
+        link.recv(n - got.len(), &mut |src, p| got.push((src, p.to_vec())))
+            .expect("recv");
+        if got.len() < n {
+            assert!(Instant::now() < deadline, "{} of {n} frames", got.len());
+            link.wait_readable(Duration::from_millis(50));
+        }
+    }
+    got
+}
+
+fn exchange_both_ways(rx: RxPath) {
+    let pair = EthwPair::new();
+    let (if_a, if_b) = (pair.if_a.clone(), pair.if_b.clone());
+    let mut a = in_ns(&pair.a, move || open(&if_a, None, rx));
+    let mut b = in_ns(&pair.b, move || open(&if_b, None, rx));
+    let (mac_a, mac_b) = (a.local_mac(), b.local_mac());
+    assert_ne!(mac_a, mac_b);
+    assert_eq!(a.mtu(), 1500);
+    for forward in [true, false] {
+        let (from, to) = if forward {
+            (&mut a, &mut b)
+        } else {
+            (&mut b, &mut a)
+        };
+        let (from_mac, to_mac) = (from.local_mac(), to.local_mac());
+        let dst = if forward { 3 } else { 4 };
+        for round in 0..3u32 {
+            let frames: Vec<Vec<u8>> = (0..300).map(|i| frame(dst, round * 1000 + i)).collect();
+            send_all(from, to_mac, &frames);
+            let got = recv_n(to, frames.len());
+            for ((src, payload), sent) in got.iter().zip(&frames) {
+                assert_eq!(*src, from_mac);
+                // veth does not pad; every byte as sent, in order.
+                assert_eq!(payload, sent);
+            }
+        }
+    }
+}
+
+#[test]
+fn frames_cross_both_ways_byte_exact_through_the_ring() {
+    if !skip("ring") {
+        exchange_both_ways(RxPath::Ring);
+    }
+}
+
+#[test]
+fn frames_cross_both_ways_byte_exact_through_recv() {
+    if !skip("recv") {
+        exchange_both_ways(RxPath::Copy);
+    }
+}
+
+#[test]
+fn the_kernel_hands_each_connection_only_its_own_frames() {
+    if skip("filter") {
+        return;
+    }
+    let pair = EthwPair::new();
+    let (if_a, if_b) = (pair.if_a.clone(), pair.if_b.clone());
+    let mut a = in_ns(&pair.a, move || open(&if_a, None, RxPath::Copy));
+    let if_b2 = if_b.clone();
+    let mut b5 = in_ns(&pair.b, move || open(&if_b, Some(5), RxPath::Ring));
+    let mut b9 = in_ns(&pair.b, move || open(&if_b2, Some(9), RxPath::Copy));
+    let frames: Vec<Vec<u8>> = (0..400)
+        .map(|i| frame(if i % 3 == 0 { 9 } else { 5 }, i))
+        .collect();
+    send_all(&mut a, b5.local_mac(), &frames);
+    let want5: Vec<&Vec<u8>> = frames.iter().filter(|f| f[1] == 5).collect();
+    let want9: Vec<&Vec<u8>> = frames.iter().filter(|f| f[1] == 9).collect();
+    // A last frame to each after all the others: once it is in, every
+    // earlier frame has been through that socket's filter.
+    let last = [frame(5, 9999), frame(9, 9999)];
+    send_all(&mut a, b5.local_mac(), &last);
+    let got5 = recv_n(&mut b5, want5.len() + 1);
+    let got9 = recv_n(&mut b9, want9.len() + 1);
+    for (got, want, last) in [(&got5, &want5, &last[0]), (&got9, &want9, &last[1])] {
+        let payloads: Vec<&Vec<u8>> = got.iter().map(|(_, p)| p).collect();
+        assert_eq!(&payloads[..want.len()], &want[..]);
+        assert_eq!(payloads[want.len()], last);
+    }
+    let mut extra = 0;
+    b5.recv(100, &mut |_, _| extra += 1).unwrap();
+    b9.recv(100, &mut |_, _| extra += 1).unwrap();
+    assert_eq!(extra, 0, "a socket got another connection's frames");
+}
+
+#[test]
+fn kernel_traffic_flows_beside_open_links_and_fills_the_neighbour_table() {
+    if skip("kernel traffic") {
+        return;
+    }
+    let pair = EthwPair::new();
+    let (if_a, if_b) = (pair.if_a.clone(), pair.if_b.clone());
+    let mut a = in_ns(&pair.a, move || open(&if_a, None, RxPath::Ring));
+    let mut b = in_ns(&pair.b, move || open(&if_b, None, RxPath::Ring));
+    let mac_b = b.local_mac();
+    // A UDP echo over IP (ARP first) while both links are open.
+    let ip_b = pair.ip_b;
+    let server = in_ns(&pair.b, move || UdpSocket::bind((ip_b, 0)).unwrap());
+    let to = server.local_addr().unwrap();
+    let echo = std::thread::spawn(move || {
+        let mut buf = [0u8; 64];
+        server
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let (n, from) = server.recv_from(&mut buf).expect("datagram over IP");
+        server.send_to(&buf[..n], from).unwrap();
+    });
+    let if_a = pair.if_a.clone();
+    let (reply, neighbour) = in_ns(&pair.a, move || {
+        let c = UdpSocket::bind("0.0.0.0:0").unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        c.send_to(b"kernel ping", to).unwrap();
+        let mut buf = [0u8; 64];
+        let n = c.recv(&mut buf).expect("echo over IP");
+        (buf[..n].to_vec(), neighbour_mac(ip_b, &if_a))
+    });
+    echo.join().unwrap();
+    assert_eq!(reply, b"kernel ping");
+    assert_eq!(neighbour, Some(mac_b), "the kernel's ARP entry for B");
+    // Our links saw none of it, and still carry frames.
+    let mut seen = 0;
+    b.recv(100, &mut |_, _| seen += 1).unwrap();
+    assert_eq!(seen, 0, "IP or ARP reached the raw link");
+    send_all(&mut a, mac_b, &[frame(1, 1)]);
+    assert_eq!(recv_n(&mut b, 1)[0].1, frame(1, 1));
+}
+
+#[test]
+fn the_ring_leaves_the_documented_headroom_in_front_of_each_payload() {
+    if skip("headroom") {
+        return;
+    }
+    let pair = EthwPair::new();
+    let (if_a, if_b) = (pair.if_a.clone(), pair.if_b.clone());
+    let mut a = in_ns(&pair.a, move || open(&if_a, None, RxPath::Ring));
+    for rx in [RxPath::Ring, RxPath::Copy] {
+        let if_b = if_b.clone();
+        let mut b = in_ns(&pair.b, move || open(&if_b, None, rx));
+        let frames: Vec<Vec<u8>> = (0..50).map(|i| frame(2, i)).collect();
+        send_all(&mut a, b.local_mac(), &frames);
+        let mut seen = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while seen.len() < frames.len() {
+            b.recv_in_place(64, &mut |_, buf, start, len| {
+                assert!(start >= RX_HEADROOM, "{start} bytes of headroom");
+                buf[..start].fill(0xEE); // ours to overwrite
+                seen.push(buf[start..start + len].to_vec());
+            })
+            .unwrap();
+            assert!(Instant::now() < deadline);
+            b.wait_readable(Duration::from_millis(50));
+        }
+        assert_eq!(seen, frames);
+    }
+}
+
+#[test]
+fn without_cap_net_raw_the_missing_capability_is_named() {
+    if skip("permission") {
+        return;
+    }
+    let info = interface_info("lo").expect("lo");
+    assert!(info.ifindex > 0);
+    // SAFETY: the child only drops privileges, tries to open and exits
+    // with the verdict; glibc keeps malloc usable after fork.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork");
+    if pid == 0 {
+        // SAFETY: plain system calls in the child; _exit never returns.
+        unsafe {
+            if libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
+                libc::_exit(2);
+            }
+            let filter = FrameFilter {
+                ethertype: ETHERTYPE,
+                dst_id: None,
+            };
+            let code = match PacketLink::open("lo", filter, RxPath::Ring) {
+                Err(FrameError::Permission("CAP_NET_RAW")) => 0,
+                Err(_) => 3,
+                Ok(_) => 4,
+            };
+            libc::_exit(code);
+        }
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert!(libc::WIFEXITED(status));
+    assert_eq!(
+        libc::WEXITSTATUS(status),
+        0,
+        "2 setuid, 3 other error, 4 opened"
+    );
+}
