@@ -1,8 +1,9 @@
 //! The AF_PACKET link between two namespaces (root; skipped otherwise):
 //! frames both ways in batches of hundreds with every byte checked, on
-//! both receive paths; the kernel's per-connection filter; the kernel's
-//! own IP traffic flowing beside open links (and filling the neighbour
-//! table); and the missing capability named for a user without it.
+//! every receive path, wrapping around the rings; the kernel's
+//! per-connection filter; the kernel's own IP traffic flowing beside open
+//! links (and filling the neighbour table); and the missing capability
+//! named for a user without it.
 
 mod ethw_netns;
 
@@ -81,8 +82,9 @@ fn exchange_both_ways(rx: RxPath) {
         };
         let (from_mac, to_mac) = (from.local_mac(), to.local_mac());
         let dst = if forward { 3 } else { 4 };
-        for round in 0..3u32 {
-            let frames: Vec<Vec<u8>> = (0..300).map(|i| frame(dst, round * 1000 + i)).collect();
+        // 6000 frames each way: past the end of every ring and around.
+        for round in 0..12u32 {
+            let frames: Vec<Vec<u8>> = (0..500).map(|i| frame(dst, round * 1000 + i)).collect();
             send_all(from, to_mac, &frames);
             let got = recv_n(to, frames.len());
             for ((src, payload), sent) in got.iter().zip(&frames) {
@@ -95,9 +97,16 @@ fn exchange_both_ways(rx: RxPath) {
 }
 
 #[test]
-fn frames_cross_both_ways_byte_exact_through_the_ring() {
+fn frames_cross_both_ways_byte_exact_through_the_frame_ring() {
     if !skip("ring") {
-        exchange_both_ways(RxPath::Ring);
+        exchange_both_ways(RxPath::FrameRing);
+    }
+}
+
+#[test]
+fn frames_cross_both_ways_byte_exact_through_the_block_ring() {
+    if !skip("block ring") {
+        exchange_both_ways(RxPath::BlockRing);
     }
 }
 
@@ -117,7 +126,7 @@ fn the_kernel_hands_each_connection_only_its_own_frames() {
     let (if_a, if_b) = (pair.if_a.clone(), pair.if_b.clone());
     let mut a = in_ns(&pair.a, move || open(&if_a, None, RxPath::Copy));
     let if_b2 = if_b.clone();
-    let mut b5 = in_ns(&pair.b, move || open(&if_b, Some(5), RxPath::Ring));
+    let mut b5 = in_ns(&pair.b, move || open(&if_b, Some(5), RxPath::FrameRing));
     let mut b9 = in_ns(&pair.b, move || open(&if_b2, Some(9), RxPath::Copy));
     let frames: Vec<Vec<u8>> = (0..400)
         .map(|i| frame(if i % 3 == 0 { 9 } else { 5 }, i))
@@ -149,8 +158,8 @@ fn kernel_traffic_flows_beside_open_links_and_fills_the_neighbour_table() {
     }
     let pair = EthwPair::new();
     let (if_a, if_b) = (pair.if_a.clone(), pair.if_b.clone());
-    let mut a = in_ns(&pair.a, move || open(&if_a, None, RxPath::Ring));
-    let mut b = in_ns(&pair.b, move || open(&if_b, None, RxPath::Ring));
+    let mut a = in_ns(&pair.a, move || open(&if_a, None, RxPath::FrameRing));
+    let mut b = in_ns(&pair.b, move || open(&if_b, None, RxPath::FrameRing));
     let mac_b = b.local_mac();
     // A UDP echo over IP (ARP first) while both links are open.
     let ip_b = pair.ip_b;
@@ -185,14 +194,14 @@ fn kernel_traffic_flows_beside_open_links_and_fills_the_neighbour_table() {
 }
 
 #[test]
-fn the_ring_leaves_the_documented_headroom_in_front_of_each_payload() {
+fn every_path_leaves_the_documented_headroom_in_front_of_each_payload() {
     if skip("headroom") {
         return;
     }
     let pair = EthwPair::new();
     let (if_a, if_b) = (pair.if_a.clone(), pair.if_b.clone());
-    let mut a = in_ns(&pair.a, move || open(&if_a, None, RxPath::Ring));
-    for rx in [RxPath::Ring, RxPath::Copy] {
+    let mut a = in_ns(&pair.a, move || open(&if_a, None, RxPath::FrameRing));
+    for rx in [RxPath::FrameRing, RxPath::BlockRing, RxPath::Copy] {
         let if_b = if_b.clone();
         let mut b = in_ns(&pair.b, move || open(&if_b, None, rx));
         let frames: Vec<Vec<u8>> = (0..50).map(|i| frame(2, i)).collect();
@@ -234,7 +243,7 @@ fn without_cap_net_raw_the_missing_capability_is_named() {
                 ethertype: ETHERTYPE,
                 dst_id: None,
             };
-            let code = match PacketLink::open("lo", filter, RxPath::Ring) {
+            let code = match PacketLink::open("lo", filter, RxPath::FrameRing) {
                 Err(FrameError::Permission("CAP_NET_RAW")) => 0,
                 Err(_) => 3,
                 Ok(_) => 4,

@@ -5,11 +5,11 @@
 //! must see (ARP, IP) pass by untouched. A hand-assembled classic BPF
 //! program keeps only our EtherType and, when the [`FrameFilter`] names a
 //! connection id, only frames carrying it: one socket per connection, the
-//! kernel demultiplexing across processes. Frames arrive either through a
-//! memory-mapped TPACKET_V3 ring (no copy, no system call per frame; the
-//! kernel hands over whole blocks, when full or when the retire timeout
-//! expires) or through plain `recv` (one copy, every frame at once): the
-//! caller picks with [`RxPath`]. Sends bypass the qdisc and go out in
+//! kernel demultiplexing across processes. Frames arrive through a
+//! memory-mapped ring (no copy, no system call per frame: TPACKET_V3
+//! blocks for streams, TPACKET_V2 slots for latency, see `ring`) or
+//! through plain `recv` (one copy): the caller picks with [`RxPath`].
+//! Sends bypass the qdisc and go out in
 //! batches with one `sendmmsg`, each frame gathered from the caller's
 //! parts behind the Ethernet header.
 
@@ -17,22 +17,13 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
+mod ring;
+
 use super::frames::{FrameError, FrameFilter, FrameIo, Mac, ETH_HEADER_LEN};
 
 const SOL_PACKET: libc::c_int = 263;
-const PACKET_RX_RING: libc::c_int = 5;
-const PACKET_VERSION: libc::c_int = 10;
 const PACKET_QDISC_BYPASS: libc::c_int = 20;
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
-const TPACKET_V3: libc::c_int = 2;
-const TP_STATUS_USER: u32 = 1;
-
-/// Ring geometry: 16 blocks of 256 KiB (4 MiB), blocks retired after
-/// 1 ms (the kernel's smallest timeout) when not full.
-const BLOCK_SIZE: usize = 256 << 10;
-const BLOCK_NR: usize = 16;
-const FRAME_SIZE: usize = 2048;
-const RETIRE_MS: u32 = 1;
 
 /// Frames per `sendmmsg` call.
 const SEND_BATCH: usize = 256;
@@ -40,8 +31,12 @@ const SEND_BATCH: usize = 256;
 /// How frames are received.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RxPath {
-    /// Memory-mapped TPACKET_V3 ring: no copy, blocks of frames.
-    Ring,
+    /// Memory-mapped TPACKET_V3 ring: no copy, frames handed over in
+    /// blocks (when full or after 1 ms): for streams, not ping-pong.
+    BlockRing,
+    /// Memory-mapped TPACKET_V2 ring: no copy, each frame handed over at
+    /// once.
+    FrameRing,
     /// `recv` per frame into the link's buffer: one copy, no block delay.
     Copy,
 }
@@ -172,43 +167,10 @@ fn setsockopt<T>(fd: RawFd, level: libc::c_int, name: libc::c_int, v: &T) -> io:
     super::cvt(r).map(drop)
 }
 
-/// struct tpacket_req3.
-#[repr(C)]
-struct TpacketReq3 {
-    block_size: u32,
-    block_nr: u32,
-    frame_size: u32,
-    frame_nr: u32,
-    retire_blk_tov: u32,
-    sizeof_priv: u32,
-    feature_req_word: u32,
-}
-
-/// The mapped receive ring and where reading stands in it.
-struct Ring {
-    base: *mut u8,
-    /// Block being read, frames of it already handed out, and the offset
-    /// of the next one.
-    block: usize,
-    taken: u32,
-    next: usize,
-}
-
-// SAFETY: the ring is a private mapping of this link, used only through
-// `&mut PacketLink`; nothing in it is tied to a thread.
-unsafe impl Send for Ring {}
-
-impl Drop for Ring {
-    fn drop(&mut self) {
-        // SAFETY: `base` is the mapping made in `open`, of this size.
-        unsafe { libc::munmap(self.base.cast(), BLOCK_SIZE * BLOCK_NR) };
-    }
-}
-
 /// One AF_PACKET socket on one interface.
 pub struct PacketLink {
     // `ring` first: unmapped before the socket closes.
-    ring: Option<Ring>,
+    ring: Option<ring::Ring>,
     fd: OwnedFd,
     info: InterfaceInfo,
     ethertype: u16,
@@ -259,7 +221,7 @@ impl PacketLink {
                 }
                 None
             }
-            RxPath::Ring => Some(map_ring(raw)?),
+            RxPath::BlockRing | RxPath::FrameRing => Some(ring::map(raw, rx, info.mtu)?),
         };
         // SAFETY: sockaddr_ll is plain data; zero is a valid value.
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
@@ -277,7 +239,7 @@ impl PacketLink {
         super::cvt(r)?;
         let rx_buf = match rx {
             RxPath::Copy => vec![0u8; RX_HEADROOM + ETH_HEADER_LEN + info.mtu.max(1500)],
-            RxPath::Ring => Vec::new(),
+            RxPath::BlockRing | RxPath::FrameRing => Vec::new(),
         };
         Ok(PacketLink {
             ring,
@@ -300,121 +262,10 @@ impl PacketLink {
     /// overwritten, e.g. by `openvia_wire::ether::expand_in_place`.
     pub fn recv_in_place(&mut self, max: usize, each: &mut InPlace<'_>) -> io::Result<usize> {
         match self.ring.as_mut() {
-            Some(ring) => Ok(ring_recv(ring, max, each)),
+            Some(ring) => Ok(ring.recv(max, each)),
             None => copy_recv(self.fd.as_raw_fd(), &mut self.rx_buf, max, each),
         }
     }
-}
-
-fn map_ring(fd: RawFd) -> Result<Ring, FrameError> {
-    setsockopt(fd, SOL_PACKET, PACKET_VERSION, &TPACKET_V3)?;
-    let req = TpacketReq3 {
-        block_size: BLOCK_SIZE as u32,
-        block_nr: BLOCK_NR as u32,
-        frame_size: FRAME_SIZE as u32,
-        frame_nr: (BLOCK_SIZE * BLOCK_NR / FRAME_SIZE) as u32,
-        retire_blk_tov: RETIRE_MS,
-        sizeof_priv: 0,
-        feature_req_word: 0,
-    };
-    setsockopt(fd, SOL_PACKET, PACKET_RX_RING, &req)?;
-    // SAFETY: maps the ring the kernel just allocated for `fd`, shared,
-    // at an address of the kernel's choosing.
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            BLOCK_SIZE * BLOCK_NR,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd,
-            0,
-        )
-    };
-    if base == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error().into());
-    }
-    Ok(Ring {
-        base: base.cast(),
-        block: 0,
-        taken: 0,
-        next: 0,
-    })
-}
-
-/// Offsets in struct tpacket_block_desc (v1 header) and tpacket3_hdr.
-const BLOCK_STATUS: usize = 8;
-const BLOCK_NUM_PKTS: usize = 12;
-const BLOCK_FIRST_PKT: usize = 16;
-const PKT_NEXT: usize = 0;
-const PKT_SNAPLEN: usize = 12;
-const PKT_MAC: usize = 24;
-/// sizeof(struct tpacket3_hdr): what precedes the headroom we hand out.
-const PKT_HDR_LEN: usize = 48;
-
-fn ring_recv(ring: &mut Ring, max: usize, each: &mut InPlace<'_>) -> usize {
-    let mut n = 0;
-    while n < max {
-        // SAFETY: `block < BLOCK_NR`, so the block lies inside the mapping.
-        let block = unsafe {
-            std::slice::from_raw_parts_mut(ring.base.add(ring.block * BLOCK_SIZE), BLOCK_SIZE)
-        };
-        let status = block_word(block, BLOCK_STATUS);
-        // Acquire: the kernel's writes of the block precede its status.
-        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
-        if status & TP_STATUS_USER == 0 {
-            break;
-        }
-        let count = block_word(block, BLOCK_NUM_PKTS);
-        if ring.taken == 0 {
-            ring.next = block_word(block, BLOCK_FIRST_PKT) as usize;
-        }
-        while ring.taken < count && n < max {
-            let at = ring.next;
-            // Kernel-written offsets, checked all the same.
-            if at + PKT_HDR_LEN > BLOCK_SIZE {
-                ring.taken = count;
-                break;
-            }
-            let next = block_word(block, at + PKT_NEXT) as usize;
-            let snaplen = block_word(block, at + PKT_SNAPLEN) as usize;
-            let mac = u16::from_ne_bytes([block[at + PKT_MAC], block[at + PKT_MAC + 1]]) as usize;
-            ring.taken += 1;
-            ring.next = at + next;
-            let start = at + PKT_HDR_LEN;
-            if mac < PKT_HDR_LEN || at + mac + snaplen > BLOCK_SIZE || snaplen < ETH_HEADER_LEN {
-                continue;
-            }
-            let frame = &mut block[start..at + mac + snaplen];
-            let mut src = [0u8; 6];
-            let eth = mac - PKT_HDR_LEN;
-            src.copy_from_slice(&frame[eth + 6..eth + 12]);
-            let payload = eth + ETH_HEADER_LEN;
-            each(src, frame, payload, snaplen - ETH_HEADER_LEN);
-            n += 1;
-            if next == 0 {
-                ring.taken = count;
-            }
-        }
-        if ring.taken >= count {
-            // Release: our reads of the block precede handing it back.
-            std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
-            set_block_word(block, BLOCK_STATUS, 0);
-            ring.block = (ring.block + 1) % BLOCK_NR;
-            ring.taken = 0;
-        }
-    }
-    n
-}
-
-fn block_word(block: &[u8], at: usize) -> u32 {
-    // SAFETY: `at + 4 <= block.len()` (all callers index inside the
-    // block), and a volatile read sees the kernel's latest store.
-    unsafe { std::ptr::read_volatile(block[at..at + 4].as_ptr().cast::<u32>()) }
-}
-
-fn set_block_word(block: &mut [u8], at: usize, v: u32) {
-    // SAFETY: as in `block_word`; the word is 4-byte aligned in the block.
-    unsafe { std::ptr::write_volatile(block[at..at + 4].as_mut_ptr().cast::<u32>(), v) }
 }
 
 fn copy_recv(fd: RawFd, buf: &mut [u8], max: usize, each: &mut InPlace<'_>) -> io::Result<usize> {
@@ -523,13 +374,8 @@ impl FrameIo for PacketLink {
     }
 
     fn wait_readable(&self, timeout: Duration) -> bool {
-        if let Some(ring) = &self.ring {
-            // SAFETY: the current block lies inside the mapping.
-            let block =
-                unsafe { std::slice::from_raw_parts(ring.base.add(ring.block * BLOCK_SIZE), 32) };
-            if block_word(block, BLOCK_STATUS) & TP_STATUS_USER != 0 {
-                return true;
-            }
+        if self.ring.as_ref().is_some_and(|r| r.ready()) {
+            return true;
         }
         let mut pfd = libc::pollfd {
             fd: self.fd.as_raw_fd(),
