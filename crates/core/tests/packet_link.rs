@@ -7,7 +7,7 @@
 
 mod ethw_netns;
 
-use std::net::UdpSocket;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, UdpSocket};
 use std::time::{Duration, Instant};
 
 use ethw_netns::{in_ns, skip, EthwPair};
@@ -151,18 +151,9 @@ fn the_kernel_hands_each_connection_only_its_own_frames() {
     assert_eq!(extra, 0, "a socket got another connection's frames");
 }
 
-#[test]
-fn kernel_traffic_flows_beside_open_links_and_fills_the_neighbour_table() {
-    if skip("kernel traffic") {
-        return;
-    }
-    let pair = EthwPair::new();
-    let (if_a, if_b) = (pair.if_a.clone(), pair.if_b.clone());
-    let mut a = in_ns(&pair.a, move || open(&if_a, None, RxPath::FrameRing));
-    let mut b = in_ns(&pair.b, move || open(&if_b, None, RxPath::FrameRing));
-    let mac_b = b.local_mac();
-    // A UDP echo over IP (ARP first) while both links are open.
-    let ip_b = pair.ip_b;
+/// Echoes a datagram from namespace A to `ip_b` in B over the kernel's
+/// IP stack; returns what A's neighbour table then says of `ip_b`.
+fn udp_echo(pair: &EthwPair, ip_b: IpAddr) -> Option<Mac> {
     let server = in_ns(&pair.b, move || UdpSocket::bind((ip_b, 0)).unwrap());
     let to = server.local_addr().unwrap();
     let echo = std::thread::spawn(move || {
@@ -175,16 +166,41 @@ fn kernel_traffic_flows_beside_open_links_and_fills_the_neighbour_table() {
     });
     let if_a = pair.if_a.clone();
     let (reply, neighbour) = in_ns(&pair.a, move || {
-        let c = UdpSocket::bind("0.0.0.0:0").unwrap();
+        let any: IpAddr = if ip_b.is_ipv4() {
+            Ipv4Addr::UNSPECIFIED.into()
+        } else {
+            Ipv6Addr::UNSPECIFIED.into()
+        };
+        let c = UdpSocket::bind((any, 0)).unwrap();
         c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         c.send_to(b"kernel ping", to).unwrap();
         let mut buf = [0u8; 64];
         let n = c.recv(&mut buf).expect("echo over IP");
-        (buf[..n].to_vec(), neighbour_mac(ip_b, &if_a))
+        (
+            buf[..n].to_vec(),
+            neighbour_mac(ip_b, &if_a).expect("netlink"),
+        )
     });
     echo.join().unwrap();
     assert_eq!(reply, b"kernel ping");
-    assert_eq!(neighbour, Some(mac_b), "the kernel's ARP entry for B");
+    neighbour
+}
+
+#[test]
+fn kernel_traffic_flows_beside_open_links_and_fills_the_neighbour_table() {
+    if skip("kernel traffic") {
+        return;
+    }
+    let pair = EthwPair::new();
+    let (if_a, if_b) = (pair.if_a.clone(), pair.if_b.clone());
+    let mut a = in_ns(&pair.a, move || open(&if_a, None, RxPath::FrameRing));
+    let mut b = in_ns(&pair.b, move || open(&if_b, None, RxPath::FrameRing));
+    let mac_b = b.local_mac();
+    // UDP echoes over IPv4 and IPv6 (ARP, NDP first) while both links
+    // are open; each leaves B in A's neighbour table.
+    for ip_b in [IpAddr::V4(pair.ip_b), IpAddr::V6(pair.ip6_b)] {
+        assert_eq!(udp_echo(&pair, ip_b), Some(mac_b), "A's entry for {ip_b}");
+    }
     // Our links saw none of it, and still carry frames.
     let mut seen = 0;
     b.recv(100, &mut |_, _| seen += 1).unwrap();

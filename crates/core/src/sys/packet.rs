@@ -17,6 +17,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
+mod neigh;
 mod ring;
 
 use super::frames::{FrameError, FrameFilter, FrameIo, Mac, ETH_HEADER_LEN};
@@ -103,33 +104,13 @@ pub fn interface_info(name: &str) -> Result<InterfaceInfo, FrameError> {
     })
 }
 
-/// The MAC the kernel's neighbour table holds for an IPv4 address on
-/// `ifname` (from the ARP table in /proc: complete entries only), if any: a second
-/// source of peer MACs beside the device's own resolution exchange.
-pub fn neighbour_mac(ip: std::net::Ipv4Addr, ifname: &str) -> Option<Mac> {
-    // thread-self: /proc/self/net is the namespace of the main thread.
-    let table = std::fs::read_to_string("/proc/thread-self/net/arp").ok()?;
-    parse_arp_table(&table, ip, ifname)
-}
-
-fn parse_arp_table(table: &str, ip: std::net::Ipv4Addr, ifname: &str) -> Option<Mac> {
-    const ATF_COM: u32 = 0x02;
-    table.lines().skip(1).find_map(|line| {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        let [addr, _hw, flags, mac, _mask, dev] = f[..] else {
-            return None;
-        };
-        let flags = u32::from_str_radix(flags.trim_start_matches("0x"), 16).ok()?;
-        if addr.parse() != Ok(ip) || dev != ifname || flags & ATF_COM == 0 {
-            return None;
-        }
-        let mut out = [0u8; 6];
-        let mut parts = mac.split(':');
-        for b in &mut out {
-            *b = u8::from_str_radix(parts.next()?, 16).ok()?;
-        }
-        Some(out)
-    })
+/// The MAC the kernel's neighbour table (ARP, NDP) of the calling
+/// thread's namespace holds for `ip` on `ifname`, if a usable entry
+/// exists: a second source of peer MACs beside the device's own
+/// resolution exchange.
+pub fn neighbour_mac(ip: std::net::IpAddr, ifname: &str) -> Result<Option<Mac>, FrameError> {
+    let info = interface_info(ifname)?;
+    Ok(neigh::lookup(ip, info.ifindex)?)
 }
 
 /// The classic BPF program: accept frames of `filter.ethertype` (and, if
@@ -413,21 +394,5 @@ mod tests {
             }
             assert_eq!(p.last().unwrap().k, 0);
         }
-    }
-
-    #[test]
-    fn the_arp_table_gives_complete_entries_of_the_interface() {
-        let t = "IP address       HW type     Flags       HW address            Mask     Device\n\
-                 10.0.0.2         0x1         0x2         02:aa:bb:cc:dd:0e     *        eth0\n\
-                 10.0.0.3         0x1         0x0         00:00:00:00:00:00     *        eth0\n\
-                 10.0.0.4         0x1         0x2         02:00:00:00:00:04     *        eth1\n";
-        let ip = |s: &str| s.parse().unwrap();
-        assert_eq!(
-            parse_arp_table(t, ip("10.0.0.2"), "eth0"),
-            Some([2, 0xaa, 0xbb, 0xcc, 0xdd, 0x0e])
-        );
-        assert_eq!(parse_arp_table(t, ip("10.0.0.3"), "eth0"), None);
-        assert_eq!(parse_arp_table(t, ip("10.0.0.4"), "eth0"), None);
-        assert_eq!(parse_arp_table(t, ip("10.0.0.9"), "eth0"), None);
     }
 }

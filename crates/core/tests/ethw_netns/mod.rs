@@ -49,6 +49,8 @@ pub struct EthwPair {
     pub if_b: String,
     pub ip_a: std::net::Ipv4Addr,
     pub ip_b: std::net::Ipv4Addr,
+    pub ip6_a: std::net::Ipv6Addr,
+    pub ip6_b: std::net::Ipv6Addr,
 }
 
 impl EthwPair {
@@ -64,6 +66,8 @@ impl EthwPair {
             if_b: format!("ethw{pid}x{n}b"),
             ip_a: std::net::Ipv4Addr::new(10, 198, subnet, 1),
             ip_b: std::net::Ipv4Addr::new(10, 198, subnet, 2),
+            ip6_a: std::net::Ipv6Addr::new(0xfd00, 0x198, subnet.into(), 0, 0, 0, 0, 1),
+            ip6_b: std::net::Ipv6Addr::new(0xfd00, 0x198, subnet.into(), 0, 0, 0, 0, 2),
         };
         // `pair` owns the names from here: a failing step still cleans up.
         run(&["netns", "add", &pair.a]);
@@ -72,12 +76,14 @@ impl EthwPair {
             "link", "add", &pair.if_a, "netns", &pair.a, "type", "veth", "peer", "name",
             &pair.if_b, "netns", &pair.b,
         ]);
-        for (ns, ifname, ip) in [
-            (&pair.a, &pair.if_a, pair.ip_a),
-            (&pair.b, &pair.if_b, pair.ip_b),
+        for (ns, ifname, ip, ip6) in [
+            (&pair.a, &pair.if_a, pair.ip_a, pair.ip6_a),
+            (&pair.b, &pair.if_b, pair.ip_b, pair.ip6_b),
         ] {
             run(&["-n", ns, "link", "set", "lo", "up"]);
             run(&["-n", ns, "addr", "add", &format!("{ip}/24"), "dev", ifname]);
+            let ip6 = format!("{ip6}/64");
+            run(&["-n", ns, "addr", "add", &ip6, "dev", ifname, "nodad"]);
             run(&["-n", ns, "link", "set", ifname, "up"]);
         }
         pair
