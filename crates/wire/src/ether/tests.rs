@@ -330,3 +330,45 @@ fn mutated_frames_are_refused_or_translate_back_to_themselves() {
     }
     assert!(ok > 1_000 && refused > 1_000, "ok {ok}, refused {refused}");
 }
+
+#[test]
+fn data_headers_the_emitter_would_not_write_are_refused() {
+    let good = whole_message(&[1, 2, 3, 4], None);
+    assert!(encode(&good, good.len()).is_ok());
+    // (byte in the datagram, value): immediate bytes without the flag,
+    // reserved data bytes, a segment past the message end.
+    for (at, v) in [(32 + 19, 1u8), (32 + 14, 1), (32 + 15, 0x80), (32 + 11, 2)] {
+        let mut bad = good.clone();
+        bad[at] = v;
+        assert!(encode(&bad, bad.len()).is_err(), "byte {at} = {v} accepted");
+        assert!(frame_from_rum(&bad).is_err());
+    }
+}
+
+#[test]
+fn optional_fields_holding_their_implied_values_are_refused() {
+    let d = whole_message(&[7; 5], None);
+    let frame = frame_from_rum(&d).unwrap();
+    assert_eq!(frame.len(), COMPACT_BASE_LEN + 5);
+    let with_fields = |flag: u8, fields: &[u8]| {
+        let mut f = frame[..COMPACT_BASE_LEN].to_vec();
+        f[3] |= flag;
+        f.extend_from_slice(fields);
+        f.extend_from_slice(&[7; 5]);
+        to_rum(&f)
+    };
+    // Segment fields saying "offset 0 of a 5-byte message": implied.
+    let whole = [0, 0, 0, 0, 0, 0, 0, 5];
+    assert!(matches!(
+        with_fields(0x04, &whole),
+        Err(EtherError::BadField(_))
+    ));
+    // RDMA fields all zero: implied.
+    assert!(matches!(
+        with_fields(0x10, &[0; 12]),
+        Err(EtherError::BadField(_))
+    ));
+    // The same flags with real values are fine.
+    assert!(with_fields(0x04, &[0, 0, 0, 0, 0, 0, 0, 9]).is_ok());
+    assert!(with_fields(0x10, &[0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0]).is_ok());
+}
