@@ -277,3 +277,51 @@ fn without_cap_net_raw_the_missing_capability_is_named() {
         "2 setuid, 3 other error, 4 opened"
     );
 }
+
+#[test]
+fn frames_past_the_receive_slots_are_dropped_and_counted() {
+    if skip("oversize") {
+        return;
+    }
+    let pair = EthwPair::new();
+    let (if_a, if_b) = (pair.if_a.clone(), pair.if_b.clone());
+    let mut a = in_ns(&pair.a, move || open(&if_a, None, RxPath::Copy));
+    let links: Vec<PacketLink> = [RxPath::FrameRing, RxPath::BlockRing, RxPath::Copy]
+        .into_iter()
+        .map(|rx| {
+            let if_b = if_b.clone();
+            in_ns(&pair.b, move || open(&if_b, None, rx))
+        })
+        .collect();
+    // The MTU grows after the links sized their receive slots.
+    for (ns, ifname) in [(&pair.a, &pair.if_a), (&pair.b, &pair.if_b)] {
+        let out = std::process::Command::new("ip")
+            .args(["-n", ns, "link", "set", ifname, "mtu", "9000"])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+    }
+    let big = {
+        let mut f = frame(1, 0);
+        f.resize(8000, 0x5A);
+        f
+    };
+    let small = frame(1, 1);
+    send_all(&mut a, links[0].local_mac(), &[big.clone(), small.clone()]);
+    // V3 packs frames of any size into its 256 KiB blocks and takes both;
+    // the V2 slots and the copy buffer were sized for 1500.
+    let paths = ["frame ring", "block ring", "copy"];
+    for ((path, mut link), takes_big) in paths.into_iter().zip(links).zip([false, true, false]) {
+        let n = if takes_big { 2 } else { 1 };
+        let got = recv_n(&mut link, n);
+        let lens: Vec<usize> = got.iter().map(|(_, p)| p.len()).collect();
+        let want: Vec<usize> = if takes_big {
+            vec![big.len(), small.len()]
+        } else {
+            vec![small.len()]
+        };
+        assert_eq!(lens, want, "{path}");
+        assert_eq!(got.last().unwrap().1, small, "{path}");
+        assert_eq!(link.dropped(), u64::from(!takes_big), "{path}");
+    }
+}

@@ -157,6 +157,8 @@ pub struct PacketLink {
     ethertype: u16,
     /// Receive buffer of the copy path (headroom, then one frame).
     rx_buf: Vec<u8>,
+    /// Frames the copy path dropped (cut short or runts).
+    dropped: u64,
 }
 
 impl PacketLink {
@@ -228,12 +230,20 @@ impl PacketLink {
             info,
             ethertype: filter.ethertype,
             rx_buf,
+            dropped: 0,
         })
     }
 
     /// The interface this link is bound to.
     pub fn interface(&self) -> InterfaceInfo {
         self.info
+    }
+
+    /// Frames received but not handed over: larger than the interface
+    /// MTU the link was opened with (the receive slots are sized by it),
+    /// shorter than an Ethernet header, or malformed ring entries.
+    pub fn dropped(&self) -> u64 {
+        self.dropped + self.ring.as_ref().map_or(0, |r| r.dropped)
     }
 
     /// Takes up to `max` waiting frames without blocking and calls
@@ -244,18 +254,36 @@ impl PacketLink {
     pub fn recv_in_place(&mut self, max: usize, each: &mut InPlace<'_>) -> io::Result<usize> {
         match self.ring.as_mut() {
             Some(ring) => Ok(ring.recv(max, each)),
-            None => copy_recv(self.fd.as_raw_fd(), &mut self.rx_buf, max, each),
+            None => copy_recv(
+                self.fd.as_raw_fd(),
+                &mut self.rx_buf,
+                &mut self.dropped,
+                max,
+                each,
+            ),
         }
     }
 }
 
-fn copy_recv(fd: RawFd, buf: &mut [u8], max: usize, each: &mut InPlace<'_>) -> io::Result<usize> {
+fn copy_recv(
+    fd: RawFd,
+    buf: &mut [u8],
+    dropped: &mut u64,
+    max: usize,
+    each: &mut InPlace<'_>,
+) -> io::Result<usize> {
     let mut n = 0;
     while n < max {
         let room = &mut buf[RX_HEADROOM..];
         // SAFETY: `room` is writable for its length across the call.
-        let got =
-            unsafe { libc::recv(fd, room.as_mut_ptr().cast(), room.len(), libc::MSG_DONTWAIT) };
+        let got = unsafe {
+            libc::recv(
+                fd,
+                room.as_mut_ptr().cast(),
+                room.len(),
+                libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+            )
+        };
         if got < 0 {
             let e = io::Error::last_os_error();
             return match e.kind() {
@@ -266,7 +294,10 @@ fn copy_recv(fd: RawFd, buf: &mut [u8], max: usize, each: &mut InPlace<'_>) -> i
             };
         }
         let got = got as usize;
-        if got < ETH_HEADER_LEN {
+        // MSG_TRUNC: `got` is the frame's length, even past the buffer
+        // (the MTU grew after the link was opened).
+        if got < ETH_HEADER_LEN || got > buf.len() - RX_HEADROOM {
+            *dropped += 1;
             continue;
         }
         let mut src = [0u8; 6];

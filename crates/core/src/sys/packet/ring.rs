@@ -40,12 +40,14 @@ const BLOCK_NUM_PKTS: usize = 12;
 const BLOCK_FIRST_PKT: usize = 16;
 const V3_NEXT: usize = 0;
 const V3_SNAPLEN: usize = 12;
+const V3_LEN: usize = 16;
 const V3_MAC: usize = 24;
 /// sizeof(struct tpacket3_hdr): what precedes the headroom handed out.
 const V3_HDR_LEN: usize = 48;
 
 /// Offsets in struct tpacket2_hdr and its size.
 const V2_STATUS: usize = 0;
+const V2_LEN: usize = 4;
 const V2_SNAPLEN: usize = 8;
 const V2_MAC: usize = 12;
 const V2_HDR_LEN: usize = 32;
@@ -76,6 +78,8 @@ pub(super) struct Ring {
     base: *mut u8,
     len: usize,
     kind: Kind,
+    /// Frames dropped: cut short, or offsets outside the slot.
+    pub(super) dropped: u64,
 }
 
 enum Kind {
@@ -158,6 +162,7 @@ pub(super) fn map(fd: RawFd, rx: RxPath, mtu: usize) -> Result<Ring, FrameError>
         base: base.cast(),
         len: RING_BYTES,
         kind,
+        dropped: 0,
     })
 }
 
@@ -177,16 +182,18 @@ fn half(b: &[u8], at: usize) -> usize {
 }
 
 /// Hands the frame at `b[hdr_len..]` (Ethernet header at `mac`, `snaplen`
-/// bytes) to `each` with the bytes after the slot header as headroom;
-/// false if the kernel's offsets do not fit the slot.
+/// of its `len` bytes in the slot) to `each` with the bytes after the
+/// slot header as headroom; false if it was cut short (a frame larger
+/// than the slot: the MTU grew after the ring was sized) or the kernel's
+/// offsets do not fit the slot.
 fn hand_over(
     b: &mut [u8],
     hdr_len: usize,
     mac: usize,
-    snaplen: usize,
+    (snaplen, len): (usize, usize),
     each: &mut InPlace<'_>,
 ) -> bool {
-    if mac < hdr_len || mac + snaplen > b.len() || snaplen < ETH_HEADER_LEN {
+    if snaplen != len || mac < hdr_len || mac + snaplen > b.len() || snaplen < ETH_HEADER_LEN {
         return false;
     }
     let frame = &mut b[hdr_len..mac + snaplen];
@@ -231,7 +238,7 @@ impl Ring {
             return 0;
         };
         let slots = self.len / size;
-        let mut n = 0;
+        let (mut n, mut dropped) = (0, 0);
         while n < max {
             let b = self.bytes(slot * size, size);
             if word(b, V2_STATUS) & TP_STATUS_USER == 0 {
@@ -239,9 +246,11 @@ impl Ring {
             }
             // Acquire: the kernel's writes of the slot precede its status.
             fence(Ordering::Acquire);
-            let (snaplen, mac) = (word(b, V2_SNAPLEN) as usize, half(b, V2_MAC));
-            if hand_over(b, V2_HDR_LEN, mac, snaplen, each) {
+            let lens = (word(b, V2_SNAPLEN) as usize, word(b, V2_LEN) as usize);
+            if hand_over(b, V2_HDR_LEN, half(b, V2_MAC), lens, each) {
                 n += 1;
+            } else {
+                dropped += 1;
             }
             // Release: our reads of the slot precede handing it back.
             fence(Ordering::Release);
@@ -249,6 +258,7 @@ impl Ring {
             slot = (slot + 1) % slots;
         }
         self.kind = Kind::Frame { slot, size };
+        self.dropped += dropped;
         n
     }
 
@@ -262,7 +272,7 @@ impl Ring {
             return 0;
         };
         let blocks = self.len / BLOCK_SIZE;
-        let mut n = 0;
+        let (mut n, mut dropped) = (0, 0);
         while n < max {
             let b = self.bytes(block * BLOCK_SIZE, BLOCK_SIZE);
             if word(b, BLOCK_STATUS) & TP_STATUS_USER == 0 {
@@ -281,11 +291,17 @@ impl Ring {
                     break;
                 }
                 let step = word(b, at + V3_NEXT) as usize;
-                let (snaplen, mac) = (word(b, at + V3_SNAPLEN) as usize, half(b, at + V3_MAC));
+                let lens = (
+                    word(b, at + V3_SNAPLEN) as usize,
+                    word(b, at + V3_LEN) as usize,
+                );
+                let mac = half(b, at + V3_MAC);
                 taken += 1;
                 next = at + step;
-                if hand_over(&mut b[at..], V3_HDR_LEN, mac, snaplen, each) {
+                if hand_over(&mut b[at..], V3_HDR_LEN, mac, lens, each) {
                     n += 1;
+                } else {
+                    dropped += 1;
                 }
             }
             if taken >= count {
@@ -296,6 +312,7 @@ impl Ring {
             }
         }
         self.kind = Kind::Block { block, taken, next };
+        self.dropped += dropped;
         n
     }
 }
