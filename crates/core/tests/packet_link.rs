@@ -16,12 +16,26 @@ use openvia_core::sys::packet::{interface_info, neighbour_mac, PacketLink, RxPat
 
 const ETHERTYPE: u16 = 0x88B5;
 
-fn open(ifname: &str, dst_id: Option<u16>, rx: RxPath) -> PacketLink {
+/// Which end of the pair.
+#[derive(Clone, Copy)]
+enum Side {
+    A,
+    B,
+}
+
+/// Opens a link on `side`'s interface, from inside its namespace.
+fn open(pair: &EthwPair, side: Side, dst_id: Option<u16>, rx: RxPath) -> PacketLink {
+    let (ns, ifname) = match side {
+        Side::A => (&pair.a, pair.if_a.clone()),
+        Side::B => (&pair.b, pair.if_b.clone()),
+    };
     let filter = FrameFilter {
         ethertype: ETHERTYPE,
         dst_id: dst_id.map(|id| (0, id)),
     };
-    PacketLink::open(ifname, filter, rx).expect("open AF_PACKET link")
+    in_ns(ns, move || {
+        PacketLink::open(&ifname, filter, rx).expect("open AF_PACKET link")
+    })
 }
 
 /// Frame `i` of a test stream to connection `dst`: the id, then bytes
@@ -68,9 +82,8 @@ fn recv_n(link: &mut PacketLink, n: usize) -> Vec<(Mac, Vec<u8>)> {
 
 fn exchange_both_ways(rx: RxPath) {
     let pair = EthwPair::new();
-    let (if_a, if_b) = (pair.if_a.clone(), pair.if_b.clone());
-    let mut a = in_ns(&pair.a, move || open(&if_a, None, rx));
-    let mut b = in_ns(&pair.b, move || open(&if_b, None, rx));
+    let mut a = open(&pair, Side::A, None, rx);
+    let mut b = open(&pair, Side::B, None, rx);
     let (mac_a, mac_b) = (a.local_mac(), b.local_mac());
     assert_ne!(mac_a, mac_b);
     assert_eq!(a.mtu(), 1500);
@@ -123,11 +136,9 @@ fn the_kernel_hands_each_connection_only_its_own_frames() {
         return;
     }
     let pair = EthwPair::new();
-    let (if_a, if_b) = (pair.if_a.clone(), pair.if_b.clone());
-    let mut a = in_ns(&pair.a, move || open(&if_a, None, RxPath::Copy));
-    let if_b2 = if_b.clone();
-    let mut b5 = in_ns(&pair.b, move || open(&if_b, Some(5), RxPath::FrameRing));
-    let mut b9 = in_ns(&pair.b, move || open(&if_b2, Some(9), RxPath::Copy));
+    let mut a = open(&pair, Side::A, None, RxPath::Copy);
+    let mut b5 = open(&pair, Side::B, Some(5), RxPath::FrameRing);
+    let mut b9 = open(&pair, Side::B, Some(9), RxPath::Copy);
     let frames: Vec<Vec<u8>> = (0..400)
         .map(|i| frame(if i % 3 == 0 { 9 } else { 5 }, i))
         .collect();
@@ -192,9 +203,8 @@ fn kernel_traffic_flows_beside_open_links_and_fills_the_neighbour_table() {
         return;
     }
     let pair = EthwPair::new();
-    let (if_a, if_b) = (pair.if_a.clone(), pair.if_b.clone());
-    let mut a = in_ns(&pair.a, move || open(&if_a, None, RxPath::FrameRing));
-    let mut b = in_ns(&pair.b, move || open(&if_b, None, RxPath::FrameRing));
+    let mut a = open(&pair, Side::A, None, RxPath::FrameRing);
+    let mut b = open(&pair, Side::B, None, RxPath::FrameRing);
     let mac_b = b.local_mac();
     // UDP echoes over IPv4 and IPv6 (ARP, NDP first) while both links
     // are open; each leaves B in A's neighbour table.
@@ -215,11 +225,9 @@ fn every_path_leaves_the_documented_headroom_in_front_of_each_payload() {
         return;
     }
     let pair = EthwPair::new();
-    let (if_a, if_b) = (pair.if_a.clone(), pair.if_b.clone());
-    let mut a = in_ns(&pair.a, move || open(&if_a, None, RxPath::FrameRing));
+    let mut a = open(&pair, Side::A, None, RxPath::FrameRing);
     for rx in [RxPath::FrameRing, RxPath::BlockRing, RxPath::Copy] {
-        let if_b = if_b.clone();
-        let mut b = in_ns(&pair.b, move || open(&if_b, None, rx));
+        let mut b = open(&pair, Side::B, None, rx);
         let frames: Vec<Vec<u8>> = (0..50).map(|i| frame(2, i)).collect();
         send_all(&mut a, b.local_mac(), &frames);
         let mut seen = Vec::new();
@@ -284,14 +292,10 @@ fn frames_past_the_receive_slots_are_dropped_and_counted() {
         return;
     }
     let pair = EthwPair::new();
-    let (if_a, if_b) = (pair.if_a.clone(), pair.if_b.clone());
-    let mut a = in_ns(&pair.a, move || open(&if_a, None, RxPath::Copy));
+    let mut a = open(&pair, Side::A, None, RxPath::Copy);
     let links: Vec<PacketLink> = [RxPath::FrameRing, RxPath::BlockRing, RxPath::Copy]
         .into_iter()
-        .map(|rx| {
-            let if_b = if_b.clone();
-            in_ns(&pair.b, move || open(&if_b, None, rx))
-        })
+        .map(|rx| open(&pair, Side::B, None, rx))
         .collect();
     // The MTU grows after the links sized their receive slots.
     for (ns, ifname) in [(&pair.a, &pair.if_a), (&pair.b, &pair.if_b)] {
