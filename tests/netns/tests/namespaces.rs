@@ -228,8 +228,10 @@ fn peer_killed_mid_transfer_breaks_the_vi_in_bounded_time() {
     cargs.extend(args(&[("survive", "1")]));
     let mut server = spawn_in(&ns.b, "server", PEER, &sargs, &e, HELPER_TIMEOUT);
     server.wait_line("READY", HELPER_TIMEOUT);
-    let client = spawn_in(&ns.a, "client", PEER, &cargs, &e, HELPER_TIMEOUT);
-    server.wait_line("PROGRESS", HELPER_TIMEOUT);
+    let mut client = spawn_in(&ns.a, "client", PEER, &cargs, &e, HELPER_TIMEOUT);
+    // The client's own count, not the server's: with 8 sends in flight the
+    // server has its 10th message before the client has 10 completions.
+    client.wait_line("PROGRESS", HELPER_TIMEOUT);
     let killed = Instant::now();
     let s = server.abort();
     assert!(!s.status.success(), "server survived SIGKILL: {s}");
