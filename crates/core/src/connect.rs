@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use openvia_wire::handshake::{Address, ViAttrs};
 
+use crate::devices::{shm, udp};
 use crate::error::{Result, ViaError};
 use crate::nic::{Device, NicShared};
-use crate::transport::{shm, udp};
 use crate::vi::{Vi, ViState};
 
 /// A client's request taken by `VipConnectWait`, not yet answered.

@@ -79,7 +79,7 @@ pub fn resolve(name: &str) -> Result<[u8; NIC_ADDRESS_LEN]> {
     let name = name.trim();
     let literal = name.trim_start_matches('[').trim_end_matches(']');
     if let Ok(ip) = literal.parse::<IpAddr>() {
-        return Ok(crate::transport::udp::socket::host_bytes(ip));
+        return Ok(crate::devices::udp::socket::host_bytes(ip));
     }
     let addrs: Vec<IpAddr> = (name, 0u16)
         .to_socket_addrs()
@@ -90,7 +90,7 @@ pub fn resolve(name: &str) -> Result<[u8; NIC_ADDRESS_LEN]> {
         .iter()
         .find(|a| a.is_ipv4())
         .or_else(|| addrs.first())
-        .map(|ip| crate::transport::udp::socket::host_bytes(*ip))
+        .map(|ip| crate::devices::udp::socket::host_bytes(*ip))
         .ok_or_else(|| ViaError::NameService(format!("{name}: no address")))
 }
 
@@ -116,7 +116,7 @@ pub fn get_host_by_addr(addr: &[u8], local: [u8; NIC_ADDRESS_LEN]) -> Result<Str
     if local == crate::nic::local_host_address() || addr.len() != NIC_ADDRESS_LEN {
         return Err(ViaError::NameService("unknown host address".into()));
     }
-    crate::transport::udp::socket::host_ip(addr)
+    crate::devices::udp::socket::host_ip(addr)
         .map(|ip| ip.to_string())
         .ok_or_else(|| ViaError::NameService("unknown host address".into()))
 }

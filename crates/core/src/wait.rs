@@ -3,7 +3,7 @@
 //! A message seen while spinning costs tens of nanoseconds; a futex
 //! wake-up across CPUs costs tens of microseconds. So a Wait polls for the
 //! NIC's spin budget and only then sleeps on its doorbell, which peers ring
-//! when they publish something (see `transport::shm::doorbell`). The block
+//! when they publish something (see `doorbell`). The block
 //! is capped so a missed wake-up can only ever cost a short delay.
 
 use std::time::Duration;

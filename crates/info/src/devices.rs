@@ -5,9 +5,9 @@
 
 use std::net::IpAddr;
 
+use openvia_core::devices::udp::socket::{host_ip, interface_addresses, interface_mtu};
+use openvia_core::devices::udp::SegmentChoice;
 use openvia_core::nic::{Nic, NicAttributes};
-use openvia_core::transport::udp::socket::{host_ip, interface_addresses, interface_mtu};
-use openvia_core::transport::udp::SegmentChoice;
 use openvia_core::vi::reliability;
 use openvia_proto::SegmentPolicy;
 use serde::Serialize;

@@ -50,7 +50,7 @@ fn bench_reliability() -> u16 {
 }
 
 fn setup(opts: &EndpointOptions) -> Result<(Nic, PtagId, Arc<Vi>)> {
-    let max = (opts.max_message as u64).clamp(4096, openvia_core::transport::udp::UDP_MAX_TRANSFER);
+    let max = (opts.max_message as u64).clamp(4096, openvia_core::devices::udp::UDP_MAX_TRANSFER);
     open_vi(&device(), bench_reliability(), Some(max), opts)
 }
 

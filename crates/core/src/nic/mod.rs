@@ -24,10 +24,10 @@ use std::time::Duration;
 use crate::config::Config;
 use crate::cq::{CompletionQueue, CqNotify};
 use crate::descriptor::{DescPtr, MAX_SEGMENTS};
+use crate::doorbell::LocalDoorbell;
 use crate::error::{Result, ViaError};
 use crate::mem::{MemoryRegistry, PtagId, MAX_REGIONS, MAX_REGISTER_BLOCK};
 use crate::sys::poll::Epoll;
-use crate::transport::shm::doorbell::LocalDoorbell;
 use crate::vi::{reliability, Vi, ViAttributes, ViState, MAX_DESCRIPTORS_PER_QUEUE};
 
 /// Largest transfer one descriptor may carry on this provider.
@@ -161,7 +161,7 @@ pub struct NicShared {
     /// Opaque value for the C shell (its handle).
     pub token: AtomicU64,
     /// The network device's medium (None on shared memory).
-    pub udp: Option<crate::transport::udp::UdpNic>,
+    pub udp: Option<crate::devices::udp::UdpNic>,
 }
 
 /// The descriptors the progress thread sleeps on (VI id as token), and
@@ -202,7 +202,7 @@ impl Nic {
     pub fn open(device_name: Option<&str>) -> Result<Nic> {
         let (device, ifname) = parse_device(device_name)?;
         let udp = match device {
-            Device::Udp => Some(crate::transport::udp::UdpNic::open(ifname.as_deref())?),
+            Device::Udp => Some(crate::devices::udp::UdpNic::open(ifname.as_deref())?),
             Device::SharedMemory => None,
         };
         let (name, address) = match &udp {
@@ -211,7 +211,7 @@ impl Nic {
                     Some(i) if ifname.is_some() => format!("/dev/via_{i}"),
                     _ => "/dev/via_udp".to_string(),
                 },
-                crate::transport::udp::socket::host_bytes(u.ip),
+                crate::devices::udp::socket::host_bytes(u.ip),
             ),
             None => ("/dev/via_lo".to_string(), local_host_address()),
         };
@@ -649,7 +649,7 @@ impl NicShared {
     pub(crate) fn max_transfer(&self) -> u64 {
         match self.device {
             Device::SharedMemory => MAX_TRANSFER_SIZE,
-            Device::Udp => crate::transport::udp::UDP_MAX_TRANSFER,
+            Device::Udp => crate::devices::udp::UDP_MAX_TRANSFER,
         }
     }
 
@@ -780,7 +780,7 @@ impl NicShared {
             .unwrap_or_else(|e| e.into_inner())
             .clear();
         if self.udp.is_some() {
-            crate::transport::udp::connect::forget_nic(self);
+            crate::devices::udp::connect::forget_nic(self);
         }
         self.registry.clear();
         self.doorbell.event().signal();

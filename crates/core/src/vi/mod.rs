@@ -20,11 +20,11 @@ use std::time::Duration;
 
 use crate::cq::CompletionQueue;
 use crate::descriptor::{self, status, DescPtr, Descriptor, OpKind};
+use crate::device::{Channel, Completion, PeerEvent};
 use crate::error::{Result, ViaError};
 use crate::mem::{HeldUses, PtagId};
 use crate::nic::{AsyncError, ErrorCode, NicShared};
 use crate::ranges::Range;
-use crate::transport::{Channel, Completion, PeerEvent};
 use crate::wait;
 use openvia_wire::handshake::ViAttrs;
 use placement::Fault;

@@ -4,23 +4,16 @@
 //!
 //! - `socket`: UDP sockets, batched receive with GRO, interface address and MTU.
 //! - `tx`: the datagrams of one flush, sent scatter-gather with GSO.
-//! - `channel`: the [`Channel`](crate::transport::Channel) of a connected VI.
 //! - `agent`: the per-host rendezvous on the well-known port.
 //! - `connect`: client, server and peer-to-peer connection setup.
-//! - `fault`: seeded fault injection on received datagrams (tests).
-//! - `mac`: SHA-256/HMAC for the cluster key; `gmac` and `packet_auth`:
-//!   every packet authenticated under it.
-//! - `stats`: drop counters.
+//!
+//! The channel of a connected VI, packet authentication, fault injection
+//! and the drop counters are the RUM channel's, shared by every network
+//! device: [`crate::devices::rum`].
 
 pub mod agent;
-pub mod channel;
 pub mod connect;
-pub mod fault;
-pub mod gmac;
-pub mod mac;
-pub mod packet_auth;
 pub mod socket;
-pub mod stats;
 pub mod tx;
 
 use std::net::IpAddr;
@@ -28,8 +21,9 @@ use std::time::Duration;
 
 use openvia_proto::{FlowMode, Reliability, SegmentPolicy};
 
+pub use crate::devices::rum::stats::{stats, StatsSnapshot};
+use crate::devices::rum::{fault, packet_auth};
 use crate::error::{Result, ViaError};
-pub use stats::{stats, StatsSnapshot};
 
 /// Default well-known port of the connection agent.
 pub const DEFAULT_AGENT_PORT: u16 = 7250;

@@ -21,13 +21,14 @@ use openvia_wire::handshake::{Address, ViAttrs};
 use openvia_wire::rum::{Body, Repr};
 
 use super::agent::{
-    self, ensure_agent, sign, verify, wall_ms, Listener, RequestData, MODE_CLIENT_SERVER,
-    MODE_PEER, REPLAY_WINDOW_MS,
+    self, ensure_agent, wall_ms, Listener, RequestData, MODE_CLIENT_SERVER, MODE_PEER,
+    REPLAY_WINDOW_MS,
 };
-use super::channel::{now, AcceptEcho, UdpChannel};
 use super::socket::{host_bytes, host_ip, UdpSock};
-use super::stats::STATS;
 use super::UdpNic;
+use crate::devices::rum::channel::{now, AcceptEcho, UdpChannel};
+use crate::devices::rum::packet_auth::{sign, verify};
+use crate::devices::rum::stats::STATS;
 use crate::error::{Result, ViaError};
 use crate::nic::NicShared;
 use crate::vi::{Vi, ViState};

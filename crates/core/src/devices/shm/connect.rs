@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 use openvia_wire::handshake::{Accept, Address, Message, Mode, Reason, Request, ViAttrs};
 
 use super::channel::{ChannelParts, ShmChannel};
-use super::doorbell::{PeerDoorbell, REGION_LEN as NIC_REGION_LEN};
 use super::region::{region_len, ConnRegion};
+use crate::doorbell::{PeerDoorbell, REGION_LEN as NIC_REGION_LEN};
 use crate::error::{Result, ViaError};
 use crate::nic::NicShared;
 use crate::sys::cma::{self, Range};

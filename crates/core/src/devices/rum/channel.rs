@@ -46,12 +46,12 @@ use openvia_wire::handshake::ViAttrs;
 
 use super::fault::{FaultConfig, Faults};
 use super::packet_auth::{overhead, Opened, PacketAuth};
-use super::socket::{refused, RxBatch, UdpSock, RX_BATCH, RX_BUF};
 use super::stats::STATS;
-use super::tx::{send_batch, Outside, TxBatch};
 use crate::descriptor::{status, OpKind, WorkRequest};
+use crate::device::{Channel, ChannelFailed, Completion, PeerEvent};
+use crate::devices::udp::socket::{refused, RxBatch, UdpSock, RX_BATCH, RX_BUF};
+use crate::devices::udp::tx::{send_batch, Outside, TxBatch};
 use crate::ranges::{self, Range};
-use crate::transport::{Channel, ChannelFailed, Completion, PeerEvent};
 use crate::vi::placement::{Fault, Placement};
 
 /// Memory handle that marks a response as a refusal.

@@ -1,0 +1,16 @@
+//! The RUM channel: a connected VI over any datagram medium, with the RUM
+//! protocol core (`openvia_proto`) doing sequencing, flow control and loss
+//! recovery. Network devices share it; each brings its own link.
+//!
+//! - `channel`: the [`Channel`](crate::device::Channel) that drives the protocol.
+//! - `fault`: seeded fault injection on received datagrams (tests).
+//! - `mac`: SHA-256/HMAC for the cluster key; `gmac` and `packet_auth`:
+//!   every packet authenticated under it.
+//! - `stats`: drop counters.
+
+pub mod channel;
+pub mod fault;
+pub mod gmac;
+pub mod mac;
+pub mod packet_auth;
+pub mod stats;
