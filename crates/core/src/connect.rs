@@ -1,5 +1,7 @@
 //! Connection calls, whatever the device: each VIPL connect call goes to
-//! the device of the VI's (or listener's) NIC.
+//! the device of the VI's (or listener's) NIC, through the device
+//! interface (`crate::device::Device`); the peer rendezvous thread and its
+//! outcome are common to all devices.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -7,54 +9,14 @@ use std::time::Duration;
 
 use openvia_wire::handshake::{Address, ViAttrs};
 
-use crate::devices::{shm, udp};
+use crate::device::PendingConnection;
 use crate::error::{Result, ViaError};
-use crate::nic::{Device, NicShared};
+use crate::nic::NicShared;
 use crate::vi::{Vi, ViState};
 
-/// A client's request taken by `VipConnectWait`, not yet answered.
-pub enum ConnRequest {
-    Shm(shm::connect::ConnRequest),
-    Udp(udp::connect::UdpConnRequest),
-}
-
-impl ConnRequest {
-    /// The client's own address (host and discriminator).
-    pub fn remote_address(&self) -> &Address {
-        match self {
-            ConnRequest::Shm(r) => r.remote_address(),
-            ConnRequest::Udp(r) => r.remote_address(),
-        }
-    }
-
-    /// The client VI's attributes.
-    pub fn remote_attrs(&self) -> ViAttrs {
-        match self {
-            ConnRequest::Shm(r) => r.remote_attrs(),
-            ConnRequest::Udp(r) => r.remote_attrs(),
-        }
-    }
-
-    /// `VipConnectAccept`.
-    pub fn accept(self, vi: &Arc<Vi>) -> Result<()> {
-        match self {
-            ConnRequest::Shm(r) => r.accept(vi),
-            ConnRequest::Udp(r) => r.accept(vi),
-        }
-    }
-
-    /// `VipConnectReject`.
-    pub fn reject(self) -> Result<()> {
-        match self {
-            ConnRequest::Shm(r) => r.reject(),
-            ConnRequest::Udp(r) => r.reject(),
-        }
-    }
-}
-
-fn is_udp(nic: &NicShared) -> bool {
-    nic.device == Device::Udp
-}
+/// A client's request taken by `VipConnectWait`, not yet answered: the
+/// device's own (remote address and attributes, accept, reject).
+pub type ConnRequest = Box<dyn PendingConnection>;
 
 /// `VipConnectWait`.
 pub fn connect_wait(
@@ -62,11 +24,7 @@ pub fn connect_wait(
     local: &Address,
     timeout: Option<Duration>,
 ) -> Result<ConnRequest> {
-    if is_udp(nic) {
-        udp::connect::connect_wait(nic, local, timeout).map(ConnRequest::Udp)
-    } else {
-        shm::connect::connect_wait(nic, local, timeout).map(ConnRequest::Shm)
-    }
+    nic.device().connect_wait(nic, local, timeout)
 }
 
 /// `VipConnectRequest`.
@@ -76,11 +34,7 @@ pub fn connect_request(
     remote: &Address,
     timeout: Option<Duration>,
 ) -> Result<ViAttrs> {
-    if is_udp(&vi.nic) {
-        udp::connect::connect_request(vi, local, remote, timeout)
-    } else {
-        shm::connect::connect_request(vi, local, remote, timeout)
-    }
+    vi.nic.device().connect_request(vi, local, remote, timeout)
 }
 
 /// `VipConnectPeerRequest`.
@@ -90,11 +44,7 @@ pub fn peer_request(
     remote: &Address,
     timeout: Option<Duration>,
 ) -> Result<()> {
-    if is_udp(&vi.nic) {
-        udp::connect::peer_request(vi, local, remote, timeout)
-    } else {
-        shm::connect::peer_request(vi, local, remote, timeout)
-    }
+    vi.nic.device().peer_request(vi, local, remote, timeout)
 }
 
 /// A peer-to-peer connection in progress, whatever the device: its

@@ -34,7 +34,7 @@ pub(crate) fn wait_for<T>(
     let spin_until = start.saturating_add(spin_ns);
     // A poll of the network device is a system call, long enough a pause
     // between polls only delays noticing what came.
-    let relax = nic.device != crate::nic::Device::Udp;
+    let relax = !nic.drive.costly_poll;
     let mut n: u32 = 0;
     loop {
         if let Some(v) = poll() {

@@ -1,114 +1,159 @@
-//! The one interface every transport implements for a connected VI.
+//! The device interface: what the core asks of a device, whatever its
+//! medium. The core names no concrete device; it holds an opened device
+//! as `Arc<dyn Device>` and a connected VI's channel as `Box<dyn Channel>`.
 //!
-//! A [`Channel`] moves operations of one VI pair: it accepts validated work
-//! requests, reports how far they got (written out, delivered by the peer),
-//! and on `progress` places arriving data through a
-//! [`Placement`](crate::vi::placement::Placement). Descriptor bookkeeping,
-//! completion order, errors and waiting live above it, in `vi`, so a new
-//! transport only has to move bytes. Each transport has its own folder with
-//! the same parts: `channel` (this trait), `connect` (setting up a pair),
-//! and whatever its medium needs.
+//! - [`Device`]: an opened device: what it is ([`DeviceInfo`]), how the
+//!   core drives it ([`Drive`]), the connection calls, the name service
+//!   for hosts that are not this one, and teardown.
+//! - [`PendingConnection`]: a client's request taken by `VipConnectWait`.
+//! - [`channel`]: the [`Channel`] of a connected VI pair (data, liveness,
+//!   timers).
+//! - [`registry`]: device names (`/dev/via_lo`, `/dev/via_udp`,
+//!   `/dev/via_<ifname>`) to openers; the one place that names devices.
+//!
+//! What depends on what, bottom up: `sys`, `mem`, `descriptor`, `ranges`,
+//! `doorbell`, `wait` → `vi`, `cq` → this interface → `nic` → `connect`
+//! (the VIPL calls). The devices (`crate::devices::*`) depend on this
+//! interface and the layers below it; this interface never names one,
+//! except `registry`. Its connection calls take the NIC and VI they serve
+//! (a device reads the NIC's doorbell and configuration, and hands a VI
+//! its channel), so those two types appear in its signatures.
+//! See docs/devices.md.
 
-use std::os::fd::RawFd;
+pub mod channel;
+pub mod registry;
 
-use crate::descriptor::WorkRequest;
-use crate::ranges::Range;
-use crate::vi::placement::Placement;
-use openvia_wire::handshake::ViAttrs;
+use std::any::Any;
+use std::sync::Arc;
+use std::time::Duration;
 
-/// When an accepted operation counts as complete.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Completion {
-    /// When `sent()` reaches its sequence number.
-    Sent,
-    /// When `consumed()` reaches its sequence number.
-    Consumed,
-    /// When the read's data has arrived (reported through the placement).
-    ReadDone,
+pub use channel::{Channel, ChannelFailed, Completion, PeerEvent};
+use openvia_wire::handshake::{Address, ViAttrs};
+
+use crate::error::{Result, ViaError};
+use crate::nic::{NicShared, NIC_ADDRESS_LEN};
+use crate::vi::Vi;
+
+/// What a device is, as `VipQueryNic` and tools report it.
+#[derive(Clone, Debug)]
+pub struct DeviceInfo {
+    /// The name the NIC reports (`/dev/via_lo`, `/dev/via_eth0`, ...).
+    pub name: String,
+    /// The device's short name for tools and statistics (`shm`, `udp`).
+    pub short_name: &'static str,
+    /// This NIC's host address (16 bytes: IPv6, or IPv4 mapped).
+    pub address: [u8; NIC_ADDRESS_LEN],
+    /// Largest transfer one descriptor may carry.
+    pub max_transfer: u64,
+    /// `VipQueryNic`'s native MTU.
+    pub native_mtu: u64,
+    /// Reliability levels supported (VIA bits), and those with RDMA read.
+    pub reliability: u16,
+    pub rdma_read: u16,
+    /// How the core drives the device's VIs.
+    pub drive: Drive,
+    /// The link below a network device (None on shared memory).
+    pub link: Option<LinkInfo>,
 }
 
-/// What the liveness socket said.
+/// How the core drives a device's VIs: the few places where the NIC,
+/// its CQ polls, waits and progress thread treat media differently.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PeerEvent {
-    /// Nothing to report.
-    Quiet,
-    /// The peer disconnected on purpose.
-    Disconnected,
-    /// The peer broke the connection because of an error on its side.
-    Broken,
-    /// The peer's process is gone (end-of-file).
-    Gone,
+pub struct Drive {
+    /// Peers on this host write into our doorbell page: they ring it when
+    /// we sleep and push notices naming the VI with work (see
+    /// `crate::doorbell`). Without it only our own threads ring, and a CQ
+    /// poll looks at every member VI.
+    pub peer_doorbell: bool,
+    /// Looking at a VI costs a system call: waits poll back to back (no
+    /// pause between looks), and the VIs' descriptors, which carry data,
+    /// leave the progress thread's epoll set while the program polls.
+    pub costly_poll: bool,
+    /// Channels have protocol timers (retransmission, keepalive) that the
+    /// progress thread must run.
+    pub timers: bool,
 }
 
-/// The channel cannot go on (the peer wrote garbage, or vanished).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("transport channel failed: {0}")]
-pub struct ChannelFailed(pub &'static str);
+/// The link of a network device, as tools report it.
+#[derive(Clone, Debug)]
+pub struct LinkInfo {
+    /// The interface it sends on, when known.
+    pub interface: Option<String>,
+    /// The link MTU the device segments for.
+    pub mtu: usize,
+    /// The segment policy as its setting spells it, and the payload bytes
+    /// per segment it gives.
+    pub segment_policy: String,
+    pub segment_bytes: usize,
+}
 
-pub trait Channel: Send {
-    /// Starts an operation whose local buffers are `local`. Returns its
-    /// message number and when it completes. Never blocks: what does not fit
-    /// now is kept and moved by later `progress` calls. `track`: the caller
-    /// will wait for the peer to consume it (reliable reception), so the
-    /// peer must tell us when it has.
-    fn post(
-        &mut self,
-        wr: &WorkRequest,
-        local: &[Range],
-        track: bool,
-    ) -> Result<(u64, Completion), ChannelFailed>;
+/// An opened device. One per NIC; the NIC drops it when it closes.
+pub trait Device: Send + Sync + 'static {
+    /// What it is.
+    fn info(&self) -> &DeviceInfo;
 
-    /// Moves pending outbound data and places inbound data. Returns whether
-    /// anything happened.
-    fn progress(&mut self, place: &mut Placement) -> Result<bool, ChannelFailed>;
+    /// The device itself, for its own modules to find their state again
+    /// from a NIC (`nic.device().as_any().downcast_ref::<X>()`).
+    fn as_any(&self) -> &dyn Any;
 
-    /// The common case without the general machinery: if the next inbound
-    /// message is a plain send, carried whole, that fits `capacity`, copy it
-    /// into `local` and return (length, immediate data). None means nothing
-    /// is there or `progress` must handle it.
-    fn take_simple_recv(&mut self, _local: &[Range], _capacity: u64) -> Option<(u64, Option<u32>)> {
-        None
+    /// `VipConnectWait`: takes the next client request for `local`.
+    fn connect_wait(
+        &self,
+        nic: &Arc<NicShared>,
+        local: &Address,
+        timeout: Option<Duration>,
+    ) -> Result<Box<dyn PendingConnection>>;
+
+    /// `VipConnectRequest`: connects `vi` to the server at `remote`;
+    /// returns the server VI's attributes.
+    fn connect_request(
+        &self,
+        vi: &Arc<Vi>,
+        local: &Address,
+        remote: &Address,
+        timeout: Option<Duration>,
+    ) -> Result<ViAttrs>;
+
+    /// `VipConnectPeerRequest`: starts a peer rendezvous (completed by
+    /// `crate::connect::peer_done` / `peer_wait`).
+    fn peer_request(
+        &self,
+        vi: &Arc<Vi>,
+        local: &Address,
+        remote: &Address,
+        timeout: Option<Duration>,
+    ) -> Result<()>;
+
+    /// `VipNSGetHostByName` for a name that is not this host's (those
+    /// give the NIC's own address, see `crate::ns`).
+    fn resolve_remote(&self, name: &str) -> Result<[u8; NIC_ADDRESS_LEN]> {
+        Err(ViaError::NameService(format!(
+            "{name} is not this host ({} device)",
+            self.info().short_name
+        )))
     }
 
-    /// Cheap check: is there inbound data or outbound work waiting?
-    fn has_work(&self) -> bool;
-
-    /// Whether a receive descriptor just posted should be offered to
-    /// `progress` at once: inbound data may be waiting for one. A channel
-    /// that knows nothing waits says no and spares the post a trip to the
-    /// medium (a system call on the network device, on the critical path
-    /// of every ping-pong).
-    fn awaits_recv(&self) -> bool {
-        true
+    /// `VipNSGetHostByAddr` for an address that is not the NIC's own.
+    fn remote_host_name(&self, _addr: &[u8]) -> Result<String> {
+        Err(ViaError::NameService("unknown host address".into()))
     }
 
-    /// Highest message number entirely handed to the medium.
-    fn sent(&self) -> u64;
+    /// The NIC is closing (its VIs are already disconnected): forget what
+    /// the device keeps for it.
+    fn close(&self, _nic: &NicShared) {}
+}
 
-    /// Highest message number the peer has delivered.
-    fn consumed(&self) -> u64;
+/// A client's request taken by `VipConnectWait`, not yet answered.
+pub trait PendingConnection: Send {
+    /// The client's own address (host and discriminator).
+    fn remote_address(&self) -> &Address;
 
-    /// The remote VI's attributes.
+    /// The client VI's attributes.
     fn remote_attrs(&self) -> ViAttrs;
 
-    /// The descriptor whose hang-up or input means the peer has something
-    /// to say about the connection (watched by the progress thread).
-    fn liveness_fd(&self) -> RawFd;
+    /// `VipConnectAccept`: binds the request to `vi`.
+    fn accept(self: Box<Self>, vi: &Arc<Vi>) -> Result<()>;
 
-    /// Reads what the liveness descriptor has to say.
-    fn peer_event(&mut self) -> PeerEvent;
-
-    /// Tells the peer we are leaving (`broken`: because of an error).
-    fn close(&mut self, broken: bool);
-
-    /// When (CLOCK_MONOTONIC ns) `progress` must run next even if nothing
-    /// arrives: protocol timers (retransmission, keepalive, dead peer).
-    /// The progress thread sleeps no longer than this.
-    fn timer_deadline_ns(&self) -> Option<u64> {
-        None
-    }
-
-    /// Our CQ polls this VI on every look (or no longer does): the peer
-    /// may stop (or must resume) telling it which VI has work.
-    fn set_watched(&mut self, _on: bool) {}
+    /// `VipConnectReject`.
+    fn reject(self: Box<Self>) -> Result<()>;
 }

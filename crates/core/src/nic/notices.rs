@@ -12,7 +12,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
-use super::{Device, NicShared};
+use super::NicShared;
 use crate::cq::{CompletionQueue, CqEntry, HotCopy};
 use crate::vi::Vi;
 
@@ -74,7 +74,7 @@ impl NicShared {
         if let Some(e) = cq.pop() {
             return Some(e);
         }
-        if self.device == Device::Udp {
+        if !self.drive.peer_doorbell {
             for vi in cq.members() {
                 vi.poke(false);
             }

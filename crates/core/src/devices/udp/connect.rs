@@ -26,6 +26,7 @@ use super::agent::{
 };
 use super::socket::{host_bytes, host_ip, UdpSock};
 use super::UdpNic;
+use crate::device::PendingConnection;
 use crate::devices::rum::channel::{now, AcceptEcho, UdpChannel};
 use crate::devices::rum::packet_auth::{sign, verify};
 use crate::devices::rum::stats::STATS;
@@ -37,8 +38,10 @@ use crate::vi::{Vi, ViState};
 const REJECT_REFUSED: u32 = 2;
 
 fn udp_of(nic: &NicShared) -> Result<&UdpNic> {
-    nic.udp
-        .as_ref()
+    nic.device()
+        .as_any()
+        .downcast_ref::<super::UdpDevice>()
+        .map(|d| &d.medium)
         .ok_or(ViaError::InvalidState("not a network NIC"))
 }
 
@@ -181,6 +184,24 @@ impl UdpConnRequest {
     pub fn reject(self) -> Result<()> {
         self.send_reject(REJECT_REFUSED);
         Ok(())
+    }
+}
+
+impl PendingConnection for UdpConnRequest {
+    fn remote_address(&self) -> &Address {
+        UdpConnRequest::remote_address(self)
+    }
+
+    fn remote_attrs(&self) -> ViAttrs {
+        UdpConnRequest::remote_attrs(self)
+    }
+
+    fn accept(self: Box<Self>, vi: &Arc<Vi>) -> Result<()> {
+        UdpConnRequest::accept(*self, vi)
+    }
+
+    fn reject(self: Box<Self>) -> Result<()> {
+        UdpConnRequest::reject(*self)
     }
 }
 

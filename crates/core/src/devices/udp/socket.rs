@@ -10,11 +10,15 @@
 use std::cell::Cell;
 use std::io;
 use std::mem::{size_of, zeroed};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 use crate::sys::cvt;
+pub use crate::sys::net::{
+    first_non_loopback, host_bytes, host_ip, interface_addresses, interface_info, interface_mtu,
+    interface_of,
+};
 
 pub(super) const SOL_UDP: libc::c_int = 17;
 pub(super) const UDP_SEGMENT: libc::c_int = 103;
@@ -71,24 +75,6 @@ fn from_raw(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
         }
         _ => None,
     }
-}
-
-/// A 16-byte VIA host address: IPv6, or IPv4 mapped into IPv6.
-pub fn host_bytes(ip: IpAddr) -> [u8; 16] {
-    match ip {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-        IpAddr::V6(v6) => v6.octets(),
-    }
-}
-
-/// The IP address a 16-byte VIA host address stands for (mapped → IPv4).
-pub fn host_ip(host: &[u8]) -> Option<IpAddr> {
-    let b: [u8; 16] = host.try_into().ok()?;
-    let v6 = Ipv6Addr::from(b);
-    Some(match v6.to_ipv4_mapped() {
-        Some(v4) => IpAddr::V4(v4),
-        None => IpAddr::V6(v6),
-    })
 }
 
 fn setsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int, v: libc::c_int) -> bool {
@@ -497,128 +483,6 @@ impl RxBatch {
         let data = &self.bufs[k][..len];
         let step = if seg == 0 { len.max(1) } else { seg };
         data.chunks(step)
-    }
-}
-
-/// An interface's IP address (IPv4 preferred) and MTU.
-pub fn interface_info(ifname: &str) -> Option<(IpAddr, usize)> {
-    let mut v4 = None;
-    let mut v6 = None;
-    for (name, ip) in interface_addresses() {
-        if name != ifname {
-            continue;
-        }
-        match ip {
-            IpAddr::V4(_) if v4.is_none() => v4 = Some(ip),
-            IpAddr::V6(a) if v6.is_none() && (a.segments()[0] & 0xffc0) != 0xfe80 => v6 = Some(ip),
-            _ => {}
-        }
-    }
-    let ip = v4.or(v6)?;
-    Some((ip, interface_mtu(ifname).unwrap_or(1500)))
-}
-
-/// The first interface with a non-loopback IPv4 address (else IPv6).
-pub fn first_non_loopback() -> Option<(String, IpAddr)> {
-    let all = interface_addresses();
-    all.iter()
-        .find(|(_, ip)| ip.is_ipv4() && !ip.is_loopback())
-        .or_else(|| {
-            all.iter().find(|(_, ip)| match ip {
-                IpAddr::V6(a) => !a.is_loopback() && (a.segments()[0] & 0xffc0) != 0xfe80,
-                _ => false,
-            })
-        })
-        .cloned()
-}
-
-/// The interface holding `ip`, if any.
-pub fn interface_of(ip: IpAddr) -> Option<String> {
-    interface_addresses()
-        .into_iter()
-        .find(|(_, a)| *a == ip)
-        .map(|(n, _)| n)
-}
-
-/// (interface name, address) for every address of this host.
-pub fn interface_addresses() -> Vec<(String, IpAddr)> {
-    let mut out = Vec::new();
-    let mut ifa: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs allocates a list we free below; we read only
-    // sockaddr fields whose family says what they are, and NUL-terminated names.
-    unsafe {
-        if libc::getifaddrs(&mut ifa) != 0 {
-            return out;
-        }
-        let mut p = ifa;
-        while !p.is_null() {
-            let a = (*p).ifa_addr;
-            if !a.is_null() && !(*p).ifa_name.is_null() {
-                let name = std::ffi::CStr::from_ptr((*p).ifa_name)
-                    .to_string_lossy()
-                    .into_owned();
-                let ss = &*(a as *const libc::sockaddr_storage);
-                if matches!(
-                    (*a).sa_family as libc::c_int,
-                    libc::AF_INET | libc::AF_INET6
-                ) {
-                    if let Some(sa) = from_raw_prefix(a, ss) {
-                        out.push((name, sa));
-                    }
-                }
-            }
-            p = (*p).ifa_next;
-        }
-        libc::freeifaddrs(ifa);
-    }
-    out
-}
-
-/// Reads the address of a sockaddr of known family without assuming the
-/// kernel allocated a whole sockaddr_storage behind it.
-///
-/// # Safety
-/// `a` must point at a sockaddr_in or sockaddr_in6 as its family says.
-unsafe fn from_raw_prefix(
-    a: *const libc::sockaddr,
-    _ss: &libc::sockaddr_storage,
-) -> Option<IpAddr> {
-    match (*a).sa_family as libc::c_int {
-        libc::AF_INET => {
-            let sin = &*(a as *const libc::sockaddr_in);
-            Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(
-                sin.sin_addr.s_addr,
-            ))))
-        }
-        libc::AF_INET6 => {
-            let sin6 = &*(a as *const libc::sockaddr_in6);
-            Some(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)))
-        }
-        _ => None,
-    }
-}
-
-/// The MTU of interface `ifname` (SIOCGIFMTU).
-pub fn interface_mtu(ifname: &str) -> Option<usize> {
-    if ifname.len() >= libc::IFNAMSIZ {
-        return None;
-    }
-    // SAFETY: a throwaway datagram socket for the ioctl; the ifreq is
-    // zeroed and gets a NUL-terminated name shorter than IFNAMSIZ.
-    unsafe {
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
-        if fd < 0 {
-            return None;
-        }
-        let fd = OwnedFd::from_raw_fd(fd);
-        let mut req: libc::ifreq = zeroed();
-        for (d, s) in req.ifr_name.iter_mut().zip(ifname.bytes()) {
-            *d = s as libc::c_char;
-        }
-        if libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFMTU, &mut req) != 0 {
-            return None;
-        }
-        Some(req.ifr_ifru.ifru_mtu as usize)
     }
 }
 
