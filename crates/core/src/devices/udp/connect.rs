@@ -24,10 +24,11 @@ use super::agent::{
     self, ensure_agent, wall_ms, Listener, RequestData, MODE_CLIENT_SERVER, MODE_PEER,
     REPLAY_WINDOW_MS,
 };
+use super::channel::UdpChannel;
 use super::socket::{host_bytes, host_ip, UdpSock};
 use super::UdpNic;
 use crate::device::PendingConnection;
-use crate::devices::rum::channel::{now, AcceptEcho, UdpChannel};
+use crate::devices::rum::channel::{now, AcceptEcho};
 use crate::devices::rum::packet_auth::{sign, verify};
 use crate::devices::rum::stats::STATS;
 use crate::error::{Result, ViaError};

@@ -4,7 +4,8 @@
 //!
 //! - `mod.rs` (here): the device: open, attributes, settings, name service.
 //! - `socket`: UDP sockets, batched receive with GRO, interface address and MTU.
-//! - `tx`: the datagrams of one flush, sent scatter-gather with GSO.
+//! - `gso`: the datagrams of one flush, sent scatter-gather with GSO.
+//! - `channel`: the RUM channel over the VI's socket (its [`DatagramLink`](crate::devices::rum::link::DatagramLink)).
 //! - `agent`: the per-host rendezvous on the well-known port.
 //! - `connect`: client, server and peer-to-peer connection setup.
 //!
@@ -13,9 +14,10 @@
 //! device: [`crate::devices::rum`].
 
 pub mod agent;
+pub mod channel;
 pub mod connect;
+pub mod gso;
 pub mod socket;
-pub mod tx;
 
 use std::any::Any;
 use std::net::IpAddr;

@@ -14,6 +14,7 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
+use crate::devices::rum::rx::{RxBatch, RX_BATCH};
 use crate::sys::cvt;
 pub use crate::sys::net::{
     first_non_loopback, host_bytes, host_ip, interface_addresses, interface_info, interface_mtu,
@@ -24,7 +25,6 @@ pub(super) const SOL_UDP: libc::c_int = 17;
 pub(super) const UDP_SEGMENT: libc::c_int = 103;
 const UDP_GRO: libc::c_int = 104;
 /// Receive buffers per recvmmsg call.
-pub const RX_BATCH: usize = 16;
 /// One receive buffer holds a whole GRO super-datagram.
 pub const RX_BUF: usize = 65536;
 
@@ -331,8 +331,8 @@ impl UdpSock {
             unsafe { libc::CMSG_SPACE(size_of::<libc::c_int>() as u32) as usize }
         };
         let stride = cmsg_space.div_ceil(8);
-        if rx.cbufs.len() < RX_BATCH * stride {
-            rx.cbufs = vec![0u64; RX_BATCH * stride];
+        if rx.control.len() < RX_BATCH * stride {
+            rx.control = vec![0u64; RX_BATCH * stride];
         }
         if max == 1 {
             return self.recv_one(rx, cmsg_space);
@@ -352,7 +352,7 @@ impl UdpSock {
         for (k, m) in msgs.iter_mut().enumerate() {
             m.msg_hdr.msg_iov = &mut iovs[k];
             m.msg_hdr.msg_iovlen = 1;
-            m.msg_hdr.msg_control = rx.cbufs[k * stride..].as_mut_ptr().cast();
+            m.msg_hdr.msg_control = rx.control[k * stride..].as_mut_ptr().cast();
             m.msg_hdr.msg_controllen = cmsg_space;
         }
         // SAFETY: every header points at a live buffer and control area.
@@ -370,7 +370,7 @@ impl UdpSock {
         }
         let r = r as usize;
         for (k, m) in msgs.iter().take(r).enumerate() {
-            rx.record(k, m.msg_len as usize, &m.msg_hdr);
+            record(rx, k, m.msg_len as usize, &m.msg_hdr);
         }
         Ok(r)
     }
@@ -408,14 +408,14 @@ impl UdpSock {
         let mut hdr: libc::msghdr = unsafe { zeroed() };
         hdr.msg_iov = &mut iov;
         hdr.msg_iovlen = 1;
-        hdr.msg_control = rx.cbufs.as_mut_ptr().cast();
+        hdr.msg_control = rx.control.as_mut_ptr().cast();
         hdr.msg_controllen = cmsg_space;
         // SAFETY: the header points at a live buffer and control area.
         let n = unsafe { libc::recvmsg(self.raw_fd(), &mut hdr, libc::MSG_DONTWAIT) };
         if n < 0 {
             return nothing_or_error();
         }
-        rx.record(0, n as usize, &hdr);
+        record(rx, 0, n as usize, &hdr);
         Ok(1)
     }
 }
@@ -438,52 +438,23 @@ pub fn refused(e: &io::Error) -> bool {
     e.raw_os_error() == Some(libc::ECONNREFUSED)
 }
 
-/// Buffers for `recv_batch`.
-pub struct RxBatch {
-    pub bufs: Vec<Vec<u8>>,
-    /// (bytes, GRO segment size or 0) per filled buffer.
-    pub lens: Vec<(usize, usize)>,
-    pub truncated: Vec<bool>,
-    cbufs: Vec<u64>,
-}
-
-impl RxBatch {
-    pub fn new(buf_len: usize) -> Self {
-        Self {
-            bufs: (0..RX_BATCH).map(|_| vec![0u8; buf_len]).collect(),
-            lens: vec![(0, 0); RX_BATCH],
-            truncated: vec![false; RX_BATCH],
-            cbufs: Vec::new(),
-        }
-    }
-
-    /// Notes what the kernel wrote into buffer `k`: its length, whether
-    /// it was cut short, and the GRO segment size from its control data.
-    fn record(&mut self, k: usize, len: usize, hdr: &libc::msghdr) {
-        let mut seg = 0usize;
-        // SAFETY: walking the control messages the kernel wrote, within
-        // msg_controllen.
-        unsafe {
-            let mut c = libc::CMSG_FIRSTHDR(hdr);
-            while !c.is_null() {
-                if (*c).cmsg_level == SOL_UDP && (*c).cmsg_type == UDP_GRO {
-                    seg =
-                        std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::c_int) as usize;
-                }
-                c = libc::CMSG_NXTHDR(hdr, c);
+/// Notes what the kernel wrote into buffer `k`: its length, whether
+/// it was cut short, and the GRO segment size from its control data.
+fn record(rx: &mut RxBatch, k: usize, len: usize, hdr: &libc::msghdr) {
+    let mut seg = 0usize;
+    // SAFETY: walking the control messages the kernel wrote, within
+    // msg_controllen.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(hdr);
+        while !c.is_null() {
+            if (*c).cmsg_level == SOL_UDP && (*c).cmsg_type == UDP_GRO {
+                seg = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::c_int) as usize;
             }
+            c = libc::CMSG_NXTHDR(hdr, c);
         }
-        self.lens[k] = (len, seg);
-        self.truncated[k] = hdr.msg_flags & libc::MSG_TRUNC != 0;
     }
-
-    /// The datagrams in buffer `k` (a GRO buffer holds several).
-    pub fn datagrams(&self, k: usize) -> impl Iterator<Item = &[u8]> {
-        let (len, seg) = self.lens[k];
-        let data = &self.bufs[k][..len];
-        let step = if seg == 0 { len.max(1) } else { seg };
-        data.chunks(step)
-    }
+    rx.lens[k] = (len, seg);
+    rx.truncated[k] = hdr.msg_flags & libc::MSG_TRUNC != 0;
 }
 
 #[cfg(test)]
