@@ -4,8 +4,11 @@
 //! protection tags and [registered memory](mem), [VIs](vi) with their send
 //! and receive queues of [descriptors](descriptor), and
 //! [completion queues](cq). A VI moves data through a
-//! [`device::Channel`]; the shared-memory device lives in
-//! [`devices::shm`], the network device (UDP) in [`devices::udp`].
+//! [`device::Channel`] of its NIC's device. The core drives every device
+//! through one interface ([`device::Device`], opened by name in
+//! [`device::registry`]); the shared-memory device lives in
+//! [`devices::shm`], the network device (UDP) in [`devices::udp`], the
+//! channel network devices share in [`devices::rum`] (docs/devices.md).
 //! Everything below is plain Rust; the C interface
 //! (`libvipl.so`) is a thin shell over it.
 //!

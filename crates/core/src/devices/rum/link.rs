@@ -8,7 +8,8 @@
 //! its frame I/O plus a filter on the peer's address and connection id).
 //! Datagrams are RUM packets as `openvia_wire::rum` writes them, with the
 //! authentication trailer under a cluster key; a link adds and strips only
-//! its own framing.
+//! its own framing. Sends and receives take the link mutably (a frame
+//! ring's cursors move; `crate::sys::frames::FrameIo` is `&mut self`).
 
 use std::io;
 use std::os::fd::RawFd;
@@ -20,18 +21,18 @@ use super::tx::TxBatch;
 pub trait DatagramLink: Send + 'static {
     /// Sends one datagram. Ok(1): handed on; Ok(0): no room now (the
     /// caller keeps it and tries later).
-    fn send(&self, datagram: &[u8]) -> io::Result<usize>;
+    fn send(&mut self, datagram: &[u8]) -> io::Result<usize>;
 
     /// Sends the datagrams of `tx` in order, in as few calls as it can
     /// (the UDP device: GSO runs in one sendmmsg; another link may loop).
     /// Returns how many leading datagrams went out; the rest stay queued
     /// when the medium has no room (not an error).
-    fn send_batch(&self, tx: &TxBatch) -> io::Result<usize>;
+    fn send_batch(&mut self, tx: &TxBatch) -> io::Result<usize>;
 
     /// Receives what is queued, without waiting, into at most `max` (1 to
     /// [`RX_BATCH`](super::rx::RX_BATCH)) buffers of `rx`; returns how
     /// many it filled (0: nothing waits).
-    fn recv_batch(&self, rx: &mut RxBatch, max: usize) -> io::Result<usize>;
+    fn recv_batch(&mut self, rx: &mut RxBatch, max: usize) -> io::Result<usize>;
 
     /// Waits until a datagram may be waiting or `timeout` passes; true if
     /// one may be.
@@ -56,11 +57,11 @@ pub trait DatagramLink: Send + 'static {
 
     /// Lets receives glue bursts together (UDP's GRO), where the link can.
     /// The channel turns it on when datagrams come in numbers.
-    fn set_gro(&self, _on: bool) {}
+    fn set_gro(&mut self, _on: bool) {}
 
     /// Stops gluing if nothing is queued once it has; false if something
     /// was (gluing stays on). The channel asks when datagrams come alone.
-    fn gro_off_if_quiet(&self) -> bool {
+    fn gro_off_if_quiet(&mut self) -> bool {
         true
     }
 }

@@ -20,17 +20,17 @@ pub type UdpChannel = RumChannel<UdpSock>;
 
 impl DatagramLink for UdpSock {
     #[inline]
-    fn send(&self, datagram: &[u8]) -> io::Result<usize> {
+    fn send(&mut self, datagram: &[u8]) -> io::Result<usize> {
         self.send_one(datagram)
     }
 
     #[inline]
-    fn send_batch(&self, tx: &TxBatch) -> io::Result<usize> {
+    fn send_batch(&mut self, tx: &TxBatch) -> io::Result<usize> {
         send_batch(self, tx)
     }
 
     #[inline]
-    fn recv_batch(&self, rx: &mut RxBatch, max: usize) -> io::Result<usize> {
+    fn recv_batch(&mut self, rx: &mut RxBatch, max: usize) -> io::Result<usize> {
         UdpSock::recv_batch(self, rx, max)
     }
 
@@ -56,11 +56,11 @@ impl DatagramLink for UdpSock {
         }
     }
 
-    fn set_gro(&self, on: bool) {
+    fn set_gro(&mut self, on: bool) {
         UdpSock::set_gro(self, on)
     }
 
-    fn gro_off_if_quiet(&self) -> bool {
+    fn gro_off_if_quiet(&mut self) -> bool {
         UdpSock::gro_off_if_quiet(self)
     }
 }

@@ -26,19 +26,17 @@ pub fn send_batch(sock: &UdpSock, tx: &TxBatch) -> io::Result<usize> {
             return sock.send_one(d.in_arena);
         }
     }
-    let items: Vec<TxDatagram<'_>> = tx.datagrams().collect();
     // iovecs of every group, then per group (first iovec, iovec count,
     // datagram count, GSO size or 0).
     let mut iovs: Vec<libc::iovec> = Vec::with_capacity(3 * n);
     let mut groups: Vec<(usize, usize, usize, u16)> = Vec::with_capacity(n);
-    let mut i = 0;
-    while i < n {
-        let first = i;
-        let seg = items[i].len();
+    let mut items = tx.datagrams().peekable();
+    while let Some(mut item) = items.next() {
+        let seg = item.len();
         let mut bytes = 0;
+        let mut count = 0;
         let iov_first = iovs.len();
         loop {
-            let item = &items[i];
             push_iov(
                 &mut iovs,
                 iov_first,
@@ -56,19 +54,21 @@ pub fn send_batch(sock: &UdpSock, tx: &TxBatch) -> io::Result<usize> {
                 item.trailer.len(),
             );
             bytes += item.len();
-            i += 1;
-            let more = sock.gso
-                && i < n
-                && i - first < GSO_MAX_SEGMENTS
-                && items[i].len() <= seg
-                && bytes + items[i].len() <= GSO_MAX_BYTES
-                // Only the last datagram of a run may be shorter.
-                && items[i - 1].len() == seg;
-            if !more {
-                break;
+            count += 1;
+            // Only the last datagram of a run may be shorter.
+            let open = sock.gso && count < GSO_MAX_SEGMENTS && item.len() == seg;
+            let next = open
+                .then(|| {
+                    items.next_if(|d: &TxDatagram<'_>| {
+                        d.len() <= seg && bytes + d.len() <= GSO_MAX_BYTES
+                    })
+                })
+                .flatten();
+            match next {
+                Some(d) => item = d,
+                None => break,
             }
         }
-        let count = i - first;
         let gso = if count > 1 { seg as u16 } else { 0 };
         groups.push((iov_first, iovs.len() - iov_first, count, gso));
     }
