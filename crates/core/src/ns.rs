@@ -7,12 +7,13 @@
 //! ([`Device::resolve_remote`](crate::device::Device::resolve_remote)):
 //! the shared-memory device reaches only this host and refuses them; the
 //! UDP device resolves any host name or IPv4/IPv6 literal with
-//! [`resolve`] (IPv4 mapped into IPv6, IPv4 preferred when a name has both).
+//! [`resolve`](crate::sys::net::resolve) (IPv4 mapped into IPv6, IPv4 preferred when a name has both).
 
 use std::net::{IpAddr, ToSocketAddrs};
 
-use crate::error::{Result, ViaError};
+use crate::error::Result;
 use crate::nic::{Nic, NIC_ADDRESS_LEN};
+pub use crate::sys::net::resolve;
 
 /// This host's name (gethostname).
 pub fn hostname() -> String {
@@ -42,26 +43,6 @@ pub fn is_local_name(name: &str) -> bool {
     addrs
         .map(|a| a.ip())
         .any(|ip| ip.is_loopback() || mine.contains(&ip))
-}
-
-/// Resolves `name` (host name or IPv4/IPv6 literal) to a 16-byte address.
-pub fn resolve(name: &str) -> Result<[u8; NIC_ADDRESS_LEN]> {
-    let name = name.trim();
-    let literal = name.trim_start_matches('[').trim_end_matches(']');
-    if let Ok(ip) = literal.parse::<IpAddr>() {
-        return Ok(crate::sys::net::host_bytes(ip));
-    }
-    let addrs: Vec<IpAddr> = (name, 0u16)
-        .to_socket_addrs()
-        .map_err(|e| ViaError::NameService(format!("{name}: {e}")))?
-        .map(|a| a.ip())
-        .collect();
-    addrs
-        .iter()
-        .find(|a| a.is_ipv4())
-        .or_else(|| addrs.first())
-        .map(|ip| crate::sys::net::host_bytes(*ip))
-        .ok_or_else(|| ViaError::NameService(format!("{name}: no address")))
 }
 
 /// `VipNSGetHostByName` on `nic`.
@@ -98,16 +79,5 @@ mod tests {
         assert!(is_local_name("127.0.0.1"));
         assert!(is_local_name(&hostname()));
         assert!(!is_local_name("192.0.2.77"), "TEST-NET address is not ours");
-    }
-
-    #[test]
-    fn literals_resolve_mapped() {
-        let a = resolve("192.0.2.7").unwrap();
-        assert_eq!(&a[..12], &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff]);
-        assert_eq!(&a[12..], &[192, 0, 2, 7]);
-        let b = resolve("[2001:db8::1]").unwrap();
-        assert_eq!(b[0..2], [0x20, 0x01]);
-        assert_eq!(b[15], 1);
-        assert!(resolve("no-such-host.invalid").is_err());
     }
 }

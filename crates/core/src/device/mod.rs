@@ -115,7 +115,8 @@ pub trait Device: Send + Sync + 'static {
     ) -> Result<ViAttrs>;
 
     /// `VipConnectPeerRequest`: starts a peer rendezvous (completed by
-    /// `crate::connect::peer_done` / `peer_wait`).
+    /// `crate::vi::peer::peer_done` / `peer_wait`; a device starts it
+    /// with `crate::vi::peer::start_peer`).
     fn peer_request(
         &self,
         vi: &Arc<Vi>,

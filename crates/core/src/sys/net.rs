@@ -3,8 +3,10 @@
 //! device's sockets involved.
 
 use std::mem::zeroed;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, ToSocketAddrs};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use crate::error::{Result, ViaError};
 
 /// A 16-byte VIA host address: IPv6, or IPv4 mapped into IPv6.
 pub fn host_bytes(ip: IpAddr) -> [u8; 16] {
@@ -143,5 +145,41 @@ pub fn interface_mtu(ifname: &str) -> Option<usize> {
             return None;
         }
         Some(req.ifr_ifru.ifru_mtu as usize)
+    }
+}
+
+/// Resolves `name` (host name or IPv4/IPv6 literal) to a 16-byte address.
+pub fn resolve(name: &str) -> Result<[u8; 16]> {
+    let name = name.trim();
+    let literal = name.trim_start_matches('[').trim_end_matches(']');
+    if let Ok(ip) = literal.parse::<IpAddr>() {
+        return Ok(host_bytes(ip));
+    }
+    let addrs: Vec<IpAddr> = (name, 0u16)
+        .to_socket_addrs()
+        .map_err(|e| ViaError::NameService(format!("{name}: {e}")))?
+        .map(|a| a.ip())
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or_else(|| addrs.first())
+        .map(|ip| host_bytes(*ip))
+        .ok_or_else(|| ViaError::NameService(format!("{name}: no address")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literals_resolve_mapped() {
+        let a = resolve("192.0.2.7").unwrap();
+        assert_eq!(&a[..12], &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff]);
+        assert_eq!(&a[12..], &[192, 0, 2, 7]);
+        let b = resolve("[2001:db8::1]").unwrap();
+        assert_eq!(b[0..2], [0x20, 0x01]);
+        assert_eq!(b[15], 1);
+        assert!(resolve("no-such-host.invalid").is_err());
     }
 }

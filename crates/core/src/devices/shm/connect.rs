@@ -436,7 +436,7 @@ pub fn peer_request(
     }
     let (vi2, local, remote) = (vi.clone(), local.clone(), remote.clone());
     let deadline = timeout.map(|t| Instant::now() + t);
-    crate::connect::start_peer(vi, move |cancel| {
+    crate::vi::peer::start_peer(vi, move |cancel| {
         peer_rendezvous(&vi2, &local, &remote, deadline, cancel)
     })
 }

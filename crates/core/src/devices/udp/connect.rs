@@ -487,7 +487,7 @@ pub fn peer_request(
     }
     let (vi2, local, remote) = (vi.clone(), local.clone(), remote.clone());
     let deadline = timeout.map(|t| Instant::now() + t);
-    crate::connect::start_peer(vi, move |cancel| {
+    crate::vi::peer::start_peer(vi, move |cancel| {
         let stop = || cancel.load(std::sync::atomic::Ordering::SeqCst);
         let me = (vi2.nic.address.to_vec(), local.discriminator.clone());
         let them = (remote.host.clone(), remote.discriminator.clone());

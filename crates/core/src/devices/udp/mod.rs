@@ -383,7 +383,7 @@ impl Device for UdpDevice {
     /// Any host name or IPv4/IPv6 literal, to 16 bytes (IPv4 mapped into
     /// IPv6, IPv4 preferred when a name has both).
     fn resolve_remote(&self, name: &str) -> Result<[u8; NIC_ADDRESS_LEN]> {
-        crate::ns::resolve(name)
+        crate::sys::net::resolve(name)
     }
 
     fn remote_host_name(&self, addr: &[u8]) -> Result<String> {
