@@ -1,60 +1,22 @@
 //! Connection calls, whatever the device: each VIPL connect call goes to
-//! the device of the VI's (or listener's) NIC.
+//! the device of the VI's (or listener's) NIC, through the device
+//! interface (`crate::device::Device`). The peer rendezvous thread and its
+//! outcome, common to all devices, are the VI's (`crate::vi::peer`).
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use openvia_wire::handshake::{Address, ViAttrs};
 
-use crate::error::{Result, ViaError};
-use crate::nic::{Device, NicShared};
-use crate::transport::{shm, udp};
-use crate::vi::{Vi, ViState};
+use crate::device::PendingConnection;
+use crate::error::Result;
+use crate::nic::NicShared;
+pub use crate::vi::peer::{peer_done, peer_wait};
+use crate::vi::Vi;
 
-/// A client's request taken by `VipConnectWait`, not yet answered.
-pub enum ConnRequest {
-    Shm(shm::connect::ConnRequest),
-    Udp(udp::connect::UdpConnRequest),
-}
-
-impl ConnRequest {
-    /// The client's own address (host and discriminator).
-    pub fn remote_address(&self) -> &Address {
-        match self {
-            ConnRequest::Shm(r) => r.remote_address(),
-            ConnRequest::Udp(r) => r.remote_address(),
-        }
-    }
-
-    /// The client VI's attributes.
-    pub fn remote_attrs(&self) -> ViAttrs {
-        match self {
-            ConnRequest::Shm(r) => r.remote_attrs(),
-            ConnRequest::Udp(r) => r.remote_attrs(),
-        }
-    }
-
-    /// `VipConnectAccept`.
-    pub fn accept(self, vi: &Arc<Vi>) -> Result<()> {
-        match self {
-            ConnRequest::Shm(r) => r.accept(vi),
-            ConnRequest::Udp(r) => r.accept(vi),
-        }
-    }
-
-    /// `VipConnectReject`.
-    pub fn reject(self) -> Result<()> {
-        match self {
-            ConnRequest::Shm(r) => r.reject(),
-            ConnRequest::Udp(r) => r.reject(),
-        }
-    }
-}
-
-fn is_udp(nic: &NicShared) -> bool {
-    nic.device == Device::Udp
-}
+/// A client's request taken by `VipConnectWait`, not yet answered: the
+/// device's own (remote address and attributes, accept, reject).
+pub type ConnRequest = Box<dyn PendingConnection>;
 
 /// `VipConnectWait`.
 pub fn connect_wait(
@@ -62,11 +24,7 @@ pub fn connect_wait(
     local: &Address,
     timeout: Option<Duration>,
 ) -> Result<ConnRequest> {
-    if is_udp(nic) {
-        udp::connect::connect_wait(nic, local, timeout).map(ConnRequest::Udp)
-    } else {
-        shm::connect::connect_wait(nic, local, timeout).map(ConnRequest::Shm)
-    }
+    nic.device().connect_wait(nic, local, timeout)
 }
 
 /// `VipConnectRequest`.
@@ -76,11 +34,7 @@ pub fn connect_request(
     remote: &Address,
     timeout: Option<Duration>,
 ) -> Result<ViAttrs> {
-    if is_udp(&vi.nic) {
-        udp::connect::connect_request(vi, local, remote, timeout)
-    } else {
-        shm::connect::connect_request(vi, local, remote, timeout)
-    }
+    vi.nic.device().connect_request(vi, local, remote, timeout)
 }
 
 /// `VipConnectPeerRequest`.
@@ -90,99 +44,5 @@ pub fn peer_request(
     remote: &Address,
     timeout: Option<Duration>,
 ) -> Result<()> {
-    if is_udp(&vi.nic) {
-        udp::connect::peer_request(vi, local, remote, timeout)
-    } else {
-        shm::connect::peer_request(vi, local, remote, timeout)
-    }
-}
-
-/// A peer-to-peer connection in progress, whatever the device: its
-/// outcome once known, and a flag that stops the rendezvous (set when the
-/// VI disconnects or is destroyed, i.e. when this is dropped).
-/// Where a rendezvous thread leaves its outcome.
-type Outcome = Arc<(Mutex<Option<Result<ViAttrs>>>, Condvar)>;
-
-pub struct PeerConnect {
-    result: Outcome,
-    cancel: Arc<AtomicBool>,
-}
-
-impl Drop for PeerConnect {
-    fn drop(&mut self) {
-        self.cancel.store(true, Ordering::SeqCst);
-    }
-}
-
-/// Starts a peer rendezvous on its own thread: `work` connects `vi` (it
-/// should give up when its flag turns true) and its outcome is kept for
-/// `peer_done` / `peer_wait`.
-pub(crate) fn start_peer(
-    vi: &Arc<Vi>,
-    work: impl FnOnce(&AtomicBool) -> Result<ViAttrs> + Send + 'static,
-) -> Result<()> {
-    vi.ensure_idle()?;
-    vi.set_state(ViState::ConnectPending);
-    let pc = PeerConnect {
-        result: Arc::new((Mutex::new(None), Condvar::new())),
-        cancel: Arc::new(AtomicBool::new(false)),
-    };
-    let (result, cancel) = (pc.result.clone(), pc.cancel.clone());
-    *vi.peer.lock().unwrap_or_else(|e| e.into_inner()) = Some(pc);
-    let vi2 = vi.clone();
-    std::thread::Builder::new()
-        .name("openvia-peer-connect".into())
-        .spawn(move || {
-            let r = work(&cancel);
-            if r.is_err() && vi2.state() == ViState::ConnectPending {
-                vi2.set_state(ViState::Idle);
-            }
-            let (m, cv) = &*result;
-            *m.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
-            cv.notify_all();
-            vi2.nic.doorbell.ring_local();
-        })
-        .map_err(|_| ViaError::Resource("thread"))?;
-    Ok(())
-}
-
-fn pending(vi: &Vi) -> Result<Outcome> {
-    vi.peer
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .as_ref()
-        .map(|pc| pc.result.clone())
-        .ok_or(ViaError::InvalidState("no peer connection requested"))
-}
-
-/// `VipConnectPeerDone`: Ok(remote attributes) once connected, NotDone before.
-pub fn peer_done(vi: &Arc<Vi>) -> Result<ViAttrs> {
-    let r = pending(vi)?
-        .0
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .take();
-    match r {
-        None => Err(ViaError::NotDone),
-        Some(r) => {
-            *vi.peer.lock().unwrap_or_else(|e| e.into_inner()) = None;
-            r
-        }
-    }
-}
-
-/// `VipConnectPeerWait`: blocks until the peer connection is made or fails.
-pub fn peer_wait(vi: &Arc<Vi>) -> Result<ViAttrs> {
-    let shared = pending(vi)?;
-    let (m, cv) = &*shared;
-    let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
-    while g.is_none() {
-        g = cv.wait(g).unwrap_or_else(|e| e.into_inner());
-    }
-    let r = g
-        .take()
-        .unwrap_or(Err(ViaError::InvalidState("peer connect")));
-    drop(g);
-    *vi.peer.lock().unwrap_or_else(|e| e.into_inner()) = None;
-    r
+    vi.nic.device().peer_request(vi, local, remote, timeout)
 }

@@ -4,8 +4,11 @@
 //! protection tags and [registered memory](mem), [VIs](vi) with their send
 //! and receive queues of [descriptors](descriptor), and
 //! [completion queues](cq). A VI moves data through a
-//! [`transport::Channel`]; the shared-memory device lives in
-//! [`transport::shm`], the network device (UDP) in [`transport::udp`].
+//! [`device::Channel`] of its NIC's device. The core drives every device
+//! through one interface ([`device::Device`], opened by name in
+//! [`device::registry`]); the shared-memory device lives in
+//! [`devices::shm`], the network device (UDP) in [`devices::udp`], the
+//! channel network devices share in [`devices::rum`] (docs/devices.md).
 //! Everything below is plain Rust; the C interface
 //! (`libvipl.so`) is a thin shell over it.
 //!
@@ -30,6 +33,9 @@ pub mod config;
 pub mod connect;
 pub mod cq;
 pub mod descriptor;
+pub mod device;
+pub mod devices;
+pub mod doorbell;
 pub mod error;
 pub mod mem;
 pub mod nic;
@@ -38,11 +44,10 @@ pub mod ranges;
 pub mod settings;
 pub mod slots;
 pub mod sys;
-pub mod transport;
 pub mod vi;
 mod wait;
 
 pub use connect::{connect_request, connect_wait, peer_done, peer_request, peer_wait, ConnRequest};
+pub use devices::rum::stats::{stats as udp_stats, StatsSnapshot as UdpStats};
 pub use error::{Result, ViaError};
 pub use openvia_wire::handshake::{Address, ViAttrs};
-pub use transport::udp::{stats as udp_stats, StatsSnapshot as UdpStats};

@@ -1,16 +1,19 @@
 //! The name service: host names to VIA host addresses and back.
 //!
-//! The shared-memory device reaches only this host, so there a name
-//! resolves if it denotes this host: empty, `localhost`, the host name, or
+//! A name that denotes this host (empty, `localhost`, the host name, or
 //! any name whose addresses include a loopback address or one of this
-//! host's interface addresses. The network device resolves any host name
-//! or IPv4/IPv6 literal to 16 bytes (IPv4 mapped into IPv6, IPv4 preferred
-//! when a name has both); a name of this host gives the NIC's own address.
+//! host's interface addresses) gives the NIC's own address, whatever the
+//! device. Other names are the device's business
+//! ([`Device::resolve_remote`](crate::device::Device::resolve_remote)):
+//! the shared-memory device reaches only this host and refuses them; the
+//! UDP device resolves any host name or IPv4/IPv6 literal with
+//! [`resolve`](crate::sys::net::resolve) (IPv4 mapped into IPv6, IPv4 preferred when a name has both).
 
 use std::net::{IpAddr, ToSocketAddrs};
 
-use crate::error::{Result, ViaError};
-use crate::nic::NIC_ADDRESS_LEN;
+use crate::error::Result;
+use crate::nic::{Nic, NIC_ADDRESS_LEN};
+pub use crate::sys::net::resolve;
 
 /// This host's name (gethostname).
 pub fn hostname() -> String {
@@ -24,41 +27,6 @@ pub fn hostname() -> String {
     String::from_utf8_lossy(&buf[..n]).into_owned()
 }
 
-/// The IP addresses of this host's interfaces.
-fn interface_addresses() -> Vec<IpAddr> {
-    let mut out = Vec::new();
-    let mut ifa: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs allocates a list we free below; we only read
-    // sockaddr fields whose family says what they are.
-    unsafe {
-        if libc::getifaddrs(&mut ifa) != 0 {
-            return out;
-        }
-        let mut p = ifa;
-        while !p.is_null() {
-            let a = (*p).ifa_addr;
-            if !a.is_null() {
-                match (*a).sa_family as i32 {
-                    libc::AF_INET => {
-                        let sin = &*(a as *const libc::sockaddr_in);
-                        out.push(IpAddr::from(
-                            u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
-                        ));
-                    }
-                    libc::AF_INET6 => {
-                        let sin6 = &*(a as *const libc::sockaddr_in6);
-                        out.push(IpAddr::from(sin6.sin6_addr.s6_addr));
-                    }
-                    _ => {}
-                }
-            }
-            p = (*p).ifa_next;
-        }
-        libc::freeifaddrs(ifa);
-    }
-    out
-}
-
 /// Whether `name` denotes this host.
 pub fn is_local_name(name: &str) -> bool {
     let name = name.trim();
@@ -68,57 +36,36 @@ pub fn is_local_name(name: &str) -> bool {
     let Ok(addrs) = (name, 0u16).to_socket_addrs() else {
         return false;
     };
-    let mine = interface_addresses();
+    let mine: Vec<IpAddr> = crate::sys::net::interface_addresses()
+        .into_iter()
+        .map(|(_, ip)| ip)
+        .collect();
     addrs
         .map(|a| a.ip())
         .any(|ip| ip.is_loopback() || mine.contains(&ip))
 }
 
-/// Resolves `name` (host name or IPv4/IPv6 literal) to a 16-byte address.
-pub fn resolve(name: &str) -> Result<[u8; NIC_ADDRESS_LEN]> {
-    let name = name.trim();
-    let literal = name.trim_start_matches('[').trim_end_matches(']');
-    if let Ok(ip) = literal.parse::<IpAddr>() {
-        return Ok(crate::transport::udp::socket::host_bytes(ip));
-    }
-    let addrs: Vec<IpAddr> = (name, 0u16)
-        .to_socket_addrs()
-        .map_err(|e| ViaError::NameService(format!("{name}: {e}")))?
-        .map(|a| a.ip())
-        .collect();
-    addrs
-        .iter()
-        .find(|a| a.is_ipv4())
-        .or_else(|| addrs.first())
-        .map(|ip| crate::transport::udp::socket::host_bytes(*ip))
-        .ok_or_else(|| ViaError::NameService(format!("{name}: no address")))
-}
-
-/// `VipNSGetHostByName`. `local` is the NIC's address: the shared-memory
-/// device's (loopback) accepts only names of this host.
-pub fn get_host_by_name(name: &str, local: [u8; NIC_ADDRESS_LEN]) -> Result<[u8; NIC_ADDRESS_LEN]> {
+/// `VipNSGetHostByName` on `nic`.
+pub fn get_host_by_name(nic: &Nic, name: &str) -> Result<[u8; NIC_ADDRESS_LEN]> {
+    let shared = nic.shared();
     if is_local_name(name) {
-        return Ok(local);
+        return Ok(shared.address);
     }
-    if local == crate::nic::local_host_address() {
-        return Err(ViaError::NameService(format!(
-            "{name} is not this host (shared-memory device)"
-        )));
-    }
-    resolve(name)
+    shared.device().resolve_remote(name)
 }
 
-/// `VipNSGetHostByAddr`.
-pub fn get_host_by_addr(addr: &[u8], local: [u8; NIC_ADDRESS_LEN]) -> Result<String> {
-    if addr == local {
+/// `VipNSGetHostByAddr` on `nic`.
+pub fn get_host_by_addr(nic: &Nic, addr: &[u8]) -> Result<String> {
+    let shared = nic.shared();
+    if addr == shared.address {
         return Ok(hostname());
     }
-    if local == crate::nic::local_host_address() || addr.len() != NIC_ADDRESS_LEN {
-        return Err(ViaError::NameService("unknown host address".into()));
-    }
-    crate::transport::udp::socket::host_ip(addr)
-        .map(|ip| ip.to_string())
-        .ok_or_else(|| ViaError::NameService("unknown host address".into()))
+    shared.device().remote_host_name(addr)
+}
+
+/// The IP address a 16-byte host address stands for, as text.
+pub fn address_ip(addr: &[u8]) -> Option<String> {
+    crate::sys::net::host_ip(addr).map(|ip| ip.to_string())
 }
 
 #[cfg(test)]
@@ -132,16 +79,5 @@ mod tests {
         assert!(is_local_name("127.0.0.1"));
         assert!(is_local_name(&hostname()));
         assert!(!is_local_name("192.0.2.77"), "TEST-NET address is not ours");
-    }
-
-    #[test]
-    fn literals_resolve_mapped() {
-        let a = resolve("192.0.2.7").unwrap();
-        assert_eq!(&a[..12], &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff]);
-        assert_eq!(&a[12..], &[192, 0, 2, 7]);
-        let b = resolve("[2001:db8::1]").unwrap();
-        assert_eq!(b[0..2], [0x20, 0x01]);
-        assert_eq!(b[15], 1);
-        assert!(resolve("no-such-host.invalid").is_err());
     }
 }

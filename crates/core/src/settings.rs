@@ -6,7 +6,7 @@
 //! variable the table lacks (so code, tool and docs cannot drift).
 //!
 //! The readers stay where the setting is used ([`crate::config`],
-//! `transport::udp`, the PVM crates, viabench); adding a setting means one
+//! `devices::udp`, the PVM crates, viabench); adding a setting means one
 //! row here.
 
 /// The part of the project a setting governs (a section of the docs).

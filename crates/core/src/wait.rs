@@ -3,7 +3,7 @@
 //! A message seen while spinning costs tens of nanoseconds; a futex
 //! wake-up across CPUs costs tens of microseconds. So a Wait polls for the
 //! NIC's spin budget and only then sleeps on its doorbell, which peers ring
-//! when they publish something (see `transport::shm::doorbell`). The block
+//! when they publish something (see `doorbell`). The block
 //! is capped so a missed wake-up can only ever cost a short delay.
 
 use std::time::Duration;
@@ -34,7 +34,7 @@ pub(crate) fn wait_for<T>(
     let spin_until = start.saturating_add(spin_ns);
     // A poll of the network device is a system call, long enough a pause
     // between polls only delays noticing what came.
-    let relax = nic.device != crate::nic::Device::Udp;
+    let relax = !nic.drive.costly_poll;
     let mut n: u32 = 0;
     loop {
         if let Some(v) = poll() {

@@ -6,10 +6,8 @@
 use std::net::IpAddr;
 
 use openvia_core::nic::{Nic, NicAttributes};
-use openvia_core::transport::udp::socket::{host_ip, interface_addresses, interface_mtu};
-use openvia_core::transport::udp::SegmentChoice;
+use openvia_core::sys::net::{host_ip, interface_addresses, interface_mtu};
 use openvia_core::vi::reliability;
-use openvia_proto::SegmentPolicy;
 use serde::Serialize;
 
 /// One device, opened or not.
@@ -87,16 +85,6 @@ pub fn behind(ifname: &str) -> String {
     "virtual".to_string()
 }
 
-/// The policy as OPENVIA_UDP_SEGMENT spells it.
-fn segment_policy(c: SegmentChoice) -> String {
-    match c {
-        SegmentChoice::Policy(SegmentPolicy::Fixed) => "fixed".to_string(),
-        SegmentChoice::Policy(SegmentPolicy::PageAligned) => "page".to_string(),
-        SegmentChoice::Policy(SegmentPolicy::LargestThatFits) => "largest".to_string(),
-        SegmentChoice::Bytes(n) => n.to_string(),
-    }
-}
-
 /// Opens `name` and reads what it reports.
 pub fn probe(name: &str, kind: &'static str, interface: Option<String>) -> DeviceInfo {
     let mut info = DeviceInfo {
@@ -121,16 +109,16 @@ pub fn probe(name: &str, kind: &'static str, interface: Option<String>) -> Devic
         Ok(nic) => {
             let a = nic.query();
             info.address = host_ip(&a.address).map(|ip: IpAddr| ip.to_string());
-            if let Some(u) = &nic.shared().udp {
-                info.mtu = Some(u.mtu as u64);
+            if let Some(link) = &nic.shared().device().info().link {
+                info.mtu = Some(link.mtu as u64);
                 if info.interface.is_none() {
-                    info.interface = u.ifname.clone();
-                    if let Some(i) = &u.ifname {
+                    info.interface = link.interface.clone();
+                    if let Some(i) = &link.interface {
                         info.behind = behind(i);
                     }
                 }
-                info.segment_policy = Some(segment_policy(u.settings.segment));
-                info.segment_bytes = Some(u.segment_size() as u64);
+                info.segment_policy = Some(link.segment_policy.clone());
+                info.segment_bytes = Some(link.segment_bytes as u64);
             }
             info.reliability = reliability_names(a.reliability_support);
             info.rdma_read = reliability_names(a.rdma_read_support);

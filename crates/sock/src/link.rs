@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use openvia_core::descriptor::{status, DataSegment, DescPtr, Descriptor};
 use openvia_core::mem::PtagId;
-use openvia_core::nic::{Device, Nic};
+use openvia_core::nic::Nic;
 use openvia_core::vi::{reliability, Vi, ViAttributes, ViState};
 use openvia_core::{Address, ViaError};
 
@@ -77,10 +77,7 @@ fn process_nic() -> Result<(Nic, PtagId), ViaError> {
 
 /// Short name of this process's device for the statistics.
 pub fn device_short_name() -> &'static str {
-    match process_nic().map(|(n, _)| n.shared().device) {
-        Ok(Device::Udp) => "udp",
-        _ => "shm",
-    }
+    process_nic().map_or("shm", |(n, _)| n.shared().device().info().short_name)
 }
 
 /// Mapped, registered memory: descriptor slots, then send then receive

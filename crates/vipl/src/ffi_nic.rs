@@ -465,7 +465,7 @@ pub unsafe extern "C" fn VipNSGetHostByName(
         if NameIndex != 0 {
             return VIP_ERROR_NAMESERVICE;
         }
-        match ns::get_host_by_name(name, *e.address) {
+        match ns::get_host_by_name(&e.nic, name) {
             Ok(host) => {
                 // SAFETY: room for the host bytes per the contract; the
                 // discriminator length is left for the program to set.
@@ -502,7 +502,7 @@ pub unsafe extern "C" fn VipNSGetHostByAddr(
             Ok(a) => a,
             Err(err) => return code(&err),
         };
-        let host = match ns::get_host_by_addr(&addr.host, *e.address) {
+        let host = match ns::get_host_by_addr(&e.nic, &addr.host) {
             Ok(h) => h,
             Err(err) => return code(&err),
         };

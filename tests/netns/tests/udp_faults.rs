@@ -13,7 +13,7 @@ mod scenarios;
 use std::time::{Duration, Instant};
 
 use openvia_core::descriptor::status;
-use openvia_core::transport::udp::fault::fault_counts;
+use openvia_core::devices::rum::fault::fault_counts;
 use openvia_core::vi::reliability;
 use scenarios::{pair, set_desc, UDP};
 

@@ -50,7 +50,7 @@ fn bench_reliability() -> u16 {
 }
 
 fn setup(opts: &EndpointOptions) -> Result<(Nic, PtagId, Arc<Vi>)> {
-    let max = (opts.max_message as u64).clamp(4096, openvia_core::transport::udp::UDP_MAX_TRANSFER);
+    let max = (opts.max_message as u64).clamp(4096, openvia_core::devices::udp::UDP_MAX_TRANSFER);
     open_vi(&device(), bench_reliability(), Some(max), opts)
 }
 
@@ -77,8 +77,12 @@ impl Transport for Udp {
             opts.port
         };
         let nic = Nic::open(Some(&device())).map_err(|e| via("open", e))?;
-        let ip = openvia_core::ns::get_host_by_addr(&nic.query().address, [0; 16])
-            .map_err(|e| via("own address", e))?;
+        let ip = openvia_core::ns::address_ip(&nic.query().address).ok_or_else(|| {
+            via(
+                "own address",
+                openvia_core::ViaError::NameService("unknown host address".into()),
+            )
+        })?;
         let _ = nic.close();
         Ok(Box::new(UdpListener {
             disc: format!("viabench-{n}"),
@@ -95,7 +99,7 @@ impl Transport for Udp {
         let (host, n) = super::split_host_port(address, 18515)?;
         let (nic, ptag, vi) = setup(opts)?;
         let mine = nic.query().address;
-        let host = openvia_core::ns::get_host_by_name(&host, mine)
+        let host = openvia_core::ns::get_host_by_name(&nic, &host)
             .map_err(|e| via("resolve", e))?
             .to_vec();
         let remote = Address {

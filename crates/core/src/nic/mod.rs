@@ -24,14 +24,13 @@ use std::time::Duration;
 use crate::config::Config;
 use crate::cq::{CompletionQueue, CqNotify};
 use crate::descriptor::{DescPtr, MAX_SEGMENTS};
+use crate::device::{Device, Drive};
+use crate::doorbell::LocalDoorbell;
 use crate::error::{Result, ViaError};
 use crate::mem::{MemoryRegistry, PtagId, MAX_REGIONS, MAX_REGISTER_BLOCK};
 use crate::sys::poll::Epoll;
-use crate::transport::shm::doorbell::LocalDoorbell;
 use crate::vi::{reliability, Vi, ViAttributes, ViState, MAX_DESCRIPTORS_PER_QUEUE};
 
-/// Largest transfer one descriptor may carry on this provider.
-pub const MAX_TRANSFER_SIZE: u64 = 1 << 30;
 /// Descriptors one connected shared-memory VI holds.
 const FDS_PER_VI: usize = 4;
 /// Most CQs per NIC. (Most VIs: the `OPENVIA_MAX_VI` setting.)
@@ -81,15 +80,6 @@ pub struct AsyncError {
 
 pub type ErrorHandler = Arc<dyn Fn(&AsyncError) + Send + Sync>;
 
-/// Which device a NIC drives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Device {
-    /// Processes on this host, over shared memory (`/dev/via_lo`).
-    SharedMemory,
-    /// Hosts over UDP (`/dev/via_<ifname>`, `/dev/via_udp`).
-    Udp,
-}
-
 /// What `VipQueryNic` reports.
 #[derive(Clone, Debug)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
@@ -132,7 +122,10 @@ pub(crate) fn next_id() -> u64 {
 const TOKEN_EVENT: u64 = 0;
 
 pub struct NicShared {
-    pub device: Device,
+    /// The opened device (see `crate::device`).
+    device: Arc<dyn Device>,
+    /// How the core drives it (a copy of its `info().drive`, read on hot paths).
+    pub(crate) drive: Drive,
     pub name: String,
     pub address: [u8; NIC_ADDRESS_LEN],
     pub config: &'static Config,
@@ -155,13 +148,10 @@ pub struct NicShared {
     event_driven: AtomicBool,
     closed: AtomicBool,
     error_handler: Mutex<Option<ErrorHandler>>,
-    pub(crate) listeners: Mutex<HashMap<Vec<u8>, Arc<crate::sys::seqpacket::SeqPacket>>>,
     fork_generation: u64,
     progress: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Opaque value for the C shell (its handle).
     pub token: AtomicU64,
-    /// The network device's medium (None on shared memory).
-    pub udp: Option<crate::transport::udp::UdpNic>,
 }
 
 /// The descriptors the progress thread sleeps on (VI id as token), and
@@ -177,57 +167,25 @@ pub struct Nic {
     pub(crate) shared: Arc<NicShared>,
 }
 
-/// The device a name opens, and for the network device the interface
-/// (None: the generic `/dev/via_udp`, bound per `OPENVIA_UDP_BIND`).
-fn parse_device(name: Option<&str>) -> Result<(Device, Option<String>)> {
-    match name.map(str::trim) {
-        None | Some("") | Some("/dev/via_lo") | Some("via_lo") | Some("lo")
-        | Some("/dev/via_shm") => Ok((Device::SharedMemory, None)),
-        Some("/dev/via_udp") | Some("via_udp") => Ok((Device::Udp, None)),
-        Some(n) => {
-            let ifname = n
-                .strip_prefix("/dev/via_")
-                .or_else(|| n.strip_prefix("via_"))
-                .ok_or(ViaError::InvalidParameter("unknown device name"))?;
-            if ifname.is_empty() || ifname.len() >= libc::IFNAMSIZ {
-                return Err(ViaError::InvalidParameter("unknown device name"));
-            }
-            Ok((Device::Udp, Some(ifname.to_string())))
-        }
-    }
-}
-
 impl Nic {
     /// `VipOpenNic`: NULL, "" and "/dev/via_lo" open the shared-memory device.
     pub fn open(device_name: Option<&str>) -> Result<Nic> {
-        let (device, ifname) = parse_device(device_name)?;
-        let udp = match device {
-            Device::Udp => Some(crate::transport::udp::UdpNic::open(ifname.as_deref())?),
-            Device::SharedMemory => None,
-        };
-        let (name, address) = match &udp {
-            Some(u) => (
-                match &u.ifname {
-                    Some(i) if ifname.is_some() => format!("/dev/via_{i}"),
-                    _ => "/dev/via_udp".to_string(),
-                },
-                crate::transport::udp::socket::host_bytes(u.ip),
-            ),
-            None => ("/dev/via_lo".to_string(), local_host_address()),
-        };
+        let config = Config::global();
+        let device = crate::device::registry::open(device_name, config)?;
+        let info = device.info();
+        let (name, address, drive) = (info.name.clone(), info.address, info.drive);
         ATFORK.call_once(|| {
             // SAFETY: registering a plain extern "C" function with no
             // captured state; it only touches an atomic.
             unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
         });
-        let config = Config::global();
         // Each connection holds a few descriptors (socket, region, the
         // peer's doorbell and eventfd): make room for a full NIC's worth
         // now, not in the middle of a connect (see `reserve_fds`: only
         // while the process has a single thread).
         crate::sys::reserve_fds(FDS_PER_VI * config.max_vi + 256);
-        let doorbell =
-            LocalDoorbell::new(udp.is_some()).map_err(|_| ViaError::Resource("shared memory"))?;
+        let doorbell = LocalDoorbell::new(!drive.peer_doorbell)
+            .map_err(|_| ViaError::Resource("shared memory"))?;
         let epoll = Arc::new(Epoll::new().map_err(|_| ViaError::Resource("epoll"))?);
         // The progress thread's nap while the program polls: only our own
         // eventfd wakes it (a thread about to block, a handler installed).
@@ -239,6 +197,7 @@ impl Nic {
             .map_err(|_| ViaError::Resource("epoll"))?;
         let shared = Arc::new(NicShared {
             device,
+            drive,
             name,
             address,
             config,
@@ -260,11 +219,9 @@ impl Nic {
             event_driven: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             error_handler: Mutex::new(None),
-            listeners: Mutex::new(HashMap::new()),
             fork_generation: FORK_GENERATION.load(Ordering::SeqCst),
             progress: Mutex::new(None),
             token: AtomicU64::new(0),
-            udp,
         });
         let weak = Arc::downgrade(&shared);
         let handle = std::thread::Builder::new()
@@ -287,6 +244,7 @@ impl Nic {
     }
 
     pub fn query(&self) -> NicAttributes {
+        let info = self.shared.device.info();
         NicAttributes {
             name: self.shared.name.clone(),
             hardware_version: 1,
@@ -303,15 +261,10 @@ impl Nic {
             max_cq: MAX_CQ as u64,
             max_cq_entries: crate::cq::MAX_CQ_ENTRIES as u64,
             max_transfer_size: self.shared.max_transfer(),
-            native_mtu: match &self.shared.udp {
-                Some(u) => u.mtu as u64,
-                None => self.shared.config.inline_max as u64,
-            },
+            native_mtu: info.native_mtu,
             max_ptags: MAX_PTAGS as u64,
-            reliability_support: reliability::UNRELIABLE
-                | reliability::RELIABLE_DELIVERY
-                | reliability::RELIABLE_RECEPTION,
-            rdma_read_support: reliability::RELIABLE_DELIVERY | reliability::RELIABLE_RECEPTION,
+            reliability_support: info.reliability,
+            rdma_read_support: info.rdma_read,
         }
     }
 
@@ -647,10 +600,12 @@ impl NicShared {
 
     /// Largest transfer one descriptor may carry on this NIC's device.
     pub(crate) fn max_transfer(&self) -> u64 {
-        match self.device {
-            Device::SharedMemory => MAX_TRANSFER_SIZE,
-            Device::Udp => crate::transport::udp::UDP_MAX_TRANSFER,
-        }
+        self.device.info().max_transfer
+    }
+
+    /// The opened device.
+    pub fn device(&self) -> &dyn Device {
+        &*self.device
     }
 
     pub(crate) fn vi(&self, id: u64) -> Option<Arc<Vi>> {
@@ -721,7 +676,7 @@ impl NicShared {
     /// tenth of a microsecond per datagram. (The shared-memory device's
     /// descriptors carry only hang-ups and stay.)
     pub(crate) fn watch_sockets(&self, on: bool) {
-        if self.device != Device::Udp {
+        if !self.drive.costly_poll {
             return;
         }
         let mut w = self.watched.lock().unwrap_or_else(|e| e.into_inner());
@@ -775,13 +730,7 @@ impl NicShared {
         for vi in self.live_vis() {
             let _ = vi.disconnect_internal();
         }
-        self.listeners
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
-        if self.udp.is_some() {
-            crate::transport::udp::connect::forget_nic(self);
-        }
+        self.device.close(self);
         self.registry.clear();
         self.doorbell.event().signal();
         let h = self
@@ -795,14 +744,4 @@ impl NicShared {
             }
         }
     }
-}
-
-/// The host address of the shared-memory device: IPv4 loopback mapped
-/// into IPv6 (the device reaches exactly this host).
-pub fn local_host_address() -> [u8; NIC_ADDRESS_LEN] {
-    let mut a = [0u8; NIC_ADDRESS_LEN];
-    a[10] = 0xff;
-    a[11] = 0xff;
-    a[12..].copy_from_slice(&[127, 0, 0, 1]);
-    a
 }

@@ -3,7 +3,7 @@
 //! Each VI whose queues feed a CQ gets a *notice key* (a slot in this
 //! table, plus one), published to its peer in the connection region. A
 //! peer that gives such a VI work pushes the key into our notice ring
-//! (`transport::shm::notice`); a CQ poll pops the keys and drives only the
+//! (`doorbell::notice`); a CQ poll pops the keys and drives only the
 //! VIs they name, so its cost follows the traffic, not the number of
 //! connections. A dropped notice (full ring) costs one round over every VI
 //! with a CQ. The network device has no notice ring: its CQs drive their
@@ -12,7 +12,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
-use super::{Device, NicShared};
+use super::NicShared;
 use crate::cq::{CompletionQueue, CqEntry, HotCopy};
 use crate::vi::Vi;
 
@@ -74,7 +74,7 @@ impl NicShared {
         if let Some(e) = cq.pop() {
             return Some(e);
         }
-        if self.device == Device::Udp {
+        if !self.drive.peer_doorbell {
             for vi in cq.members() {
                 vi.poke(false);
             }

@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use super::{Device, NicShared, TOKEN_EVENT};
+use super::{NicShared, TOKEN_EVENT};
 
 /// While the program polls, a protocol timer must be this overdue before
 /// the progress thread takes the VI from it (a held acknowledgement asks
@@ -26,7 +26,7 @@ use crate::sys::poll::Epoll;
 impl NicShared {
     /// The earliest protocol timer of any VI (CLOCK_MONOTONIC ns).
     fn next_timer_ns(&self) -> Option<u64> {
-        if self.device != Device::Udp {
+        if !self.drive.timers {
             return None;
         }
         self.live_vis()
@@ -75,7 +75,7 @@ impl NicShared {
         let mut did = false;
         for vi in self.live_vis() {
             let due = vi.has_notify()
-                || (self.device == Device::Udp
+                || (self.drive.timers
                     && matches!(vi.inner.try_lock(), Ok(g) if g.channel.as_ref()
                         .and_then(|c| c.timer_deadline_ns())
                         .is_some_and(|t| t + BUSY_TIMER_SLACK_NS <= now)));

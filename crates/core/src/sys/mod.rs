@@ -13,6 +13,7 @@ pub mod frames;
 pub mod futex;
 pub mod mapping;
 pub mod membarrier;
+pub mod net;
 pub mod packet;
 pub mod poll;
 pub mod seqpacket;

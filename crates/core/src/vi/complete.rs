@@ -43,7 +43,7 @@ impl Vi {
         inner: &mut ViInner,
     ) -> Option<(
         u64,
-        std::result::Result<bool, crate::transport::ChannelFailed>,
+        std::result::Result<bool, crate::device::ChannelFailed>,
         bool,
     )> {
         let ch = inner.channel.as_mut()?;

@@ -11,6 +11,7 @@
 //! descriptor concerned carries the error.
 
 mod complete;
+pub mod peer;
 pub mod placement;
 pub mod queues;
 
@@ -20,11 +21,11 @@ use std::time::Duration;
 
 use crate::cq::CompletionQueue;
 use crate::descriptor::{self, status, DescPtr, Descriptor, OpKind};
+use crate::device::{Channel, Completion, PeerEvent};
 use crate::error::{Result, ViaError};
 use crate::mem::{HeldUses, PtagId};
 use crate::nic::{AsyncError, ErrorCode, NicShared};
 use crate::ranges::Range;
-use crate::transport::{Channel, Completion, PeerEvent};
 use crate::wait;
 use openvia_wire::handshake::ViAttrs;
 use placement::Fault;
@@ -115,7 +116,7 @@ pub struct Vi {
     pub(crate) recv_cq: Option<Arc<CompletionQueue>>,
     pub(crate) inner: Mutex<ViInner>,
     /// A peer-to-peer connection in progress.
-    pub(crate) peer: Mutex<Option<crate::connect::PeerConnect>>,
+    pub(crate) peer: Mutex<Option<peer::PeerConnect>>,
     /// Opaque value for the C shell (its handle).
     pub token: AtomicU64,
     /// What peers push to tell our CQ pollers this VI has work (0: no CQ).

@@ -23,16 +23,16 @@ use openvia_wire::shm::{
     self as rec, Op, RecordHeader, RecordKind, FLAG_CMA, FLAG_IMMEDIATE, FLAG_WAKE,
 };
 
-use super::doorbell::PeerDoorbell;
 use super::region::ConnRegion;
 use super::ring::{Consumer, Peeked, Producer};
 use crate::config::Config;
 use crate::descriptor::{status, OpKind, WorkRequest};
+use crate::device::{Channel, ChannelFailed, Completion, PeerEvent};
+use crate::doorbell::PeerDoorbell;
 use crate::mem::MemoryRegistry;
 use crate::ranges::{self, Range};
 use crate::sys::cma;
 use crate::sys::seqpacket::SeqPacket;
-use crate::transport::{Channel, ChannelFailed, Completion, PeerEvent};
 use crate::vi::placement::{Fault, Placement};
 
 /// Outbound work that did not fit in the ring at once.

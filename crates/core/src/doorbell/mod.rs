@@ -22,10 +22,12 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::notice::{self, NoticeRing};
+pub mod notice;
+
 use crate::sys::mapping::SharedMapping;
 use crate::sys::poll::{signal_raw, EventFd};
 use crate::sys::{futex, membarrier};
+use notice::NoticeRing;
 
 pub const PAGE_LEN: usize = 4096;
 /// The bit of a notice key word that says the VI's CQ polls it anyway.

@@ -1,196 +1,74 @@
-//! Outgoing datagrams of one flush, and the system calls that send them.
-//!
-//! The protocol writes each datagram's headers (and a small payload) into
-//! one arena; a large payload stays where it is — the protocol's
-//! retransmission buffer, or the application's registered memory — and is
-//! named by address. Sending gathers both with iovecs, so the kernel's copy
-//! is the only one between the message and the wire. Runs of equal-sized
-//! datagrams become one GSO send (`UDP_SEGMENT`), all of them one sendmmsg.
-//!
-//! Under a cluster key each datagram ends with an authentication trailer
-//! (`packet_auth`), written into the arena right after the headers and
-//! sent after the payload by a third iovec.
-//!
-//! A payload named by address is valid only until the protocol next takes
-//! an acknowledgement. What a flush could not send (socket buffer full)
-//! therefore gets its payload copied into the arena before the flush
-//! returns.
+//! The UDP device's sends: the datagrams of a [`TxBatch`] gathered with
+//! iovecs, runs of equal-sized datagrams as one GSO send (`UDP_SEGMENT`),
+//! all of them in one sendmmsg.
 
 use std::io;
 use std::mem::{size_of, zeroed};
 
 use super::socket::{UdpSock, SOL_UDP, UDP_SEGMENT};
+use crate::devices::rum::tx::{TxBatch, TxDatagram};
 
 /// Most datagrams the kernel accepts in one GSO send.
 const GSO_MAX_SEGMENTS: usize = 64;
 /// Largest GSO super-datagram (the UDP length field).
 const GSO_MAX_BYTES: usize = 65000;
 
-/// A payload sent from outside the arena: (address, length).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Outside {
-    pub addr: u64,
-    pub len: usize,
-}
-
-/// One queued datagram: `head` bytes in the arena, then `outside`, then
-/// the `trailer` bytes that follow `head` in the arena.
-#[derive(Clone, Copy, Debug)]
-struct Item {
-    head: usize,
-    outside: Option<Outside>,
-    trailer: usize,
-}
-
-impl Item {
-    fn len(&self) -> usize {
-        self.head + self.outside.map_or(0, |o| o.len) + self.trailer
-    }
-
-    /// Bytes the item takes in the arena.
-    fn in_arena(&self) -> usize {
-        self.head + self.trailer
-    }
-}
-
-/// Datagrams queued for one [`send_batch`]. The arena keeps its length so
-/// its tail is never zeroed again; `used` says how much holds datagrams.
-#[derive(Default)]
-pub struct TxBatch {
-    arena: Vec<u8>,
-    items: Vec<Item>,
-    used: usize,
-}
-
-impl TxBatch {
-    pub fn len(&self) -> usize {
-        self.items.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
-    }
-
-    /// Room for one more datagram's arena part of up to `max` bytes.
-    pub fn tail(&mut self, max: usize) -> &mut [u8] {
-        if self.arena.len() < self.used + max {
-            self.arena.resize(self.used + max, 0);
-        }
-        &mut self.arena[self.used..self.used + max]
-    }
-
-    /// The datagram written into `tail` is `n` bytes long.
-    pub fn commit(&mut self, n: usize) {
-        self.commit_split(n, None);
-    }
-
-    /// The datagram is the `n` bytes written into `tail`, then `outside`.
-    pub fn commit_split(&mut self, n: usize, outside: Option<Outside>) {
-        self.commit_trailed(n, outside, 0);
-    }
-
-    /// As [`Self::commit_split`], with `trailer` bytes written into `tail`
-    /// after the `n` (they go out after `outside`).
-    pub fn commit_trailed(&mut self, n: usize, outside: Option<Outside>, trailer: usize) {
-        self.used += n + trailer;
-        self.items.push(Item {
-            head: n,
-            outside,
-            trailer,
-        });
-    }
-
-    /// Drops the first `n` datagrams (sent). The rest, kept for a later
-    /// flush, take their payloads into the arena: by then the memory named
-    /// may have been freed or reused.
-    pub fn consume(&mut self, n: usize) {
-        let sent: usize = self.items[..n].iter().map(Item::in_arena).sum();
-        self.items.drain(..n);
-        if !self.items.iter().any(|i| i.outside.is_some()) {
-            self.arena.copy_within(sent..self.used, 0);
-            self.used -= sent;
-            return;
-        }
-        let total: usize = self.items.iter().map(Item::len).sum();
-        let mut arena = Vec::with_capacity(total.max(self.arena.len()));
-        let mut off = sent;
-        for item in &mut self.items {
-            arena.extend_from_slice(&self.arena[off..off + item.head]);
-            off += item.head;
-            let trailer = &self.arena[off..off + item.trailer];
-            off += item.trailer;
-            if let Some(o) = item.outside.take() {
-                let at = arena.len();
-                arena.resize(at + o.len, 0);
-                // SAFETY: `o` was named by the protocol during the flush
-                // that is still running; it takes no acknowledgement before
-                // the flush ends, so the bytes are still in place.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        o.addr as *const u8,
-                        arena[at..].as_mut_ptr(),
-                        o.len,
-                    )
-                };
-                item.head += o.len;
-            }
-            arena.extend_from_slice(trailer);
-            item.head += item.trailer;
-            item.trailer = 0;
-        }
-        self.used = arena.len();
-        let keep = self.arena.len().max(self.used);
-        arena.resize(keep, 0);
-        self.arena = arena;
-    }
-}
-
 /// Sends the datagrams of `tx` on `sock` (connected) in as few calls as it
 /// can. Returns how many went out; the rest stay queued when the socket
 /// buffer is full.
 pub fn send_batch(sock: &UdpSock, tx: &TxBatch) -> io::Result<usize> {
-    let n = tx.items.len();
+    let n = tx.len();
     if n == 0 {
         return Ok(0);
     }
-    if n == 1 && tx.items[0].outside.is_none() {
-        return sock.send_one(&tx.arena[..tx.items[0].in_arena()]);
+    if n == 1 {
+        if let Some(d) = tx.datagrams().next().filter(|d| d.outside.is_none()) {
+            return sock.send_one(d.in_arena);
+        }
     }
     // iovecs of every group, then per group (first iovec, iovec count,
     // datagram count, GSO size or 0).
     let mut iovs: Vec<libc::iovec> = Vec::with_capacity(3 * n);
     let mut groups: Vec<(usize, usize, usize, u16)> = Vec::with_capacity(n);
-    let mut off = 0;
-    let mut i = 0;
-    while i < n {
-        let first = i;
-        let seg = tx.items[i].len();
+    let mut items = tx.datagrams().peekable();
+    while let Some(mut item) = items.next() {
+        let seg = item.len();
         let mut bytes = 0;
+        let mut count = 0;
         let iov_first = iovs.len();
         loop {
-            let item = tx.items[i];
-            let at = tx.arena[off..].as_ptr() as u64;
-            push_iov(&mut iovs, iov_first, at, item.head);
+            push_iov(
+                &mut iovs,
+                iov_first,
+                item.head.as_ptr() as u64,
+                item.head.len(),
+            );
             if let Some(o) = item.outside {
                 push_iov(&mut iovs, iov_first, o.addr, o.len);
             }
             // The trailer follows the headers in the arena.
-            push_iov(&mut iovs, iov_first, at + item.head as u64, item.trailer);
-            off += item.in_arena();
+            push_iov(
+                &mut iovs,
+                iov_first,
+                item.trailer.as_ptr() as u64,
+                item.trailer.len(),
+            );
             bytes += item.len();
-            i += 1;
-            let more = sock.gso
-                && i < n
-                && i - first < GSO_MAX_SEGMENTS
-                && tx.items[i].len() <= seg
-                && bytes + tx.items[i].len() <= GSO_MAX_BYTES
-                // Only the last datagram of a run may be shorter.
-                && tx.items[i - 1].len() == seg;
-            if !more {
-                break;
+            count += 1;
+            // Only the last datagram of a run may be shorter.
+            let open = sock.gso && count < GSO_MAX_SEGMENTS && item.len() == seg;
+            let next = open
+                .then(|| {
+                    items.next_if(|d: &TxDatagram<'_>| {
+                        d.len() <= seg && bytes + d.len() <= GSO_MAX_BYTES
+                    })
+                })
+                .flatten();
+            match next {
+                Some(d) => item = d,
+                None => break,
             }
         }
-        let count = i - first;
         let gso = if count > 1 { seg as u16 } else { 0 };
         groups.push((iov_first, iovs.len() - iov_first, count, gso));
     }
@@ -271,30 +149,7 @@ fn push_iov(iovs: &mut Vec<libc::iovec>, floor: usize, addr: u64, len: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn kept_datagrams_take_their_payloads_in() {
-        let payload: Vec<u8> = (0..100u8).collect();
-        let mut tx = TxBatch::default();
-        for k in 0..3u8 {
-            let t = tx.tail(64);
-            t[..4].fill(k);
-            let outside = (k != 1).then(|| Outside {
-                addr: payload[k as usize * 10..].as_ptr() as u64,
-                len: 10,
-            });
-            tx.commit_split(4, outside);
-        }
-        tx.consume(1);
-        assert_eq!(tx.len(), 2);
-        // Datagram 1 (inline) then datagram 2 with its payload copied in.
-        let mut want = vec![1u8; 4];
-        want.extend_from_slice(&[2u8; 4]);
-        want.extend_from_slice(&payload[20..30]);
-        assert_eq!(&tx.arena[..tx.used], &want[..]);
-        assert!(tx.items.iter().all(|i| i.outside.is_none()));
-        assert_eq!(tx.items[1].len(), 14);
-    }
+    use crate::devices::rum::tx::Outside;
 
     /// A sender with GSO connected to a receiver without GRO, on loopback.
     fn gso_pair() -> (UdpSock, UdpSock) {
@@ -389,11 +244,14 @@ mod tests {
         let (mut batch, want) = build();
         batch.consume(2);
         let kept: Vec<u8> = want[2..].concat();
-        assert_eq!(&batch.arena[..batch.used], &kept[..]);
+        let in_arena: Vec<u8> = batch
+            .datagrams()
+            .flat_map(|d| d.in_arena.to_vec())
+            .collect();
+        assert_eq!(in_arena, kept);
         assert!(batch
-            .items
-            .iter()
-            .all(|i| i.outside.is_none() && i.trailer == 0));
+            .datagrams()
+            .all(|d| d.outside.is_none() && d.trailer.is_empty()));
     }
 
     #[test]

@@ -21,13 +21,16 @@ use openvia_wire::handshake::{Address, ViAttrs};
 use openvia_wire::rum::{Body, Repr};
 
 use super::agent::{
-    self, ensure_agent, sign, verify, wall_ms, Listener, RequestData, MODE_CLIENT_SERVER,
-    MODE_PEER, REPLAY_WINDOW_MS,
+    self, ensure_agent, wall_ms, Listener, RequestData, MODE_CLIENT_SERVER, MODE_PEER,
+    REPLAY_WINDOW_MS,
 };
-use super::channel::{now, AcceptEcho, UdpChannel};
+use super::channel::UdpChannel;
 use super::socket::{host_bytes, host_ip, UdpSock};
-use super::stats::STATS;
 use super::UdpNic;
+use crate::device::PendingConnection;
+use crate::devices::rum::channel::{now, AcceptEcho};
+use crate::devices::rum::packet_auth::{sign, verify};
+use crate::devices::rum::stats::STATS;
 use crate::error::{Result, ViaError};
 use crate::nic::NicShared;
 use crate::vi::{Vi, ViState};
@@ -36,8 +39,10 @@ use crate::vi::{Vi, ViState};
 const REJECT_REFUSED: u32 = 2;
 
 fn udp_of(nic: &NicShared) -> Result<&UdpNic> {
-    nic.udp
-        .as_ref()
+    nic.device()
+        .as_any()
+        .downcast_ref::<super::UdpDevice>()
+        .map(|d| &d.medium)
         .ok_or(ViaError::InvalidState("not a network NIC"))
 }
 
@@ -180,6 +185,24 @@ impl UdpConnRequest {
     pub fn reject(self) -> Result<()> {
         self.send_reject(REJECT_REFUSED);
         Ok(())
+    }
+}
+
+impl PendingConnection for UdpConnRequest {
+    fn remote_address(&self) -> &Address {
+        UdpConnRequest::remote_address(self)
+    }
+
+    fn remote_attrs(&self) -> ViAttrs {
+        UdpConnRequest::remote_attrs(self)
+    }
+
+    fn accept(self: Box<Self>, vi: &Arc<Vi>) -> Result<()> {
+        UdpConnRequest::accept(*self, vi)
+    }
+
+    fn reject(self: Box<Self>) -> Result<()> {
+        UdpConnRequest::reject(*self)
     }
 }
 
@@ -464,7 +487,7 @@ pub fn peer_request(
     }
     let (vi2, local, remote) = (vi.clone(), local.clone(), remote.clone());
     let deadline = timeout.map(|t| Instant::now() + t);
-    crate::connect::start_peer(vi, move |cancel| {
+    crate::vi::peer::start_peer(vi, move |cancel| {
         let stop = || cancel.load(std::sync::atomic::Ordering::SeqCst);
         let me = (vi2.nic.address.to_vec(), local.discriminator.clone());
         let them = (remote.host.clone(), remote.discriminator.clone());

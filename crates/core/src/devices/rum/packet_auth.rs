@@ -1,7 +1,7 @@
 //! Every packet of a connection authenticated under the cluster key.
 //!
 //! The handshake is authenticated with HMAC-SHA256 under the key itself
-//! (`agent::sign`); it also fixes both ends' random connection ids. From
+//! ([`sign`]); it also fixes both ends' random connection ids. From
 //! them each end derives one key per direction,
 //! K(sender → receiver) = HMAC-SHA256(cluster key, label ‖ sender id ‖
 //! receiver id) cut to 128 bits, and appends to every later packet a
@@ -14,10 +14,10 @@
 //! protocol already discards a repeated segment or acknowledgement.
 
 use openvia_wire::rum::{
-    split_trailer, trailer_nonce, write_trailer, PacketType, TRAILER_LEN, TRAILER_TAG_LEN,
+    split_trailer, trailer_nonce, write_trailer, Packet, PacketType, AUTHENTICATOR_LEN,
+    TRAILER_LEN, TRAILER_TAG_LEN,
 };
 
-use super::agent::verify;
 use super::gmac::Gmac;
 use super::mac::{hmac_sha256, tags_equal};
 
@@ -90,6 +90,41 @@ impl PacketAuth {
         } else {
             Opened::Forged
         }
+    }
+}
+
+/// Fills the authenticator of a handshake datagram (no-op without a key
+/// or for other packets).
+pub fn sign(key: Option<&[u8]>, dg: &mut [u8]) {
+    let Some(key) = key else { return };
+    let Ok(mut p) = Packet::new_checked(&mut *dg) else {
+        return;
+    };
+    let Some(range) = p.authenticator_range() else {
+        return;
+    };
+    let zero = [0u8; AUTHENTICATOR_LEN];
+    p.set_authenticator(&zero);
+    let mac = hmac_sha256(key, &[p.as_bytes()]);
+    let _ = range;
+    p.set_authenticator(&mac);
+}
+
+/// Checks a handshake datagram's authenticator; without a key, requires
+/// that none is claimed either (both ends must agree on using a key).
+pub fn verify(key: Option<&[u8]>, dg: &[u8]) -> bool {
+    let Ok(p) = Packet::new_checked(dg) else {
+        return false;
+    };
+    match (key, p.authenticator_range()) {
+        (None, None) => true,
+        (Some(key), Some(range)) => {
+            let mut copy = dg.to_vec();
+            copy[range.clone()].fill(0);
+            let mac = hmac_sha256(key, &[&copy]);
+            tags_equal(&mac, &dg[range])
+        }
+        _ => false,
     }
 }
 

@@ -1,6 +1,7 @@
-//! One connected VI pair over UDP: a [`Channel`] that feeds an
-//! `openvia_proto::Connection` with datagrams and time, and turns the
-//! messages it delivers into placements.
+//! One connected VI pair over a datagram link: a [`Channel`] that feeds
+//! an `openvia_proto::Connection` with datagrams and time, and turns the
+//! messages it delivers into placements. Generic over the link
+//! ([`DatagramLink`]); what follows describes it on the UDP device's.
 //!
 //! Each VI owns a UDP socket connected to the peer's, so the kernel does
 //! the demultiplexing and drops datagrams from anyone else; the socket is
@@ -45,13 +46,14 @@ use openvia_proto::{
 use openvia_wire::handshake::ViAttrs;
 
 use super::fault::{FaultConfig, Faults};
+use super::link::DatagramLink;
 use super::packet_auth::{overhead, Opened, PacketAuth};
-use super::socket::{refused, RxBatch, UdpSock, RX_BATCH, RX_BUF};
+use super::rx::{RxBatch, RX_BATCH};
 use super::stats::STATS;
-use super::tx::{send_batch, Outside, TxBatch};
+use super::tx::{Outside, TxBatch};
 use crate::descriptor::{status, OpKind, WorkRequest};
+use crate::device::{Channel, ChannelFailed, Completion, PeerEvent};
 use crate::ranges::{self, Range};
-use crate::transport::{Channel, ChannelFailed, Completion, PeerEvent};
 use crate::vi::placement::{Fault, Placement};
 
 /// Memory handle that marks a response as a refusal.
@@ -118,8 +120,9 @@ pub struct AcceptEcho {
     pub give_up: u64,
 }
 
-pub struct UdpChannel {
-    sock: UdpSock,
+pub struct RumChannel<L: DatagramLink> {
+    /// The medium: datagrams to and from the peer.
+    link: L,
     conn: Connection,
     remote: ViAttrs,
     reliable: bool,
@@ -169,11 +172,11 @@ pub struct UdpChannel {
     faults: Option<Faults>,
 }
 
-impl UdpChannel {
+impl<L: DatagramLink> RumChannel<L> {
     /// `in_place_sends`: large sends may be read in place (see
     /// [`EXTERNAL_MIN`]) where the level keeps segments for retransmission.
     pub fn new(
-        sock: UdpSock,
+        link: L,
         conn: Connection,
         remote: ViAttrs,
         echo: Option<AcceptEcho>,
@@ -187,9 +190,9 @@ impl UdpChannel {
             cluster_key.map(|k| PacketAuth::new(k, conn.local_conn_id(), conn.peer_conn_id()));
         let longest = conn.max_datagram_len() + overhead(auth.is_some());
         let max_datagram = longest.max(2048);
-        let rx_buf = if sock.gso { RX_BUF } else { longest.max(2048) };
+        let rx_buf = link.rx_buffer_len(longest);
         let mut ch = Self {
-            sock,
+            link,
             conn,
             remote,
             reliable,
@@ -300,10 +303,10 @@ impl UdpChannel {
             if self.tx.is_empty() {
                 break;
             }
-            let sent = match send_batch(&self.sock, &self.tx) {
+            let sent = match self.link.send_batch(&self.tx) {
                 Ok(n) => n,
                 Err(e) => {
-                    if refused(&e) {
+                    if self.link.peer_gone(&e) {
                         self.port_unreachable(now.as_nanos());
                     }
                     // Otherwise an unreachable network: like a loss;
@@ -331,7 +334,7 @@ impl UdpChannel {
         let mut at = None;
         loop {
             let want = self.rx_want;
-            let n = match self.sock.recv_batch(&mut self.rx, want) {
+            let n = match self.link.recv_batch(&mut self.rx, want) {
                 Ok(0) => {
                     if let Some(u) = self.unreachable.as_mut() {
                         u.drained = true;
@@ -340,7 +343,7 @@ impl UdpChannel {
                 }
                 Ok(n) => n,
                 Err(e) => {
-                    if refused(&e) {
+                    if self.link.peer_gone(&e) {
                         self.port_unreachable(crate::sys::now_ns());
                     }
                     0
@@ -411,7 +414,7 @@ impl UdpChannel {
 
     /// GRO (one receive per GSO burst) while datagrams come in numbers; off
     /// once they have come alone [`LONE_FOR_PLAIN`] times in a row, for the
-    /// plain recv (`UdpSock::gro_off_if_quiet`). It goes off right after a
+    /// plain recv (`DatagramLink::gro_off_if_quiet`). It goes off right after a
     /// lone datagram, before anything is sent back: in a ping-pong nothing
     /// else is then on its way. Never on flow-control-only, where a burst
     /// glued just before the switch, read as one datagram and dropped,
@@ -419,10 +422,10 @@ impl UdpChannel {
     fn track_gro(&mut self, datagrams: usize, want: usize) {
         if self.rx_want == RX_BATCH {
             self.lone_arrivals = 0;
-            self.sock.set_gro(true);
+            self.link.set_gro(true);
         } else if datagrams == 1 && want == 1 && !self.rx_streak && !self.lossless {
             self.lone_arrivals = self.lone_arrivals.saturating_add(1);
-            if self.lone_arrivals == LONE_FOR_PLAIN && !self.sock.gro_off_if_quiet() {
+            if self.lone_arrivals == LONE_FOR_PLAIN && !self.link.gro_off_if_quiet() {
                 // Something is queued already: try again after the next
                 // run of lone datagrams.
                 self.lone_arrivals = 0;
@@ -476,23 +479,10 @@ impl UdpChannel {
             return;
         }
         if now >= e.next {
-            let _ = self.sock.send(&e.datagram);
+            let _ = self.link.send(&e.datagram);
             e.interval_ns = (e.interval_ns * 2).min(500_000_000);
             e.next = now + e.interval_ns;
         }
-    }
-
-    fn local_data(local: &[Range], len: u64) -> Vec<u8> {
-        Self::gather_into(Vec::new(), local, len)
-    }
-
-    /// Copies the posted ranges into `buf` (a reused buffer: a fresh one
-    /// per large message costs more in page faults than the copy).
-    fn gather_into(mut buf: Vec<u8>, local: &[Range], len: u64) -> Vec<u8> {
-        buf.resize(len as usize, 0);
-        // SAFETY: the ranges were validated against the registry at post.
-        unsafe { ranges::gather(local, 0, &mut buf) };
-        buf
     }
 
     fn publish_counters(&self) {
@@ -505,6 +495,19 @@ impl UdpChannel {
             );
         }
     }
+}
+
+fn local_data(local: &[Range], len: u64) -> Vec<u8> {
+    gather_into(Vec::new(), local, len)
+}
+
+/// Copies the posted ranges into `buf` (a reused buffer: a fresh one
+/// per large message costs more in page faults than the copy).
+fn gather_into(mut buf: Vec<u8>, local: &[Range], len: u64) -> Vec<u8> {
+    buf.resize(len as usize, 0);
+    // SAFETY: the ranges were validated against the registry at post.
+    unsafe { ranges::gather(local, 0, &mut buf) };
+    buf
 }
 
 /// Places delivered messages for one progress call.
@@ -632,7 +635,7 @@ impl MessageSink for Sink<'_, '_> {
                     self.replies.push(nack(tag, bits));
                     return Offer::Placed;
                 }
-                let data = UdpChannel::local_data(
+                let data = local_data(
                     &[Range {
                         addr: info.remote_addr,
                         len: want,
@@ -671,7 +674,7 @@ impl MessageSink for Sink<'_, '_> {
     }
 }
 
-impl Channel for UdpChannel {
+impl<L: DatagramLink> Channel for RumChannel<L> {
     fn post(
         &mut self,
         wr: &WorkRequest,
@@ -828,7 +831,7 @@ impl Channel for UdpChannel {
     }
 
     fn liveness_fd(&self) -> RawFd {
-        self.sock.raw_fd()
+        self.link.raw_fd()
     }
 
     fn peer_event(&mut self) -> PeerEvent {
@@ -874,7 +877,7 @@ impl Channel for UdpChannel {
     }
 }
 
-impl UdpChannel {
+impl<L: DatagramLink> RumChannel<L> {
     /// Before a disconnect: sends the peer has not acknowledged have not
     /// completed (a reliable send completes only once the peer holds it)
     /// and are flushed with an error when the channel closes. Keep
@@ -893,7 +896,7 @@ impl UdpChannel {
                 .poll_timeout()
                 .map_or(deadline, |w| w.as_nanos().min(deadline));
             let wait = std::time::Duration::from_nanos(wake.saturating_sub(t).min(1_000_000));
-            self.sock.wait_readable(wait);
+            self.link.wait_readable(wait);
             let now_t = self.take_input();
             self.flush(now_t);
         }
@@ -912,7 +915,7 @@ impl UdpChannel {
             }
         }
         let buf = self.conn.take_buffer(len as usize);
-        Payload::Owned(Self::gather_into(buf, local, len))
+        Payload::Owned(gather_into(buf, local, len))
     }
 
     fn send_message(&mut self, msg: OutgoingMessage) -> Result<(), ChannelFailed> {
@@ -926,7 +929,7 @@ impl UdpChannel {
     }
 }
 
-impl Drop for UdpChannel {
+impl<L: DatagramLink> Drop for RumChannel<L> {
     fn drop(&mut self) {
         if !self.closed {
             self.close(false);

@@ -1,6 +1,6 @@
 //! GMAC: the tag of AES-128-GCM over associated data only (NIST SP
 //! 800-38D with an empty plaintext), the per-packet authenticator of a
-//! connection under a cluster key (`udp/packet_auth.rs`).
+//! connection under a cluster key (`rum/packet_auth.rs`).
 //!
 //! tag = GHASH_H(data) ⊕ AES_K(nonce ‖ 0x00000001), H = AES_K(0). A
 //! Carter–Wegman MAC: secure while no (key, nonce) pair repeats, which the

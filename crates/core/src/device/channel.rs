@@ -9,9 +9,6 @@
 //! the same parts: `channel` (this trait), `connect` (setting up a pair),
 //! and whatever its medium needs.
 
-pub mod shm;
-pub mod udp;
-
 use std::os::fd::RawFd;
 
 use crate::descriptor::WorkRequest;

@@ -2,34 +2,38 @@
 //! hosts over UDP, with the RUM protocol core (`openvia_proto`) doing
 //! sequencing, flow control and loss recovery. See docs/udp.md.
 //!
+//! - `mod.rs` (here): the device: open, attributes, settings, name service.
 //! - `socket`: UDP sockets, batched receive with GRO, interface address and MTU.
-//! - `tx`: the datagrams of one flush, sent scatter-gather with GSO.
-//! - `channel`: the [`Channel`](crate::transport::Channel) of a connected VI.
+//! - `gso`: the datagrams of one flush, sent scatter-gather with GSO.
+//! - `channel`: the RUM channel over the VI's socket (its [`DatagramLink`](crate::devices::rum::link::DatagramLink)).
 //! - `agent`: the per-host rendezvous on the well-known port.
 //! - `connect`: client, server and peer-to-peer connection setup.
-//! - `fault`: seeded fault injection on received datagrams (tests).
-//! - `mac`: SHA-256/HMAC for the cluster key; `gmac` and `packet_auth`:
-//!   every packet authenticated under it.
-//! - `stats`: drop counters.
+//!
+//! The channel of a connected VI, packet authentication, fault injection
+//! and the drop counters are the RUM channel's, shared by every network
+//! device: [`crate::devices::rum`].
 
 pub mod agent;
 pub mod channel;
 pub mod connect;
-pub mod fault;
-pub mod gmac;
-pub mod mac;
-pub mod packet_auth;
+pub mod gso;
 pub mod socket;
-pub mod stats;
-pub mod tx;
 
+use std::any::Any;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use openvia_proto::{FlowMode, Reliability, SegmentPolicy};
 
+pub use crate::devices::rum::stats::{stats, StatsSnapshot};
+use crate::devices::rum::{fault, packet_auth};
+use openvia_wire::handshake::{Address, ViAttrs};
+
+use crate::device::{Device, DeviceInfo, Drive, LinkInfo, PendingConnection};
 use crate::error::{Result, ViaError};
-pub use stats::{stats, StatsSnapshot};
+use crate::nic::{NicShared, NIC_ADDRESS_LEN};
+use crate::vi::{reliability, Vi};
 
 /// Default well-known port of the connection agent.
 pub const DEFAULT_AGENT_PORT: u16 = 7250;
@@ -86,6 +90,18 @@ pub struct UdpSettings {
 pub enum SegmentChoice {
     Policy(SegmentPolicy),
     Bytes(usize),
+}
+
+impl std::fmt::Display for SegmentChoice {
+    /// As `OPENVIA_UDP_SEGMENT` spells it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SegmentChoice::Policy(SegmentPolicy::Fixed) => f.write_str("fixed"),
+            SegmentChoice::Policy(SegmentPolicy::PageAligned) => f.write_str("page"),
+            SegmentChoice::Policy(SegmentPolicy::LargestThatFits) => f.write_str("largest"),
+            SegmentChoice::Bytes(n) => write!(f, "{n}"),
+        }
+    }
 }
 
 fn env(name: &str) -> Option<String> {
@@ -282,5 +298,101 @@ impl UdpNic {
             max_rto: d.max_rto.max(min_rto),
             ..d
         }
+    }
+}
+
+/// The UDP device of one NIC: its medium and what it reports.
+pub struct UdpDevice {
+    info: DeviceInfo,
+    pub medium: UdpNic,
+}
+
+impl UdpDevice {
+    /// Opens on interface `ifname` (`/dev/via_<ifname>`), or (None) the
+    /// generic `/dev/via_udp`, bound per `OPENVIA_UDP_BIND`.
+    pub fn open(ifname: Option<&str>) -> Result<Self> {
+        let medium = UdpNic::open(ifname)?;
+        let name = match &medium.ifname {
+            Some(i) if ifname.is_some() => format!("/dev/via_{i}"),
+            _ => "/dev/via_udp".to_string(),
+        };
+        let info = DeviceInfo {
+            name,
+            short_name: "udp",
+            address: socket::host_bytes(medium.ip),
+            max_transfer: UDP_MAX_TRANSFER,
+            native_mtu: medium.mtu as u64,
+            reliability: reliability::UNRELIABLE
+                | reliability::RELIABLE_DELIVERY
+                | reliability::RELIABLE_RECEPTION,
+            rdma_read: reliability::RELIABLE_DELIVERY | reliability::RELIABLE_RECEPTION,
+            drive: Drive {
+                peer_doorbell: false,
+                costly_poll: true,
+                timers: true,
+            },
+            link: Some(LinkInfo {
+                interface: medium.ifname.clone(),
+                mtu: medium.mtu,
+                segment_policy: medium.settings.segment.to_string(),
+                segment_bytes: medium.segment_size(),
+            }),
+        };
+        Ok(Self { info, medium })
+    }
+}
+
+impl Device for UdpDevice {
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn connect_wait(
+        &self,
+        nic: &Arc<NicShared>,
+        local: &Address,
+        timeout: Option<Duration>,
+    ) -> Result<Box<dyn PendingConnection>> {
+        connect::connect_wait(nic, local, timeout).map(|r| Box::new(r) as _)
+    }
+
+    fn connect_request(
+        &self,
+        vi: &Arc<Vi>,
+        local: &Address,
+        remote: &Address,
+        timeout: Option<Duration>,
+    ) -> Result<ViAttrs> {
+        connect::connect_request(vi, local, remote, timeout)
+    }
+
+    fn peer_request(
+        &self,
+        vi: &Arc<Vi>,
+        local: &Address,
+        remote: &Address,
+        timeout: Option<Duration>,
+    ) -> Result<()> {
+        connect::peer_request(vi, local, remote, timeout)
+    }
+
+    /// Any host name or IPv4/IPv6 literal, to 16 bytes (IPv4 mapped into
+    /// IPv6, IPv4 preferred when a name has both).
+    fn resolve_remote(&self, name: &str) -> Result<[u8; NIC_ADDRESS_LEN]> {
+        crate::sys::net::resolve(name)
+    }
+
+    fn remote_host_name(&self, addr: &[u8]) -> Result<String> {
+        socket::host_ip(addr)
+            .map(|ip| ip.to_string())
+            .ok_or_else(|| ViaError::NameService("unknown host address".into()))
+    }
+
+    fn close(&self, nic: &NicShared) {
+        connect::forget_nic(nic);
     }
 }

@@ -26,11 +26,11 @@ use std::sync::atomic::Ordering;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use openvia_wire::rum::{Body, Packet, Repr, AUTHENTICATOR_LEN};
+use openvia_wire::rum::{Body, Repr};
 
-use super::mac::{hmac_sha256, sha256, tags_equal};
 use super::socket::{host_bytes, UdpSock};
-use super::stats::STATS;
+use crate::devices::rum::mac::sha256;
+use crate::devices::rum::stats::STATS;
 
 /// Client-server request.
 pub const MODE_CLIENT_SERVER: u8 = 1;
@@ -94,41 +94,6 @@ impl RequestData {
             time_ms: u64::from_be_bytes(b[1 + TAG_LEN..USER_FIXED].try_into().ok()?),
             client_disc: b[USER_FIXED..].to_vec(),
         })
-    }
-}
-
-/// Fills the authenticator of a handshake datagram (no-op without a key
-/// or for other packets).
-pub fn sign(key: Option<&[u8]>, dg: &mut [u8]) {
-    let Some(key) = key else { return };
-    let Ok(mut p) = Packet::new_checked(&mut *dg) else {
-        return;
-    };
-    let Some(range) = p.authenticator_range() else {
-        return;
-    };
-    let zero = [0u8; AUTHENTICATOR_LEN];
-    p.set_authenticator(&zero);
-    let mac = hmac_sha256(key, &[p.as_bytes()]);
-    let _ = range;
-    p.set_authenticator(&mac);
-}
-
-/// Checks a handshake datagram's authenticator; without a key, requires
-/// that none is claimed either (both ends must agree on using a key).
-pub fn verify(key: Option<&[u8]>, dg: &[u8]) -> bool {
-    let Ok(p) = Packet::new_checked(dg) else {
-        return false;
-    };
-    match (key, p.authenticator_range()) {
-        (None, None) => true,
-        (Some(key), Some(range)) => {
-            let mut copy = dg.to_vec();
-            copy[range.clone()].fill(0);
-            let mac = hmac_sha256(key, &[&copy]);
-            tags_equal(&mac, &dg[range])
-        }
-        _ => false,
     }
 }
 

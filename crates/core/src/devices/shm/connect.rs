@@ -24,8 +24,9 @@ use std::time::{Duration, Instant};
 use openvia_wire::handshake::{Accept, Address, Message, Mode, Reason, Request, ViAttrs};
 
 use super::channel::{ChannelParts, ShmChannel};
-use super::doorbell::{PeerDoorbell, REGION_LEN as NIC_REGION_LEN};
 use super::region::{region_len, ConnRegion};
+use crate::device::PendingConnection;
+use crate::doorbell::{PeerDoorbell, REGION_LEN as NIC_REGION_LEN};
 use crate::error::{Result, ViaError};
 use crate::nic::NicShared;
 use crate::sys::cma::{self, Range};
@@ -79,19 +80,19 @@ pub struct ConnRequest {
     nic: Arc<NicShared>,
 }
 
-impl ConnRequest {
+impl PendingConnection for ConnRequest {
     /// The client's own address (host and discriminator).
-    pub fn remote_address(&self) -> &Address {
+    fn remote_address(&self) -> &Address {
         &self.request.local
     }
 
     /// The client VI's attributes.
-    pub fn remote_attrs(&self) -> ViAttrs {
+    fn remote_attrs(&self) -> ViAttrs {
         self.request.attrs
     }
 
     /// `VipConnectAccept`: binds the request to `vi`.
-    pub fn accept(mut self, vi: &Arc<Vi>) -> Result<()> {
+    fn accept(mut self: Box<Self>, vi: &Arc<Vi>) -> Result<()> {
         if !Arc::ptr_eq(&vi.nic, &self.nic) {
             return Err(ViaError::InvalidParameter("VI of another NIC"));
         }
@@ -119,7 +120,7 @@ impl ConnRequest {
     }
 
     /// `VipConnectReject`.
-    pub fn reject(self) -> Result<()> {
+    fn reject(self: Box<Self>) -> Result<()> {
         let _ = self
             .sock
             .send(&Message::Reject(Reason::Rejected).emit(), &[]);
@@ -224,7 +225,10 @@ pub fn connect_wait(
         ));
     }
     let listener = {
-        let mut ls = nic.listeners.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ls = super::shm_of(nic)?
+            .listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         match ls.get(&local.discriminator) {
             Some(l) => l.clone(),
             None => {
@@ -432,7 +436,7 @@ pub fn peer_request(
     }
     let (vi2, local, remote) = (vi.clone(), local.clone(), remote.clone());
     let deadline = timeout.map(|t| Instant::now() + t);
-    crate::connect::start_peer(vi, move |cancel| {
+    crate::vi::peer::start_peer(vi, move |cancel| {
         peer_rendezvous(&vi2, &local, &remote, deadline, cancel)
     })
 }

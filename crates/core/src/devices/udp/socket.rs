@@ -10,17 +10,21 @@
 use std::cell::Cell;
 use std::io;
 use std::mem::{size_of, zeroed};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
+use crate::devices::rum::rx::{RxBatch, RX_BATCH};
 use crate::sys::cvt;
+pub use crate::sys::net::{
+    first_non_loopback, host_bytes, host_ip, interface_addresses, interface_info, interface_mtu,
+    interface_of,
+};
 
 pub(super) const SOL_UDP: libc::c_int = 17;
 pub(super) const UDP_SEGMENT: libc::c_int = 103;
 const UDP_GRO: libc::c_int = 104;
 /// Receive buffers per recvmmsg call.
-pub const RX_BATCH: usize = 16;
 /// One receive buffer holds a whole GRO super-datagram.
 pub const RX_BUF: usize = 65536;
 
@@ -71,24 +75,6 @@ fn from_raw(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
         }
         _ => None,
     }
-}
-
-/// A 16-byte VIA host address: IPv6, or IPv4 mapped into IPv6.
-pub fn host_bytes(ip: IpAddr) -> [u8; 16] {
-    match ip {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-        IpAddr::V6(v6) => v6.octets(),
-    }
-}
-
-/// The IP address a 16-byte VIA host address stands for (mapped → IPv4).
-pub fn host_ip(host: &[u8]) -> Option<IpAddr> {
-    let b: [u8; 16] = host.try_into().ok()?;
-    let v6 = Ipv6Addr::from(b);
-    Some(match v6.to_ipv4_mapped() {
-        Some(v4) => IpAddr::V4(v4),
-        None => IpAddr::V6(v6),
-    })
 }
 
 fn setsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int, v: libc::c_int) -> bool {
@@ -345,8 +331,8 @@ impl UdpSock {
             unsafe { libc::CMSG_SPACE(size_of::<libc::c_int>() as u32) as usize }
         };
         let stride = cmsg_space.div_ceil(8);
-        if rx.cbufs.len() < RX_BATCH * stride {
-            rx.cbufs = vec![0u64; RX_BATCH * stride];
+        if rx.control.len() < RX_BATCH * stride {
+            rx.control = vec![0u64; RX_BATCH * stride];
         }
         if max == 1 {
             return self.recv_one(rx, cmsg_space);
@@ -366,7 +352,7 @@ impl UdpSock {
         for (k, m) in msgs.iter_mut().enumerate() {
             m.msg_hdr.msg_iov = &mut iovs[k];
             m.msg_hdr.msg_iovlen = 1;
-            m.msg_hdr.msg_control = rx.cbufs[k * stride..].as_mut_ptr().cast();
+            m.msg_hdr.msg_control = rx.control[k * stride..].as_mut_ptr().cast();
             m.msg_hdr.msg_controllen = cmsg_space;
         }
         // SAFETY: every header points at a live buffer and control area.
@@ -384,7 +370,7 @@ impl UdpSock {
         }
         let r = r as usize;
         for (k, m) in msgs.iter().take(r).enumerate() {
-            rx.record(k, m.msg_len as usize, &m.msg_hdr);
+            record(rx, k, m.msg_len as usize, &m.msg_hdr);
         }
         Ok(r)
     }
@@ -422,14 +408,14 @@ impl UdpSock {
         let mut hdr: libc::msghdr = unsafe { zeroed() };
         hdr.msg_iov = &mut iov;
         hdr.msg_iovlen = 1;
-        hdr.msg_control = rx.cbufs.as_mut_ptr().cast();
+        hdr.msg_control = rx.control.as_mut_ptr().cast();
         hdr.msg_controllen = cmsg_space;
         // SAFETY: the header points at a live buffer and control area.
         let n = unsafe { libc::recvmsg(self.raw_fd(), &mut hdr, libc::MSG_DONTWAIT) };
         if n < 0 {
             return nothing_or_error();
         }
-        rx.record(0, n as usize, &hdr);
+        record(rx, 0, n as usize, &hdr);
         Ok(1)
     }
 }
@@ -452,174 +438,23 @@ pub fn refused(e: &io::Error) -> bool {
     e.raw_os_error() == Some(libc::ECONNREFUSED)
 }
 
-/// Buffers for `recv_batch`.
-pub struct RxBatch {
-    pub bufs: Vec<Vec<u8>>,
-    /// (bytes, GRO segment size or 0) per filled buffer.
-    pub lens: Vec<(usize, usize)>,
-    pub truncated: Vec<bool>,
-    cbufs: Vec<u64>,
-}
-
-impl RxBatch {
-    pub fn new(buf_len: usize) -> Self {
-        Self {
-            bufs: (0..RX_BATCH).map(|_| vec![0u8; buf_len]).collect(),
-            lens: vec![(0, 0); RX_BATCH],
-            truncated: vec![false; RX_BATCH],
-            cbufs: Vec::new(),
-        }
-    }
-
-    /// Notes what the kernel wrote into buffer `k`: its length, whether
-    /// it was cut short, and the GRO segment size from its control data.
-    fn record(&mut self, k: usize, len: usize, hdr: &libc::msghdr) {
-        let mut seg = 0usize;
-        // SAFETY: walking the control messages the kernel wrote, within
-        // msg_controllen.
-        unsafe {
-            let mut c = libc::CMSG_FIRSTHDR(hdr);
-            while !c.is_null() {
-                if (*c).cmsg_level == SOL_UDP && (*c).cmsg_type == UDP_GRO {
-                    seg =
-                        std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::c_int) as usize;
-                }
-                c = libc::CMSG_NXTHDR(hdr, c);
-            }
-        }
-        self.lens[k] = (len, seg);
-        self.truncated[k] = hdr.msg_flags & libc::MSG_TRUNC != 0;
-    }
-
-    /// The datagrams in buffer `k` (a GRO buffer holds several).
-    pub fn datagrams(&self, k: usize) -> impl Iterator<Item = &[u8]> {
-        let (len, seg) = self.lens[k];
-        let data = &self.bufs[k][..len];
-        let step = if seg == 0 { len.max(1) } else { seg };
-        data.chunks(step)
-    }
-}
-
-/// An interface's IP address (IPv4 preferred) and MTU.
-pub fn interface_info(ifname: &str) -> Option<(IpAddr, usize)> {
-    let mut v4 = None;
-    let mut v6 = None;
-    for (name, ip) in interface_addresses() {
-        if name != ifname {
-            continue;
-        }
-        match ip {
-            IpAddr::V4(_) if v4.is_none() => v4 = Some(ip),
-            IpAddr::V6(a) if v6.is_none() && (a.segments()[0] & 0xffc0) != 0xfe80 => v6 = Some(ip),
-            _ => {}
-        }
-    }
-    let ip = v4.or(v6)?;
-    Some((ip, interface_mtu(ifname).unwrap_or(1500)))
-}
-
-/// The first interface with a non-loopback IPv4 address (else IPv6).
-pub fn first_non_loopback() -> Option<(String, IpAddr)> {
-    let all = interface_addresses();
-    all.iter()
-        .find(|(_, ip)| ip.is_ipv4() && !ip.is_loopback())
-        .or_else(|| {
-            all.iter().find(|(_, ip)| match ip {
-                IpAddr::V6(a) => !a.is_loopback() && (a.segments()[0] & 0xffc0) != 0xfe80,
-                _ => false,
-            })
-        })
-        .cloned()
-}
-
-/// The interface holding `ip`, if any.
-pub fn interface_of(ip: IpAddr) -> Option<String> {
-    interface_addresses()
-        .into_iter()
-        .find(|(_, a)| *a == ip)
-        .map(|(n, _)| n)
-}
-
-/// (interface name, address) for every address of this host.
-pub fn interface_addresses() -> Vec<(String, IpAddr)> {
-    let mut out = Vec::new();
-    let mut ifa: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs allocates a list we free below; we read only
-    // sockaddr fields whose family says what they are, and NUL-terminated names.
+/// Notes what the kernel wrote into buffer `k`: its length, whether
+/// it was cut short, and the GRO segment size from its control data.
+fn record(rx: &mut RxBatch, k: usize, len: usize, hdr: &libc::msghdr) {
+    let mut seg = 0usize;
+    // SAFETY: walking the control messages the kernel wrote, within
+    // msg_controllen.
     unsafe {
-        if libc::getifaddrs(&mut ifa) != 0 {
-            return out;
-        }
-        let mut p = ifa;
-        while !p.is_null() {
-            let a = (*p).ifa_addr;
-            if !a.is_null() && !(*p).ifa_name.is_null() {
-                let name = std::ffi::CStr::from_ptr((*p).ifa_name)
-                    .to_string_lossy()
-                    .into_owned();
-                let ss = &*(a as *const libc::sockaddr_storage);
-                if matches!(
-                    (*a).sa_family as libc::c_int,
-                    libc::AF_INET | libc::AF_INET6
-                ) {
-                    if let Some(sa) = from_raw_prefix(a, ss) {
-                        out.push((name, sa));
-                    }
-                }
+        let mut c = libc::CMSG_FIRSTHDR(hdr);
+        while !c.is_null() {
+            if (*c).cmsg_level == SOL_UDP && (*c).cmsg_type == UDP_GRO {
+                seg = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::c_int) as usize;
             }
-            p = (*p).ifa_next;
+            c = libc::CMSG_NXTHDR(hdr, c);
         }
-        libc::freeifaddrs(ifa);
     }
-    out
-}
-
-/// Reads the address of a sockaddr of known family without assuming the
-/// kernel allocated a whole sockaddr_storage behind it.
-///
-/// # Safety
-/// `a` must point at a sockaddr_in or sockaddr_in6 as its family says.
-unsafe fn from_raw_prefix(
-    a: *const libc::sockaddr,
-    _ss: &libc::sockaddr_storage,
-) -> Option<IpAddr> {
-    match (*a).sa_family as libc::c_int {
-        libc::AF_INET => {
-            let sin = &*(a as *const libc::sockaddr_in);
-            Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(
-                sin.sin_addr.s_addr,
-            ))))
-        }
-        libc::AF_INET6 => {
-            let sin6 = &*(a as *const libc::sockaddr_in6);
-            Some(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)))
-        }
-        _ => None,
-    }
-}
-
-/// The MTU of interface `ifname` (SIOCGIFMTU).
-pub fn interface_mtu(ifname: &str) -> Option<usize> {
-    if ifname.len() >= libc::IFNAMSIZ {
-        return None;
-    }
-    // SAFETY: a throwaway datagram socket for the ioctl; the ifreq is
-    // zeroed and gets a NUL-terminated name shorter than IFNAMSIZ.
-    unsafe {
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
-        if fd < 0 {
-            return None;
-        }
-        let fd = OwnedFd::from_raw_fd(fd);
-        let mut req: libc::ifreq = zeroed();
-        for (d, s) in req.ifr_name.iter_mut().zip(ifname.bytes()) {
-            *d = s as libc::c_char;
-        }
-        if libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFMTU, &mut req) != 0 {
-            return None;
-        }
-        Some(req.ifr_ifru.ifru_mtu as usize)
-    }
+    rx.lens[k] = (len, seg);
+    rx.truncated[k] = hdr.msg_flags & libc::MSG_TRUNC != 0;
 }
 
 #[cfg(test)]

@@ -1,0 +1,22 @@
+//! The RUM channel: a connected VI over any datagram medium, with the RUM
+//! protocol core (`openvia_proto`) doing sequencing, flow control and loss
+//! recovery. Network devices share it; each brings its own link.
+//!
+//! - `channel`: the [`Channel`](crate::device::Channel) that drives the protocol,
+//!   generic over the link.
+//! - `link`: [`DatagramLink`](link::DatagramLink), what a device's medium provides.
+//! - `tx`, `rx`: the datagrams of one send and one receive.
+//! - `fault`: seeded fault injection on received datagrams (tests).
+//! - `mac`: SHA-256/HMAC for the cluster key; `gmac` and `packet_auth`:
+//!   every packet authenticated under it.
+//! - `stats`: drop counters.
+
+pub mod channel;
+pub mod fault;
+pub mod gmac;
+pub mod link;
+pub mod mac;
+pub mod packet_auth;
+pub mod rx;
+pub mod stats;
+pub mod tx;
