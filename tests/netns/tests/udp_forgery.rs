@@ -86,7 +86,52 @@ fn sniffer() -> OwnedFd {
         )
     };
     assert_eq!(r, 0, "bind packet socket");
+    only_rum_data(&s);
     s
+}
+
+/// Lets through the sniffer only IPv4 UDP datagrams that open with a RUM
+/// DATA header: other loopback traffic (a busy host's) would otherwise
+/// fill its buffer before the test reads it and push out the packet the
+/// test waits for.
+fn only_rum_data(s: &OwnedFd) {
+    let op = |code: u16, jt: u8, jf: u8, k: u32| libc::sock_filter { code, jt, jf, k };
+    const LDB_ABS: u16 = 0x30; // BPF_LD | BPF_B | BPF_ABS
+    const LDH_ABS: u16 = 0x28; // BPF_LD | BPF_H | BPF_ABS
+    const LDX_MSH: u16 = 0xb1; // BPF_LDX | BPF_B | BPF_MSH: x = 4 * (ip[k] & 0xf)
+    const LDH_IND: u16 = 0x48; // BPF_LD | BPF_H | BPF_IND
+    const LDB_IND: u16 = 0x50; // BPF_LD | BPF_B | BPF_IND
+    const JEQ: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+    const JSET: u16 = 0x45; // BPF_JMP | BPF_JSET | BPF_K
+    const RET: u16 = 0x06; // BPF_RET | BPF_K
+    let prog = [
+        op(LDB_ABS, 0, 0, 9), // IP protocol
+        op(JEQ, 0, 8, libc::IPPROTO_UDP as u32),
+        op(LDH_ABS, 0, 0, 6), // fragment offset
+        op(JSET, 6, 0, 0x1fff),
+        op(LDX_MSH, 0, 0, 0), // x = IP header length
+        op(LDH_IND, 0, 0, 8), // RUM magic, after the UDP header
+        op(JEQ, 0, 3, u32::from(u16::from_be_bytes(MAGIC))),
+        op(LDB_IND, 0, 0, 8 + 3), // RUM packet type
+        op(JEQ, 0, 1, u32::from(TYPE_DATA)),
+        op(RET, 0, 0, 0x0004_0000),
+        op(RET, 0, 0, 0),
+    ];
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: the program outlives the call (the kernel copies it).
+    let r = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            (&fprog as *const libc::sock_fprog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as u32,
+        )
+    };
+    assert_eq!(r, 0, "attach filter: {}", std::io::Error::last_os_error());
 }
 
 /// The next DATA packet whose payload holds `marker`.
