@@ -70,6 +70,7 @@ usable() {
     why=$(ip netns exec "$A" env OPENVIA_BENCH_DEVICE=/dev/via_veth0 "$B" transports |
         awk -v t="$1" '$1 == t { $1 = ""; $2 = ""; sub(/^ +/, ""); print }')
     [ "$why" = yes ] && return 0
+    why=${why#no: }
     echo "$1 skipped: ${why:-not listed by $B}" >&2
     return 1
 }
