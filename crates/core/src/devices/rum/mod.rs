@@ -9,7 +9,10 @@
 //! - `fault`: seeded fault injection on received datagrams (tests).
 //! - `mac`: SHA-256/HMAC for the cluster key; `gmac` and `packet_auth`:
 //!   every packet authenticated under it.
+//! - `rendezvous`: the connect request's user data (which server, when).
 //! - `stats`: drop counters.
+//! - `settings`: the protocol settings from the environment, shared by
+//!   network devices.
 
 pub mod channel;
 pub mod fault;
@@ -17,6 +20,8 @@ pub mod gmac;
 pub mod link;
 pub mod mac;
 pub mod packet_auth;
+pub mod rendezvous;
 pub mod rx;
+pub mod settings;
 pub mod stats;
 pub mod tx;
