@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openvia_core::descriptor::{DataSegment, DescPtr, Descriptor};
+use openvia_core::devices::ether::{EtherDevice, FramePath};
 use openvia_core::mem::PtagId;
 use openvia_core::nic::Nic;
 use openvia_core::vi::{reliability, Vi, ViAttributes};
@@ -375,9 +376,10 @@ impl Endpoint for ViaEndpoint {
     }
 
     fn device_note(&self) -> Option<DeviceNote> {
-        let info = self.nic.shared().device().info();
+        let device = self.nic.shared().device();
+        let info = device.info();
         let link = info.link.as_ref();
-        Some(DeviceNote {
+        let mut note = DeviceNote {
             name: info.name.clone(),
             kind: info.short_name,
             reliability: match self.vi.attributes().reliability {
@@ -390,7 +392,21 @@ impl Endpoint for ViaEndpoint {
             mtu: link.map(|l| l.mtu),
             segment_policy: link.map(|l| l.segment_policy.clone()),
             segment_bytes: link.map(|l| l.segment_bytes),
-        })
+        };
+        // The Ethernet device's way onto the wire, and its segment policy
+        // as the setting spells it (its link info shows both in one string).
+        if let Some(ether) = device.as_any().downcast_ref::<EtherDevice>() {
+            note.path = Some(
+                match ether.medium.path {
+                    FramePath::Packet => "packet",
+                    FramePath::Xdp => "xdp",
+                    FramePath::Auto => "auto",
+                }
+                .to_string(),
+            );
+            note.segment_policy = Some(ether.medium.settings.segment.to_string());
+        }
+        Some(note)
     }
 
     fn repeated_round_trips(&self) -> u64 {
