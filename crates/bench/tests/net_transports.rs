@@ -166,3 +166,123 @@ fn results_name_the_device_they_measured() {
         serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
     assert!(line.get("device").is_none(), "{line}");
 }
+
+/// Two namespaces joined by veth (scripts/netns.sh under names of this
+/// test process), deleted on drop, also when the test panics.
+struct Namespaces {
+    env: Vec<(&'static str, String)>,
+}
+
+const NETNS_SH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/netns.sh");
+
+impl Namespaces {
+    /// None (and why, on stderr) where namespaces cannot be made.
+    fn up(mtu: u32) -> Option<Namespaces> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIPPED: not root (network namespaces need CAP_NET_ADMIN)");
+            return None;
+        }
+        let tag = std::process::id() % 10_000_000;
+        let ns = Namespaces {
+            env: vec![
+                ("OV_NS_A", format!("vbA{tag}")),
+                ("OV_NS_B", format!("vbB{tag}")),
+                ("OV_VETH", format!("vb{tag}v")),
+            ],
+        };
+        let out = ns.script(&["up", &mtu.to_string()]);
+        assert!(out.status.success(), "netns.sh up: {}", stderr(&out));
+        Some(ns)
+    }
+
+    fn script(&self, args: &[&str]) -> Output {
+        Command::new("sh")
+            .arg(NETNS_SH)
+            .args(args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .output()
+            .expect("sh scripts/netns.sh")
+    }
+
+    /// viabench in namespace A (`a`) or B, on its veth.
+    fn viabench(&self, a: bool, args: &[&str]) -> Command {
+        let (ns, dev) = if a {
+            (&self.env[0].1, "/dev/via_veth0")
+        } else {
+            (&self.env[1].1, "/dev/via_veth1")
+        };
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_viabench")])
+            .args(args)
+            .env("OPENVIA_BENCH_DEVICE", dev);
+        cmd
+    }
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        let _ = self.script(&["down"]);
+    }
+}
+
+/// `serve` in namespace B, the client's run in A with `--peer`, as
+/// scripts/net_compare.sh does it; returns the client's JSON lines.
+fn across(ns: &Namespaces, transport: &str, client: &[&str]) -> Vec<serde_json::Value> {
+    use std::io::{BufRead, BufReader};
+    let mut server = ns
+        .viabench(false, &["serve", "-t", transport, "--once", "--port", "7"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("viabench serve");
+    // Readiness: the server's READY line.
+    let mut ready = String::new();
+    BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    assert!(ready.starts_with("READY "), "server said {ready:?}");
+    let peer = ready["READY ".len()..].trim().to_string();
+    let out = ns
+        .viabench(true, client)
+        .args(["-t", transport, "--peer", &peer, "--cpu", "none", "--json"])
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        // A server whose client failed may wait for it: end it first.
+        let _ = server.kill();
+        let _ = server.wait();
+        panic!("{transport}: {}", stderr(&out));
+    }
+    let served = server.wait().unwrap();
+    assert!(served.success(), "{transport} server: {served}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn ether_runs_across_namespaces_and_says_how() {
+    let Some(ns) = Namespaces::up(1500) else {
+        return;
+    };
+    for (transport, path) in [("ether", "packet"), ("ether-xdp", "xdp")] {
+        let lat = across(&ns, transport, &["latency", "-s", "8,4096", "-n", "200"]);
+        let bw = across(
+            &ns,
+            transport,
+            &["bandwidth", "-s", "64K", "-n", "64", "-w", "8", "--verify"],
+        );
+        assert_eq!(lat.len() + bw.len(), 3, "{lat:?} {bw:?}");
+        for line in lat.iter().chain(&bw) {
+            assert_eq!(line["transport"], transport, "{line}");
+            let device = &line["device"];
+            assert_eq!(device["kind"], "ether", "{line}");
+            assert_eq!(device["path"], path, "{line}");
+            assert_eq!(device["interface"], "veth0", "{line}");
+            assert_eq!(device["mtu"], 1500, "{line}");
+            assert_eq!(device["segment_policy"], "fixed", "{line}");
+        }
+        assert_eq!(bw[0]["delivered_msgs"], 64, "{}", bw[0]);
+    }
+}
