@@ -10,7 +10,8 @@
 //! the same region back. `stream` — the client sends `count` messages of
 //! `size` bytes keeping `window` in flight, the server checks every one in
 //! order; in `survive=1` the client instead runs until its VI breaks (the
-//! server was killed) and reports how the break looked.
+//! server was killed) and reports how the break looked. `open` (client)
+//! — opens the NIC and reports which device served.
 
 use std::collections::HashMap;
 use std::process::exit;
@@ -76,6 +77,7 @@ struct End {
 
 fn open(args: &Args, slots: usize) -> End {
     let nic = Nic::open(Some(args.str("dev"))).unwrap_or_else(|e| fail(format!("open: {e}")));
+    let _ = DEVICE.set(nic.shared().device().info().short_name.to_string());
     let ptag = nic
         .create_ptag()
         .unwrap_or_else(|e| fail(format!("ptag: {e}")));
@@ -516,6 +518,20 @@ fn main() {
         ("client", "sizes") => client_sizes(&args),
         ("client", "stream") => client_stream(&args),
         ("client", "idle") => client_idle(&args),
+        // Only opens the NIC: which device served is the RESULT below.
+        ("client", "open") => drop(open(&args, 1)),
         (r, m) => fail(format!("bad role={r} mode={m}")),
     }
+    // Which device served, and what it dropped from strangers.
+    let st = openvia_core::udp_stats();
+    println!(
+        "RESULT device={} unknown_peer={} wrong_conn_id={} malformed={}",
+        DEVICE.get().map_or("none", |d| d.as_str()),
+        st.unknown_peer_frames,
+        st.wrong_conn_id,
+        st.malformed
+    );
 }
+
+/// The short name of the device the NIC opened (udp, ether).
+static DEVICE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
