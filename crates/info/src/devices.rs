@@ -15,7 +15,7 @@ use serde::Serialize;
 pub struct DeviceInfo {
     /// The name a program passes to VipOpenNic.
     pub name: String,
-    /// `shm` or `udp`.
+    /// `shm`, `udp` or `ether` (the device that opened).
     pub kind: &'static str,
     /// The interface the device sends on (udp).
     pub interface: Option<String>,
@@ -107,6 +107,9 @@ pub fn probe(name: &str, kind: &'static str, interface: Option<String>) -> Devic
     };
     match Nic::open(Some(name)) {
         Ok(nic) => {
+            // The device that opened: /dev/via_<ifname> is the UDP or the
+            // Ethernet device per OPENVIA_NET_DEVICE.
+            info.kind = nic.shared().device().info().short_name;
             let a = nic.query();
             info.address = host_ip(&a.address).map(|ip: IpAddr| ip.to_string());
             if let Some(link) = &nic.shared().device().info().link {

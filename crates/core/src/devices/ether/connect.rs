@@ -17,11 +17,10 @@
 //! frame says only the sender's MAC. So a client discriminator is carried
 //! up to 23 bytes here (39 on UDP).
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use openvia_proto::{emit_reject, Connection, Event, REJECT_MISMATCH};
+use openvia_proto::{emit_reject, Connection, REJECT_MISMATCH};
 use openvia_wire::ether::ETHERTYPE;
 use openvia_wire::handshake::{Address, ViAttrs};
 use openvia_wire::rum::{Body, Repr};
@@ -31,18 +30,17 @@ use super::{frame_error, ids, EtherDevice, EtherNic, FramePath};
 use crate::device::PendingConnection;
 use crate::devices::rum::channel::{now, AcceptEcho};
 use crate::devices::rum::link::DatagramLink;
-use crate::devices::rum::packet_auth::{overhead, sign, verify};
-use crate::devices::rum::rendezvous::{
-    tag, wall_ms, RequestData, MODE_CLIENT_SERVER, MODE_PEER, REPLAY_WINDOW_MS, TAG_LEN,
-};
+use crate::devices::rum::packet_auth::{overhead, sign};
+use crate::devices::rum::rendezvous::client_request;
+use crate::devices::rum::rendezvous::{MODE_CLIENT_SERVER, MODE_PEER, TAG_LEN};
 use crate::devices::rum::rx::{RxBatch, RX_BATCH};
-use crate::devices::rum::stats::STATS;
+use crate::devices::rum::setup::{self, attrs_of, check_request, Seen};
 use crate::error::{Result, ViaError};
 use crate::nic::NicShared;
 use crate::sys::frames::{FrameFilter, FrameIo, Mac};
 use crate::sys::packet::{PacketLink, RxPath};
 use crate::sys::xdp::XdpLink;
-use crate::vi::{Vi, ViState};
+use crate::vi::Vi;
 
 /// Reject reason of `VipConnectReject`.
 const REJECT_REFUSED: u32 = 2;
@@ -54,15 +52,6 @@ fn ether_of(nic: &NicShared) -> Result<&EtherDevice> {
         .as_any()
         .downcast_ref::<EtherDevice>()
         .ok_or(ViaError::InvalidState("not an Ethernet NIC"))
-}
-
-fn attrs_of(peer: &openvia_proto::PeerAttributes) -> ViAttrs {
-    ViAttrs {
-        reliability: peer.reliability.via_bits(),
-        max_transfer: peer.max_transfer_size as u64,
-        rdma_write: peer.rdma_write,
-        rdma_read: peer.rdma_read,
-    }
 }
 
 /// The frame I/O of one connection, per `OPENVIA_ETHER_PATH`.
@@ -97,27 +86,8 @@ fn open_link(m: &EtherNic, peer: Mac) -> Result<FrameLink> {
     Ok(FrameLink::new(io, peer, claim))
 }
 
-/// Requests recently accepted, so that a client's repeated request (its
-/// accept crossed the repeat) is not taken for a new one.
-fn seen() -> &'static Mutex<VecDeque<(Mac, u64)>> {
-    static S: OnceLock<Mutex<VecDeque<(Mac, u64)>>> = OnceLock::new();
-    S.get_or_init(|| Mutex::new(VecDeque::new()))
-}
-
-fn remember(from: Mac, cid: u64) {
-    let mut s = seen().lock().unwrap_or_else(|e| e.into_inner());
-    s.push_back((from, cid));
-    if s.len() > 4096 {
-        s.pop_front();
-    }
-}
-
-fn already_seen(from: Mac, cid: u64) -> bool {
-    seen()
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .contains(&(from, cid))
-}
+/// Requests recently accepted (`setup::Seen`), by client MAC.
+static SEEN: Seen<Mac> = Seen::new();
 
 /// A client's request, taken by `VipConnectWait`, not yet answered.
 pub struct EtherConnRequest {
@@ -184,7 +154,7 @@ impl EtherConnRequest {
         let key = m.settings.key.as_deref();
         sign(key, &mut buf);
         let _ = link.send(&buf);
-        remember(self.from, h.conn_id);
+        SEEN.remember(self.from, h.conn_id);
         let peer = conn.peer_attributes().map(attrs_of).unwrap_or(self.attrs);
         let now_ns = t.as_nanos();
         let echo = AcceptEcho {
@@ -255,42 +225,13 @@ fn wait_request(
         let Some((from, dg)) = mailbox.recv(slice) else {
             continue;
         };
-        if !verify(key, &dg) {
-            STATS
-                .auth_failures
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            continue;
-        }
-        let Ok(Repr {
-            header,
-            body: Body::ConnectRequest(h),
-        }) = Repr::parse(&dg)
-        else {
+        let Some(req) = check_request(key, &dg, tag, mode, |cid| SEEN.contains(&from, cid)) else {
             continue;
         };
-        let Some(data) = RequestData::parse(h.user_data) else {
-            continue;
-        };
-        if header.conn_id != 0
-            || data.tag != tag
-            || data.mode != mode
-            || data.client_disc.len() < HOST_LEN
-        {
+        if req.data.client_disc.len() < HOST_LEN {
             continue;
         }
-        if already_seen(from, h.conn_id) || wall_ms().abs_diff(data.time_ms) > REPLAY_WINDOW_MS {
-            STATS
-                .replayed_requests
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            continue;
-        }
-        let attrs = ViAttrs {
-            reliability: h.reliability,
-            max_transfer: h.max_transfer_size as u64,
-            rdma_write: h.rdma_write,
-            rdma_read: h.rdma_read,
-        };
-        let (host, disc) = data.client_disc.split_at(HOST_LEN);
+        let (host, disc) = req.data.client_disc.split_at(HOST_LEN);
         let remote = Address {
             host: host.to_vec(),
             discriminator: disc.to_vec(),
@@ -299,7 +240,7 @@ fn wait_request(
             nic: nic.clone(),
             from,
             remote,
-            attrs,
+            attrs: req.attrs,
             datagram: dg,
         });
     }
@@ -311,14 +252,7 @@ pub fn connect_wait(
     local: &Address,
     timeout: Option<Duration>,
 ) -> Result<EtherConnRequest> {
-    nic.check_owner()?;
-    if local.host.as_slice() != nic.address.as_slice() {
-        return Err(ViaError::InvalidParameter(
-            "local address is not this NIC's",
-        ));
-    }
-    let tag = tag(MODE_CLIENT_SERVER, &local.discriminator, &[]);
-    let deadline = timeout.map(|t| Instant::now() + t);
+    let (tag, deadline) = setup::wait_args(nic, local, timeout)?;
     wait_request(nic, tag, MODE_CLIENT_SERVER, deadline, &|| false)
 }
 
@@ -346,27 +280,15 @@ fn client_connect(
         ));
     }
     let peer_mac = dev.agent.resolve(host, deadline, cancel)?;
-    let target = match mode {
-        MODE_PEER => tag(MODE_PEER, &remote.discriminator, &local.discriminator),
-        _ => tag(MODE_CLIENT_SERVER, &remote.discriminator, &[]),
-    };
-    let mut carried = nic.address.to_vec();
-    carried.extend_from_slice(&local.discriminator);
-    let user = RequestData {
+    let user = client_request(
         mode,
-        tag: target,
-        time_ms: wall_ms(),
-        client_disc: carried,
-    }
-    .emit();
+        &local.discriminator,
+        &remote.discriminator,
+        &nic.address,
+    );
     let attrs = vi.attributes();
     let mut cfg = m.proto_config(&attrs);
-    // Keep asking until the caller's timeout: the server may not wait yet.
-    cfg.connect_timeout = deadline
-        .map_or(Duration::from_secs(365 * 86400), |d| {
-            d.saturating_duration_since(Instant::now())
-        })
-        .max(Duration::from_millis(1));
+    cfg.connect_timeout = setup::connect_timeout(deadline);
     let mut link = open_link(m, peer_mac)?;
     let t = now();
     let mut conn = Connection::connect(cfg, link.local_id().into(), &user, t)
@@ -381,63 +303,31 @@ fn client_connect(
             sign(key, &mut buf[..n]);
             let _ = link.send(&buf[..n]);
         }
-        while let Some(ev) = conn.poll_event() {
-            match ev {
-                Event::Connected(peer) => {
-                    let remote_attrs = attrs_of(&peer);
-                    let ch = EtherChannel::new(
-                        link,
-                        conn,
-                        remote_attrs,
-                        None,
-                        m.settings.in_place_sends,
-                        key,
-                    )
-                    .with_faults(m.settings.faults);
-                    vi.attach_channel(Box::new(ch), remote_attrs)?;
-                    return Ok(remote_attrs);
-                }
-                Event::Rejected { reason } if reason == REJECT_MISMATCH => {
-                    return Err(ViaError::InvalidReliability)
-                }
-                Event::Rejected { .. } => return Err(ViaError::Rejected),
-                Event::ConnectionLost(openvia_proto::LostReason::ConnectTimeout) => {
-                    return Err(ViaError::Timeout)
-                }
-                Event::ConnectionLost(_) | Event::PeerDisconnected { .. } => {
-                    return Err(ViaError::Rejected)
-                }
-                Event::SendCompleted(_) => {}
-            }
+        if let Some(outcome) = setup::client_outcome(&mut conn) {
+            let remote_attrs = outcome?;
+            let ch = EtherChannel::new(
+                link,
+                conn,
+                remote_attrs,
+                None,
+                m.settings.in_place_sends,
+                key,
+            )
+            .with_faults(m.settings.faults);
+            vi.attach_channel(Box::new(ch), remote_attrs)?;
+            return Ok(remote_attrs);
         }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Err(ViaError::Timeout);
-        }
-        if nic.is_closed() || cancel() {
-            return Err(ViaError::InvalidState("cancelled"));
-        }
-        let wait = conn
-            .poll_timeout()
-            .map_or(Duration::from_millis(50), |d| d.saturating_since(t))
-            .min(Duration::from_millis(50));
+        setup::client_check(&nic, deadline, cancel)?;
+        let wait = setup::client_wait(&conn, t);
         if link.wait_readable(wait) {
             let n = link.recv_batch(&mut rx, RX_BATCH).unwrap_or(0);
             for k in (0..n).filter(|&k| !rx.truncated[k]) {
                 for dg in rx.datagrams(k) {
-                    if !verify(key, dg) {
-                        STATS
-                            .auth_failures
-                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        continue;
-                    }
-                    conn.handle_datagram(now(), dg);
+                    setup::client_input(&mut conn, key, dg);
                 }
             }
         }
-        let t = now();
-        if conn.poll_timeout().is_some_and(|d| d <= t) {
-            conn.handle_timeout(t);
-        }
+        setup::client_timers(&mut conn);
     }
 }
 
@@ -448,15 +338,9 @@ pub fn connect_request(
     remote: &Address,
     timeout: Option<Duration>,
 ) -> Result<ViAttrs> {
-    vi.nic.check_owner()?;
-    vi.ensure_idle()?;
-    vi.set_state(ViState::ConnectPending);
-    let deadline = timeout.map(|t| Instant::now() + t);
-    let r = client_connect(vi, local, remote, MODE_CLIENT_SERVER, deadline, &|| false);
-    if r.is_err() && vi.state() == ViState::ConnectPending {
-        vi.set_state(ViState::Idle);
-    }
-    r
+    setup::connect_request(vi, timeout, |deadline| {
+        client_connect(vi, local, remote, MODE_CLIENT_SERVER, deadline, &|| false)
+    })
 }
 
 /// `VipConnectPeerRequest` on the Ethernet device.
@@ -466,30 +350,16 @@ pub fn peer_request(
     remote: &Address,
     timeout: Option<Duration>,
 ) -> Result<()> {
-    vi.nic.check_owner()?;
-    if local.discriminator == remote.discriminator && local.host == remote.host {
-        return Err(ViaError::InvalidParameter("peer addresses must differ"));
-    }
-    let (vi2, local, remote) = (vi.clone(), local.clone(), remote.clone());
-    let deadline = timeout.map(|t| Instant::now() + t);
-    crate::vi::peer::start_peer(vi, move |cancel| {
-        let stop = || cancel.load(std::sync::atomic::Ordering::SeqCst);
-        let me = (vi2.nic.address.to_vec(), local.discriminator.clone());
-        let them = (remote.host.clone(), remote.discriminator.clone());
-        if me < them {
-            let tag = tag(MODE_PEER, &local.discriminator, &remote.discriminator);
-            wait_request(&vi2.nic, tag, MODE_PEER, deadline, &stop).and_then(|req| {
-                let attrs = req.attrs;
-                // Our VI is ConnectPending (the rendezvous owns it), which
-                // a plain accept refuses: hand it back as Idle first.
-                if vi2.state() != ViState::ConnectPending {
-                    return Err(ViaError::InvalidState("peer connection cancelled"));
-                }
-                vi2.set_state(ViState::Idle);
-                req.accept(&vi2).map(|_| attrs)
-            })
-        } else {
-            client_connect(&vi2, &local, &remote, MODE_PEER, deadline, &stop)
-        }
-    })
+    setup::peer_request(
+        vi,
+        local,
+        remote,
+        timeout,
+        |nic, tag, deadline, stop| {
+            wait_request(nic, tag, MODE_PEER, deadline, stop).map(|r| Box::new(r) as _)
+        },
+        |vi, local, remote, deadline, stop| {
+            client_connect(vi, local, remote, MODE_PEER, deadline, stop)
+        },
+    )
 }

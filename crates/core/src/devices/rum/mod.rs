@@ -10,6 +10,7 @@
 //! - `mac`: SHA-256/HMAC for the cluster key; `gmac` and `packet_auth`:
 //!   every packet authenticated under it.
 //! - `rendezvous`: the connect request's user data (which server, when).
+//! - `setup`: connection setup common to network devices.
 //! - `stats`: drop counters.
 //! - `settings`: the protocol settings from the environment, shared by
 //!   network devices.
@@ -23,5 +24,6 @@ pub mod packet_auth;
 pub mod rendezvous;
 pub mod rx;
 pub mod settings;
+pub mod setup;
 pub mod stats;
 pub mod tx;

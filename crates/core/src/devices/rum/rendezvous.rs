@@ -71,6 +71,26 @@ impl RequestData {
     }
 }
 
+/// The user data of a client's request in `mode` from discriminator
+/// `local` to `remote`: the tag the server listens on, the time now, and
+/// `prefix` (what a device adds about the client: the Ethernet device's
+/// host address) in front of the client's discriminator.
+pub fn client_request(mode: u8, local: &[u8], remote: &[u8], prefix: &[u8]) -> Vec<u8> {
+    let target = match mode {
+        MODE_PEER => tag(MODE_PEER, remote, local),
+        _ => tag(MODE_CLIENT_SERVER, remote, &[]),
+    };
+    let mut client_disc = prefix.to_vec();
+    client_disc.extend_from_slice(local);
+    RequestData {
+        mode,
+        tag: target,
+        time_ms: wall_ms(),
+        client_disc,
+    }
+    .emit()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
