@@ -16,10 +16,14 @@
 #        (default "fixed page largest"), kernel TCP beside it (latency
 #        also busy-polling), at one MTU;
 #   sweep: seed 000's sweep: sizes at MTU 1500, 4138 and 9000 (fixed:
-#        MTU - header; page: one 4 KiB page per segment, whole at 4138;
-#        largest: the most that fits, 8958 bytes at 9000).
-# ROUNDS (default 1) repeats lat and bw, the transports alternating within
-# each round: compare within a round. A transport this host or build
+#        MTU - header; page: the largest power of two up to one 4 KiB
+#        page per segment; largest: the most that fits), and the page
+#        policy alone at PAGE_MTU (default 4146), the least MTU at which
+#        the Ethernet device's page policy carries a whole page (its
+#        longest data header is 50 bytes, M-VIA's was 42: at 4138 a
+#        page needs two segments).
+# ROUNDS (default 1) repeats each mode, the transports (and MTUs and
+# policies) alternating within each round: compare within a round. A transport this host or build
 # cannot run (`viabench transports` says why) is left out, on stderr.
 # Namespaces, viabench and ITERS, BWN, SIZES: scripts/net_bench_lib.sh.
 set -eu
@@ -53,12 +57,13 @@ bw() {
     done
 }
 
+# sizes MTU [POLICIES]
 sizes() {
     run "sweep-mtu$1" kernel-tcp -- latency -s "$SIZES" -n "$ITERS"
     run "sweep-mtu$1" kernel-tcp-spin -- latency -s "$SIZES" -n "$ITERS"
     run "sweep-mtu$1" kernel-tcp -- bandwidth -s "$SIZES" -n "$BWN" -w 16
     usable "${ETHER:-ether}" || return 0
-    sizes_of "sweep-mtu$1" "${ETHER:-ether}" "${SEGS:-fixed page largest}"
+    sizes_of "sweep-mtu$1" "${ETHER:-ether}" "${2:-${SEGS:-fixed page largest}}"
 }
 
 # lat and bw at MTU $1, ROUNDS rounds.
@@ -86,7 +91,10 @@ lat | bw)
     ;;
 sizes)
     "$NS" up "$2" >&2
-    sizes "$2"
+    while [ "$ROUND" -le "$ROUNDS" ]; do
+        sizes "$2"
+        ROUND=$((ROUND + 1))
+    done
     "$NS" down
     exit 0
     ;;
@@ -103,8 +111,13 @@ sweep) ;;
     exit 2
     ;;
 esac
-for mtu in 1500 4138 9000; do
-    "$NS" up $mtu >&2
-    sizes $mtu
+while [ "$ROUND" -le "$ROUNDS" ]; do
+    for mtu in 1500 4138 9000; do
+        "$NS" up $mtu >&2
+        sizes $mtu
+    done
+    "$NS" up "${PAGE_MTU:-4146}" >&2
+    sizes "${PAGE_MTU:-4146}" page
+    ROUND=$((ROUND + 1))
 done
 "$NS" down
