@@ -124,18 +124,22 @@ fn ether_without_cap_net_raw_says_so() {
     }
 }
 
+/// One 8-byte latency run of `transport` on this host: its JSON line.
+fn latency_line(transport: &str) -> serde_json::Value {
+    let out = viabench(
+        &["latency", "-t", transport, "-s", "8", "-n", "200", "--json"],
+        &[],
+    )
+    .output()
+    .unwrap();
+    assert!(out.status.success(), "{transport}: {}", stderr(&out));
+    serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap()
+}
+
 #[test]
 fn results_name_the_device_they_measured() {
     for (transport, kind) in [("shm", "shm"), ("udp", "udp")] {
-        let out = viabench(
-            &["latency", "-t", transport, "-s", "8", "-n", "200", "--json"],
-            &[],
-        )
-        .output()
-        .unwrap();
-        assert!(out.status.success(), "{transport}: {}", stderr(&out));
-        let line: serde_json::Value =
-            serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+        let line = latency_line(transport);
         let device = &line["device"];
         assert_eq!(device["kind"], kind, "{line}");
         assert_eq!(device["reliability"], "rd", "{line}");
@@ -146,24 +150,7 @@ fn results_name_the_device_they_measured() {
         }
     }
     // Kernel sockets are no openvia device.
-    let out = viabench(
-        &[
-            "latency",
-            "-t",
-            "kernel-udp-spin",
-            "-s",
-            "8",
-            "-n",
-            "200",
-            "--json",
-        ],
-        &[],
-    )
-    .output()
-    .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    let line: serde_json::Value =
-        serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    let line = latency_line("kernel-udp-spin");
     assert!(line.get("device").is_none(), "{line}");
 }
 
