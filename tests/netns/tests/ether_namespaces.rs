@@ -377,3 +377,37 @@ fn ether_without_cap_net_raw_is_a_clear_error_and_auto_falls_back_to_udp() {
     auto.assert_ok();
     assert_eq!(auto.expect("device"), "udp", "{auto}");
 }
+
+/// Two server processes on one host, two client processes on the other,
+/// all at once on one interface: each process's agent sees every connect
+/// request and hands over only its own servers' (the other's are not
+/// its business), and each connection's frames reach only its process.
+#[test]
+fn ether_two_processes_per_host_share_the_interface() {
+    let _g = serial();
+    if skip("ether_two_processes_per_host_share_the_interface") {
+        return;
+    }
+    let ns = NetnsPair::new(1500);
+    let e = ether_env("packet", &[]);
+    let mut servers = Vec::new();
+    let mut clients = Vec::new();
+    for k in 0..2 {
+        let disc = format!("m{}-{k}", std::process::id());
+        let common = [("mode", "sizes"), ("rel", "rd"), ("disc", disc.as_str())];
+        let (sargs, cargs) = server_client_args(&ns, &common);
+        let mut server = spawn_in(&ns.b, "server", PEER, &sargs, &e, HELPER_TIMEOUT);
+        server.wait_line("READY", HELPER_TIMEOUT);
+        servers.push(server);
+        clients.push(cargs);
+    }
+    let clients: Vec<Peer> = clients
+        .iter()
+        .map(|cargs| spawn_in(&ns.a, "client", PEER, cargs, &e, HELPER_TIMEOUT))
+        .collect();
+    for p in clients.into_iter().chain(servers) {
+        let f = p.finish();
+        f.assert_ok();
+        assert_eq!(f.expect("device"), "ether", "{f}");
+    }
+}
