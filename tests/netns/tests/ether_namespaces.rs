@@ -411,3 +411,51 @@ fn ether_two_processes_per_host_share_the_interface() {
         assert_eq!(f.expect("device"), "ether", "{f}");
     }
 }
+
+/// Peer-to-peer (`VipConnectPeerRequest`) across the namespaces: the end
+/// with the smaller address waits for the other's request.
+#[test]
+fn ether_peer_to_peer_connect() {
+    let _g = serial();
+    if skip("ether_peer_to_peer_connect") {
+        return;
+    }
+    let ns = NetnsPair::new(1500);
+    let e = ether_env("packet", &[]);
+    let (da, db) = (
+        format!("pa{}", std::process::id()),
+        format!("pb{}", std::process::id()),
+    );
+    let side = |me: &str, peer_ip: &str, peer_disc: &str, ifname: &str| {
+        args(&[
+            ("role", "peer"),
+            ("mode", "peer"),
+            ("rel", "rd"),
+            ("dev", &format!("/dev/via_{ifname}")),
+            ("disc", me),
+            ("peer", peer_ip),
+            ("peer_disc", peer_disc),
+        ])
+    };
+    let a = spawn_in(
+        &ns.a,
+        "peer a",
+        PEER,
+        &side(&da, &ns.ip_b, &db, &ns.if_a),
+        &e,
+        HELPER_TIMEOUT,
+    );
+    let b = spawn_in(
+        &ns.b,
+        "peer b",
+        PEER,
+        &side(&db, &ns.ip_a, &da, &ns.if_b),
+        &e,
+        HELPER_TIMEOUT,
+    );
+    for f in [a.finish(), b.finish()] {
+        f.assert_ok();
+        assert_eq!(f.expect("device"), "ether", "{f}");
+        assert_eq!(f.expect_u64("peer_bytes"), 3000, "{f}");
+    }
+}
