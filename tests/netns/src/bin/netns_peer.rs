@@ -587,12 +587,22 @@ fn peer(args: &Args) {
     openvia_core::peer_wait(&end.vi).unwrap_or_else(|e| fail(format!("peer_wait: {e}")));
     fill(end.mem.data(0, LEN), KEY);
     end.send_from(0, 0, LEN, KEY);
-    end.sent(0);
     let (_, len, imm) = end.received(1);
     if len != LEN || imm != KEY {
         fail(format!("peer message: {len} bytes imm {imm:#x}"));
     }
     end.check(1, LEN, KEY, "peer message");
+    // The other end checks what it got and may close at once: our send
+    // then ends done or, its acknowledgement overtaken by the disconnect,
+    // flushed (as `sent_after_stop`).
+    let got = end
+        .vi
+        .send_wait(Some(WAIT))
+        .unwrap_or_else(|e| fail(format!("send_wait: {e}")));
+    let (st, _, _) = end.mem.result_of(got.0);
+    if st & status::ERROR_MASK & !status::DESC_FLUSHED_ERROR != 0 {
+        fail(format!("peer send status {st:#x}"));
+    }
     println!("RESULT peer_bytes={LEN}");
 }
 
