@@ -523,6 +523,24 @@ pub unsafe extern "C" fn accept4(
     })
 }
 
+/// connect on a socket whose connection is already under way or up (a
+/// nonblocking connect asked again to learn that it completed, as
+/// hiredis and most event loops do): its agreement stands — redoing it
+/// would drop the acceptor's answer, which may have come already, and
+/// wait for one that never comes. Only a connect that failed ends it.
+///
+/// # Safety
+/// As connect(2).
+unsafe fn connect_again(fd: c_int, addr: *const sockaddr, alen: socklen_t) -> c_int {
+    let r = (real().connect)(fd, addr, alen);
+    let e = errno();
+    if r != 0 && !matches!(e, libc::EINPROGRESS | libc::EALREADY | libc::EISCONN) {
+        conn::forget(fd);
+    }
+    set_errno(e);
+    r
+}
+
 /// # Safety
 /// The C prototype of connect(2).
 #[no_mangle]
@@ -531,7 +549,9 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, alen: socklen
         if addr.is_null() || !is_tcp(fd) || fd as usize >= conn::MAX_FD {
             return (real().connect)(fd, addr, alen);
         }
-        conn::forget(fd);
+        if conn::lookup(fd).is_some() {
+            return connect_again(fd, addr, alen);
+        }
         let mut dst: libc::sockaddr_storage = std::mem::zeroed();
         std::ptr::copy_nonoverlapping(
             addr.cast::<u8>(),

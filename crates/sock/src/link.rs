@@ -112,8 +112,6 @@ pub(crate) struct Rx {
     pub current: Option<(usize, usize, usize)>,
     /// Messages used up (compared with the writer's count on the page).
     pub consumed: u32,
-    /// Nonblocking reads in a row that found nothing.
-    pub idle: u32,
 }
 
 pub struct Link {
@@ -260,7 +258,6 @@ impl Link {
             rx: Mutex::new(Rx {
                 current: None,
                 consumed: 0,
-                idle: 0,
             }),
         };
         for j in 0..RECV_SLOTS {
@@ -433,17 +430,17 @@ impl Link {
             let buf = self.region.buffer(i);
             // SAFETY: message slot `i` is free and MSG_BYTES (≥ 4) long.
             unsafe { std::ptr::write_unaligned(buf as *mut u32, len as u32) };
-            // Announced and rung before it is posted: a reader never uses
-            // up a message its count does not show yet (it waits the
-            // moment between), and the socket is readable by the time the
-            // message can be read. A dead peer shows on the doorbell as
-            // EPIPE (and SIGPIPE) from the kernel.
-            if self.tx_word().announce(len) {
-                if let Err(e) = kernel::send_doorbell(fd, nosignal) {
-                    tx.free.push(i);
-                    return if taken > 0 { Ok(taken) } else { Err(e) };
-                }
-            }
+            // Announced before it is posted: a reader never uses up a
+            // message its count does not show yet (it waits the moment
+            // between). Rung after it is posted: a reader woken by the
+            // doorbell finds the message there, instead of spinning for it
+            // while this writer may wait for a CPU (with as many runnable
+            // threads as CPUs, until the reader's time slice ends: ms). A
+            // reader that finds data unread before the byte arrives waits
+            // for it before it returns (`bell_visible`, `take_bell`), so
+            // the socket is readable while data is unread. A dead peer
+            // shows on the doorbell as EPIPE (and SIGPIPE) from the kernel.
+            let ring = self.tx_word().announce(len);
             let d = self.fill(i, buf, 4);
             if self.vi.post_send(d.0, self.region.handle).is_err() {
                 tx.free.push(i);
@@ -452,6 +449,10 @@ impl Link {
             tx.in_flight += 1;
             tx.sent = tx.sent.wrapping_add(1);
             taken += len;
+            if ring && kernel::send_doorbell(fd, nosignal).is_err() {
+                // This message is posted (taken); the next write fails.
+                return Ok(taken);
+            }
         }
         Ok(taken)
     }
