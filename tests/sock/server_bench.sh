@@ -5,9 +5,9 @@
 # alternated in one run (which goes first alternates too), ROUNDS times;
 # prints each round's requests/s and the medians with their ratio.
 #   tests/sock/server_bench.sh BINDIR [ROUNDS] [REQUESTS]   (BINDIR holds viarun)
-# Under viarun, both the server and the benchmark run under it, and the
-# benchmark's `viarun --stats` line must say every connection went over
-# shm and none over kernel TCP, or the run stops.
+# Under viarun, both the server and the benchmark run under it, and both
+# `viarun --stats` lines must say every connection went over shm and none
+# over kernel TCP, or the run stops.
 set -eu
 bin=$1
 rounds=${2:-5}
@@ -20,13 +20,19 @@ dir=$(mktemp -d)
 server=
 trap '[ -n "$server" ] && kill "$server" 2>/dev/null; rm -rf "$dir"' EXIT
 
-port() { echo $((20000 + $(od -An -N2 -tu2 /dev/urandom) % 20000)); }
+# port: a random port no one listens on (others may run servers here too).
+port() {
+    while :; do
+        p=$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 20000))
+        ss -ltn | grep -q ":$p " || { echo "$p"; return; }
+    done
+}
 # listening PORT: waits until a TCP listener holds PORT (the readiness signal).
 listening() {
     i=0
     until ss -ltn | grep -q ":$1 "; do
         i=$((i + 1))
-        [ $i -lt 200 ] || { echo "server_bench: no listener on $1"; exit 1; }
+        [ $i -lt 200 ] || { echo "server_bench: no listener on $1" >&2; exit 1; }
         sleep 0.05
     done
 }
@@ -34,7 +40,7 @@ listening() {
 one() {
     pre=$1
     p=$(port)
-    taskset -c 0 $pre redis-server --port "$p" --bind 127.0.0.1 --save '' --appendonly no \
+    taskset -c 0 $pre ${pre:+--stats} redis-server --port "$p" --bind 127.0.0.1 --save '' --appendonly no \
         --daemonize no >"$dir/server.log" 2>&1 &
     server=$!
     listening "$p"
@@ -42,7 +48,7 @@ one() {
         taskset -c 1 $pre --stats redis-benchmark -p "$p" -t set,get -n "$requests" --csv \
             >"$dir/csv" 2>"$dir/stats"
         grep -Eqx 'viarun: [0-9]+ connections over shm, 0 over kernel TCP' "$dir/stats" ||
-            { echo "server_bench: not every connection over shm:"; cat "$dir/stats"; exit 1; }
+            { echo "server_bench: not every connection over shm:" >&2; cat "$dir/stats" >&2; exit 1; }
         tail -n1 "$dir/stats" >&2
     else
         taskset -c 1 redis-benchmark -p "$p" -t set,get -n "$requests" --csv >"$dir/csv"
@@ -50,6 +56,10 @@ one() {
     kill "$server"
     wait "$server" 2>/dev/null || true
     server=
+    if [ -n "$pre" ]; then
+        grep -Eq '^viarun: [0-9]+ connections over shm, 0 over kernel TCP$' "$dir/server.log" ||
+            { echo "server_bench: the server's connections not all over shm:" >&2; tail -3 "$dir/server.log" >&2; exit 1; }
+    fi
     awk -F'"' '$2 == "SET" { s = $4 } $2 == "GET" { g = $4 } END { print s, g }' "$dir/csv"
 }
 median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
@@ -58,9 +68,11 @@ median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2
 : >"$dir/v"
 for r in $(seq "$rounds"); do
     if [ $((r % 2)) = 1 ]; then
-        k=$(one "") v=$(one "$V")
+        k=$(one "")
+        v=$(one "$V")
     else
-        v=$(one "$V") k=$(one "")
+        v=$(one "$V")
+        k=$(one "")
     fi
     echo "round $r: kernel SET/GET $k, viarun SET/GET $v requests/s"
     echo "$k" >>"$dir/k"
