@@ -5,7 +5,7 @@
  *
  *   compat MODE   MODE: poll select epoll-lt epoll-et epoll-nested peek
  *                       dup threads sendfile stress reconnect hangup
- *                       hangup-exit hangup-kill hangup-et wake
+ *                       hangup-exit hangup-kill hangup-et wake nonblock
  *
  * Readiness is checked both ways: readable while data is unread, and NOT
  * readable once it is all read (a 100 ms poll must time out). The peers
@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/select.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
@@ -408,6 +409,32 @@ static void hangup_reader(int fd, pid_t writer) {
     if (e >= 0) close(e);
 }
 
+/* nonblock: the socket's mode changed after its first use, each way a
+ * program can (ioctl FIONBIO, fcntl, fcntl64): an empty read must say
+ * EAGAIN when nonblocking and wait for data when blocking again. */
+static void nonblock_server(int fd) {
+    char b[16];
+    await_ack(fd);
+    int on = 1, off = 0;
+    if (ioctl(fd, FIONBIO, &on)) FAIL("FIONBIO");
+    if (read(fd, b, sizeof b) != -1 || errno != EAGAIN) FAIL("read after FIONBIO on: not EAGAIN");
+    if (ioctl(fd, FIONBIO, &off)) FAIL("FIONBIO off");
+    if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)) FAIL("fcntl");
+    if (read(fd, b, sizeof b) != -1 || errno != EAGAIN) FAIL("read after fcntl O_NONBLOCK: not EAGAIN");
+    if (fcntl64(fd, F_SETFL, fcntl64(fd, F_GETFL) & ~O_NONBLOCK)) FAIL("fcntl64");
+    if (fcntl64(fd, F_SETFL, fcntl64(fd, F_GETFL) | O_NONBLOCK)) FAIL("fcntl64");
+    if (read(fd, b, sizeof b) != -1 || errno != EAGAIN) FAIL("read after fcntl64 O_NONBLOCK: not EAGAIN");
+    if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)) FAIL("fcntl");
+    ack(fd);
+    read_all(fd, b, 5);
+    if (memcmp(b, "hello", 5)) FAIL("data after blocking again");
+}
+static void nonblock_client(int fd) {
+    ack(fd);
+    await_ack(fd);
+    write_all(fd, "hello", 5);
+}
+
 /* wake: a ping-pong in which both ends sleep in epoll_wait before each
  * read (nonblocking, read until EAGAIN) with a 10 s limit that only a
  * lost wake-up reaches: the writer's data must wake a sleeping reader. */
@@ -469,6 +496,7 @@ int main(int argc, char **argv) {
         if (connect(fd, (struct sockaddr *)&a, sizeof a)) FAIL("connect");
         if (hangup) hangup_writer(fd);
         else if (strcmp(mode, "wake") == 0) wake_side(fd, 1);
+        else if (strcmp(mode, "nonblock") == 0) nonblock_client(fd);
         else if (strcmp(mode, "peek") == 0) peek_client(fd);
         else if (strcmp(mode, "dup") == 0) echo_client(fd);
         else if (strcmp(mode, "threads") == 0) both_ways(fd, 11, 12);
@@ -489,6 +517,7 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "peek") == 0) peek_server(fd);
     else if (reconnect || strcmp(mode, "dup") == 0) dup_server(fd);
     else if (strcmp(mode, "wake") == 0) wake_side(fd, 0);
+    else if (strcmp(mode, "nonblock") == 0) nonblock_server(fd);
     else if (strcmp(mode, "threads") == 0) both_ways(fd, 12, 11);
     else if (strcmp(mode, "sendfile") == 0) sendfile_server(fd);
     else if (!strcmp(mode, "poll") || !strcmp(mode, "select") || !strncmp(mode, "epoll-", 6)) readiness_server(fd);

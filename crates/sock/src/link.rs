@@ -12,6 +12,7 @@
 //! handshake. This file sets the link up and writes; `reader` reads.
 
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -123,6 +124,10 @@ pub struct Link {
     control: Arc<Control>,
     tx: Mutex<Tx>,
     pub(crate) rx: Mutex<Rx>,
+    /// The socket's O_NONBLOCK, asked once when the link is made and then
+    /// followed through the program's fcntl(F_SETFL) and ioctl(FIONBIO)
+    /// (lib.rs): a read or write that must know it makes no system call.
+    nonblocking: AtomicBool,
 }
 
 // SAFETY: the region is plain memory owned by the link; all access to its
@@ -153,6 +158,7 @@ impl Link {
     ) -> Result<Link, HandshakeEnd> {
         kernel::send_byte(fd, HELLO).map_err(|_| HandshakeEnd::Broken)?;
         let link = Link::create(side, control).map_err(|_| HandshakeEnd::Broken)?;
+        link.set_nonblocking(kernel::is_nonblocking(fd));
         let host = link.nic.query().address.to_vec();
         let (mine, theirs) = match side {
             Side::Connector => ('c', 'a'),
@@ -259,6 +265,7 @@ impl Link {
                 current: None,
                 consumed: 0,
             }),
+            nonblocking: AtomicBool::new(false),
         };
         for j in 0..RECV_SLOTS {
             link.post_recv(j)?;
@@ -279,6 +286,16 @@ impl Link {
             };
         }
         d
+    }
+
+    /// Whether the program made the socket nonblocking (as last seen).
+    pub(crate) fn is_nonblocking(&self) -> bool {
+        self.nonblocking.load(Ordering::Relaxed)
+    }
+
+    /// The program changed the socket's O_NONBLOCK.
+    pub fn set_nonblocking(&self, on: bool) {
+        self.nonblocking.store(on, Ordering::Relaxed);
     }
 
     /// The page word this side's messages are announced in.
@@ -382,7 +399,7 @@ impl Link {
                 return pipe(taken);
             }
             while tx.free.is_empty() {
-                if *nonblock.get_or_insert_with(|| dontwait || kernel::is_nonblocking(fd)) {
+                if *nonblock.get_or_insert_with(|| dontwait || self.is_nonblocking()) {
                     return if taken > 0 {
                         Ok(taken)
                     } else {
@@ -399,7 +416,7 @@ impl Link {
                 if tx.sent.wrapping_sub(used) < DATA_SLOTS as u32 {
                     break;
                 }
-                if *nonblock.get_or_insert_with(|| dontwait || kernel::is_nonblocking(fd)) {
+                if *nonblock.get_or_insert_with(|| dontwait || self.is_nonblocking()) {
                     return if taken > 0 {
                         Ok(taken)
                     } else {

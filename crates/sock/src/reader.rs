@@ -63,7 +63,7 @@ impl Link {
         peek: bool,
         all: bool,
     ) -> Result<usize, i32> {
-        let nonblocking = || dontwait || kernel::is_nonblocking(fd);
+        let nonblocking = || dontwait || self.is_nonblocking();
         let mut rx = match self.rx.try_lock() {
             Ok(g) => g,
             Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
