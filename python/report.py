@@ -6,7 +6,8 @@ with the machine's description and the ratios.
 
 It measures nothing itself: it runs the project's drivers and plots what
 they print —
-  seed 000 (M-VIA, Fig. 7-10): scripts/udp_compare.sh sizes, per MTU;
+  seed 000 (M-VIA, Fig. 7-10): scripts/udp_compare.sh sizes, per MTU (the
+      UDP device and, where it can run, the Ethernet device);
   seed 001 (VIA on UNIX, Fig. 1, 4, Table 2): viabench latency/bandwidth
       over shm, shm-block, udp, kernel TCP; viabench overhead;
   seed 002 (RUM, Fig. 7-8): scripts/udp_compare.sh rum;
@@ -43,6 +44,9 @@ PAPER_SIZES = [32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 6553
 QUICK_SIZES = [32, 512, 4096, 16384, 65536]
 MTUS = [1500, 4138, 9000]  # segments 1472, 4096, 8958 with the fixed policy
 SEG_POLICIES = ["fixed", "page", "largest"]
+# The Ethernet device's curves beside the UDP device's in seed 000's
+# figures; the quick report keeps one (page: M-VIA's best at MTU 4138).
+ETHER_SEG_POLICIES = {False: SEG_POLICIES, True: ["page"]}
 RUM_MTU = 1500
 
 
@@ -139,10 +143,25 @@ def step_seed000_mtu(mtu):
         why = need_netns()
         if why:
             raise StepFailed(why)
-        out = run.run("seed000-mtu%d" % mtu, [os.path.join(ROOT, "scripts/udp_compare.sh"), "sizes", str(mtu)],
-                      env=ns_env(run, {"SEGS": " ".join(SEG_POLICIES)}))
+        name = "seed000-mtu%d" % mtu
+        out = run.run(name, [os.path.join(ROOT, "scripts/udp_compare.sh"), "sizes", str(mtu)],
+                      env=ns_env(run, {"SEGS": " ".join(SEG_POLICIES),
+                                       "ETHER_SEGS": " ".join(ETHER_SEG_POLICIES[run.s.quick])}))
         run.results["seed000-%d" % mtu] = json_lines(out)
+        run.results["seed000-%d-ether-why" % mtu] = skipped_why(run.log_path(name), "ether")
     return step
+
+
+def skipped_why(log, transport):
+    """Why the driver left `transport` out ("TRANSPORT skipped: WHY" in its
+    log, from scripts/net_bench_lib.sh), or None."""
+    try:
+        for line in open(log):
+            if line.startswith(transport + " skipped: "):
+                return line.split(": ", 1)[1].strip()
+    except OSError:
+        pass
+    return None
 
 
 def series_from(recs, label_of, key):
@@ -182,29 +201,38 @@ def figures_seed000(run):
             if r["transport"].startswith("kernel-tcp"):
                 return "kernel TCP"
             pol = r["label"].rsplit("-seg", 1)[-1]
+            if r["transport"] == "ether":
+                return "openvia Ethernet, %s segments" % pol
             return "openvia, %s segments" % pol
 
         for test, key, scale, unit, paper in (("latency", "median_ns", 1e-3, "one-way latency, µs (median)",
                                                "Fig. 7/9"),
                                               ("bandwidth", "gbytes_per_s", 1e3, "bandwidth, MB/s", "Fig. 8/10")):
             fig = {"id": "seed000-%s-mtu%d" % (test, mtu), "seed": "000", "paper": paper,
-                   "title": "UDP device vs kernel TCP, %s vs size, MTU %d" % (test, mtu),
+                   "title": "UDP and Ethernet devices vs kernel TCP, %s vs size, MTU %d" % (test, mtu),
                    "xlabel": "message size, bytes", "ylabel": unit, "ylog": True,
                    "ratio_to": "kernel TCP", "lower_is_better": test == "latency",
                    "notes": ["Two network namespaces joined by veth, MTU %d (fixed policy: %d-byte "
                              "segments; page: page-aligned; largest: the largest that fits the MTU). "
                              "%d round trips / %d messages (window 16) per size, one run. openvia busy-polls; "
-                             "kernel TCP blocks (its latency also busy-polling)."
+                             "kernel TCP blocks (its latency also busy-polling). The Ethernet device "
+                             "(raw frames, AF_PACKET) segments for the same MTU with its own, smaller "
+                             "header, so its fixed segments are larger."
                              % (mtu, seg, run.s.iters, run.s.msgs)]}
+            udp_order = ["openvia, %s segments" % p for p in SEG_POLICIES]
+            ether_order = ["openvia Ethernet, %s segments" % p for p in ETHER_SEG_POLICIES[run.s.quick]]
             order = (["kernel TCP"] + (["kernel TCP (busy-poll)"] if test == "latency" else [])
-                     + ["openvia, %s segments" % p for p in SEG_POLICIES])
+                     + udp_order + ether_order)
             if recs is None:
                 fig["series"], fig["absent"] = [], [{"label": "all", "why": run.missing_why.get(
                     "seed000-mtu%d" % mtu, "not run")}]
             else:
                 by = series_from([r for r in recs if r.get("test") == test], label, key)
                 fig["series"] = to_series(by, order, sizes, scale)
-                fig["absent"] = absent(order, fig["series"], "the driver printed no figure (see logs/)")
+                fig["absent"] = absent(order[:-len(ether_order)], fig["series"],
+                                       "the driver printed no figure (see logs/)")
+                fig["absent"] += absent(ether_order, fig["series"], run.results.get(
+                    "seed000-%d-ether-why" % mtu) or "the driver printed no figure (see logs/)")
             run.figures.append(fig)
 
 
@@ -473,12 +501,14 @@ SOCK_MODES = [("kernel", "kernel TCP over loopback"), ("viarun", "viarun: the sa
 
 
 def sock_sizes(run):
-    return [512, 65536] if run.s.quick else [64, 512, 4096, 16384, 65536, 131072]
+    """iperf3 write sizes: the paper's sweep, 16 B to 128 KiB."""
+    return [16, 4096, 131072] if run.s.quick else [16, 64, 256, 1024, 4096, 16384, 65536, 131072]
 
 
 def iperf3_once(run, name, mode, length, secs):
     """One iperf3 TCP stream over 127.0.0.1 (server pinned to CPU 1, client
-    to CPU 0), both under viarun or neither; bytes/s the server received."""
+    to CPU 0), both under viarun or neither: (bytes/s the server received,
+    CPU % of both ends together as iperf3 reports them)."""
     prefix = [os.path.join(run.bindir, "viarun"), "--stats"] if mode == "viarun" else []
     taskset = shutil.which("taskset")
     pin = (lambda cpu: [taskset, "-c", str(cpu)]) if taskset else (lambda cpu: [])
@@ -507,7 +537,9 @@ def iperf3_once(run, name, mode, length, secs):
         said = open(run.log_path(name + "-client")).read()
         if "over shm" not in said or " 0 over kernel TCP" not in said:
             raise StepFailed("viarun did not carry iperf3's connection: %s" % said.strip()[-200:])
-    return res["end"]["sum_received"]["bits_per_second"] / 8
+    got = res["end"]["sum_received"]
+    cpu = res["end"]["cpu_utilization_percent"]
+    return got["bytes"] / got["seconds"], cpu["host_total"] + cpu["remote_total"]
 
 
 def step_seed004(run):
@@ -521,36 +553,56 @@ def step_seed004(run):
         for length in sock_sizes(run):
             for mode, _ in SOCK_MODES:  # alternating, so both meet the same machine
                 try:
-                    bps = iperf3_once(run, "seed004-%s-%d-r%d" % (mode, length, r), mode, length, secs)
-                    res.setdefault((mode, length), []).append(bps)
+                    bps, cpu = iperf3_once(run, "seed004-%s-%d-r%d" % (mode, length, r), mode, length, secs)
+                    res.setdefault((mode, length), []).append((bps, cpu))
                 except (StepFailed, ValueError, KeyError) as e:
                     res.setdefault(("error", mode), str(e))
     run.results["seed004"] = res
 
 
+def median(values):
+    v = sorted(values)
+    return v[len(v) // 2] if v else None
+
+
+# The three seed-004 figures: (id, paper, title, ylabel, value of one
+# run from (bytes/s, CPU %) and the write size).
+SOCK_FIGURES = [
+    ("seed004-stream", "netperf TCP_STREAM figure",
+     "An unmodified TCP program (iperf3) over openvia vs kernel TCP, throughput vs write size",
+     "throughput, MB/s", lambda bps, cpu, n: bps / 1e6),
+    ("seed004-msgrate", "messages per second vs message size",
+     "iperf3 messages (writes) per second vs message size, viarun vs kernel TCP",
+     "messages/s", lambda bps, cpu, n: bps / n),
+    ("seed004-msgcpu", "messages per 1 % of CPU vs message size",
+     "iperf3 messages per 1 % of CPU (both ends) vs message size, viarun vs kernel TCP",
+     "messages/s per 1 % CPU", lambda bps, cpu, n: bps / n / cpu if cpu > 0 else None),
+]
+
+
 def figures_seed004(run):
     res = run.results.get("seed004", {})
     sizes = sock_sizes(run)
-    fig = {"id": "seed004-stream", "seed": "004", "paper": "netperf TCP_STREAM figure",
-           "title": "An unmodified TCP program (iperf3) over openvia vs kernel TCP, throughput vs write size",
-           "xlabel": "write size, bytes", "ylabel": "throughput, MB/s", "ylog": True, "series": [],
-           "absent": [], "ratio_to": SOCK_MODES[0][1], "lower_is_better": False,
-           "notes": ["iperf3 -c 127.0.0.1 -l SIZE, %d s per point, server on CPU 1 and client on CPU 0, "
-                     "median of %d alternating round(s). The paper compared IPoIB with Gigabit Ethernet "
-                     "between hosts; viarun carries TCP between processes of one host over the shared-"
-                     "memory device (the SDP analogue), so the peer here is kernel TCP over loopback."
-                     % (1 if run.s.quick else 3, run.s.rounds)]}
-    for mode, lab in SOCK_MODES:
-        ys = []
-        for n in sizes:
-            v = sorted(res.get((mode, n), []))
-            ys.append(v[len(v) // 2] / 1e6 if v else None)
-        if any(y is not None for y in ys):
-            fig["series"].append({"label": lab, "x": sizes, "y": ys})
-        else:
-            fig["absent"].append({"label": lab, "why": res.get(("error", mode)) or
-                                  run.missing_why.get("seed004", "not run")})
-    run.figures.append(fig)
+    note = ("iperf3 -c 127.0.0.1 -l SIZE, %d s per point, server on CPU 1 and client on CPU 0, "
+            "median of %d alternating round(s); a message is one write of SIZE bytes; CPU is iperf3's "
+            "cpu_utilization_percent of client plus server (100 = one CPU busy). The paper compared "
+            "IPoIB and SDP with Gigabit Ethernet between hosts; viarun carries TCP between processes "
+            "of one host over the shared-memory device (the SDP analogue), so the peer here is kernel "
+            "TCP over loopback, which coalesces small writes into large segments (Nagle, GSO) while "
+            "viarun carries each write as one message." % (1 if run.s.quick else 3, run.s.rounds))
+    for fid, paper, title, ylabel, value in SOCK_FIGURES:
+        fig = {"id": fid, "seed": "004", "paper": paper, "title": title, "xlabel": "write size, bytes",
+               "ylabel": ylabel, "ylog": True, "series": [], "absent": [], "ratio_to": SOCK_MODES[0][1],
+               "lower_is_better": False, "notes": [note]}
+        for mode, lab in SOCK_MODES:
+            ys = [median([v for v in (value(b, c, n) for b, c in res.get((mode, n), [])) if v is not None])
+                  for n in sizes]
+            if any(y is not None for y in ys):
+                fig["series"].append({"label": lab, "x": sizes, "y": ys})
+            else:
+                fig["absent"].append({"label": lab, "why": res.get(("error", mode)) or
+                                      run.missing_why.get("seed004", "not run")})
+        run.figures.append(fig)
 
 
 def pvm_env(run):
@@ -672,7 +724,8 @@ def machine():
 
 # (name, seed, estimated seconds quick, full, step)
 # Estimates: measured on the project's 2-vCPU machine while other builds ran.
-STEPS = [("seed 000: MTU %d, 3 segment policies + kernel TCP" % mtu, "000", 15, 80, step_seed000_mtu(mtu))
+STEPS = [("seed 000: MTU %d, segment policies (UDP, Ethernet devices) + kernel TCP" % mtu, "000", 18, 120,
+          step_seed000_mtu(mtu))
          for mtu in MTUS] + [
     ("seed 002: RUM modes, kernel TCP, raw UDP", "002", 12, 30, step_seed002),
     ("seed 001: both devices vs kernel TCP, post overhead", "001", 25, 80, step_seed001),
@@ -680,7 +733,7 @@ STEPS = [("seed 000: MTU %d, 3 segment policies + kernel TCP" % mtu, "000", 15, 
     ("many connections: CQ vs per-VI waits, memory", "scale", 25, 120, step_scale),
     ("seed 003: PVM local (Table 1, Tables 2/3)", "003", 15, 35, step_pvm_local),
     ("seed 003: PVM remote (Table 1)", "003", 50, 70, step_pvm_remote),
-    ("seed 004: iperf3 over viarun vs kernel TCP", "004", 10, 60, step_seed004),
+    ("seed 004: iperf3 over viarun vs kernel TCP, 16 B to 128 KiB", "004", 15, 200, step_seed004),
 ]
 STEP_KEYS = ["seed000-mtu%d" % m for m in MTUS] + ["seed002", "seed001", "compare", "scale", "seed003-local",
                                                    "seed003-remote", "seed004"]
