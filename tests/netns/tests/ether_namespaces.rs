@@ -388,8 +388,68 @@ fn ether_two_processes_per_host_share_the_interface() {
     if skip("ether_two_processes_per_host_share_the_interface") {
         return;
     }
+    two_processes_per_host("packet");
+}
+
+/// `OPENVIA_ETHER_PATH=auto` with two processes per host, streaming at
+/// once (every message checked by its server): the first process on
+/// each host to open a link takes the interface's AF_XDP queue, the
+/// second finds it taken and falls back to AF_PACKET, and both paths
+/// carry data on one interface side by side. The servers are then
+/// killed; each client reports which paths its links took.
+#[test]
+fn ether_auto_path_falls_back_to_packet_when_the_xdp_queue_is_taken() {
+    let _g = serial();
+    if skip("ether_auto_path_falls_back_to_packet_when_the_xdp_queue_is_taken") {
+        return;
+    }
     let ns = NetnsPair::new(1500);
-    let e = ether_env("packet", &[]);
+    let e = ether_env("auto", &[("OPENVIA_UDP_DEAD_MS", "1000")]);
+    let mut servers = Vec::new();
+    let mut clients = Vec::new();
+    for k in 0..2 {
+        let disc = format!("x{}-{k}", std::process::id());
+        let common = [
+            ("mode", "stream"),
+            ("rel", "rd"),
+            ("size", "65536"),
+            ("window", "8"),
+            ("count", "100000000"),
+            ("disc", disc.as_str()),
+        ];
+        let (sargs, mut cargs) = server_client_args(&ns, &common);
+        cargs.extend(args(&[("survive", "1")]));
+        let mut server = spawn_in(&ns.b, "server", PEER, &sargs, &e, HELPER_TIMEOUT);
+        server.wait_line("READY", HELPER_TIMEOUT);
+        servers.push(server);
+        clients.push(cargs);
+    }
+    let mut clients: Vec<Peer> = clients
+        .iter()
+        .map(|cargs| spawn_in(&ns.a, "client", PEER, cargs, &e, HELPER_TIMEOUT))
+        .collect();
+    for c in &mut clients {
+        c.wait_line("PROGRESS", HELPER_TIMEOUT);
+    }
+    for s in servers {
+        let s = s.abort();
+        assert!(!s.status.success(), "server survived SIGKILL: {s}");
+    }
+    let (mut packet, mut xdp) = (0, 0);
+    for c in clients {
+        let f = c.finish();
+        f.assert_ok();
+        assert_eq!(f.expect("device"), "ether", "{f}");
+        assert_eq!(f.expect_u64("error_state"), 1, "{f}");
+        packet += f.expect_u64("packet_links");
+        xdp += f.expect_u64("xdp_links");
+    }
+    assert_eq!((packet, xdp), (1, 1), "one AF_XDP link, one AF_PACKET");
+}
+
+fn two_processes_per_host(path: &str) {
+    let ns = NetnsPair::new(1500);
+    let e = ether_env(path, &[]);
     let mut servers = Vec::new();
     let mut clients = Vec::new();
     for k in 0..2 {
@@ -409,6 +469,7 @@ fn ether_two_processes_per_host_share_the_interface() {
         let f = p.finish();
         f.assert_ok();
         assert_eq!(f.expect("device"), "ether", "{f}");
+        assert_eq!(f.expect_u64("packet_links"), 1, "{f}");
     }
 }
 
