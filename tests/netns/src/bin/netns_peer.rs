@@ -700,11 +700,14 @@ fn main() {
     // Which device served, and what it dropped from strangers.
     let st = openvia_core::udp_stats();
     println!(
-        "RESULT device={} unknown_peer={} wrong_conn_id={} malformed={}",
+        "RESULT device={} unknown_peer={} wrong_conn_id={} malformed={} \
+         packet_links={} xdp_links={}",
         DEVICE.get().map_or("none", |d| d.as_str()),
         st.unknown_peer_frames,
         st.wrong_conn_id,
-        st.malformed
+        st.malformed,
+        st.ether_packet_links,
+        st.ether_xdp_links
     );
 }
 
