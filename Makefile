@@ -3,6 +3,7 @@
 #   make install PREFIX=dir lays out bin/ lib/ include/ lib/pkgconfig/
 #   make test               everything CI runs
 #   make bench              openvia beside UCX, libfabric and the kernel (a table)
+#   make bench-sock         viarun beside kernel TCP: sockperf, iperf3, redis
 #   make report             every seed's figures as PNG + JSON and report/index.html
 #                           (make report-quick: the same in a few minutes)
 PREFIX ?= /usr/local
@@ -11,13 +12,14 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 SOVERSION := 1
 STAGE := $(CURDIR)/dist
 
-.PHONY: all build install stage test test-deps test-rust test-c test-sock test-pvm test-man test-report clean bench report report-quick
+.PHONY: all build install stage test test-deps test-rust test-c test-sock test-pvm test-man test-report clean bench bench-sock report report-quick
 
 # Debian packages each job needs; scripts/ensure-packages.sh installs the
 # missing ones as root, else names them and the command, and stops.
 ENSURE := scripts/ensure-packages.sh
 TEST_PKGS := gcc g++ make pkg-config python3 iproute2 nftables pvm pvm-dev pvm-examples man-db groff-base xvfb x11-apps x11-utils
-BENCH_PKGS := ucx-utils libfabric-bin sockperf iperf3
+BENCH_PKGS := ucx-utils libfabric-bin sockperf iperf3 redis-server redis-tools
+SOCK_BENCH_PKGS := sockperf iperf3 redis-server redis-tools
 REPORT_PKGS := python3-matplotlib
 MAN1 := $(wildcard docs/man/*.1)
 MAN7 := $(wildcard docs/man/*.7)
@@ -105,6 +107,15 @@ bench: build
 	@$(ENSURE) --optional "their rows will say so" $(BENCH_PKGS)
 	python3 python/compare.py --viabench target/release/viabench
 	@echo "Plots of every seed's figures: make report (5-15 min here, it states its own estimate; make report-quick: a few minutes)"
+
+# viarun beside kernel TCP on this host, alternating rounds: sockperf
+# ping-pong and iperf3 (tests/sock/bench.sh), then redis-server with
+# redis-benchmark, every connection checked to be over shm
+# (tests/sock/server_bench.sh).
+bench-sock: build
+	@$(ENSURE) $(SOCK_BENCH_PKGS)
+	tests/sock/bench.sh target/release 5
+	tests/sock/server_bench.sh target/release 5
 
 # Every seed's figures, regenerated here: report/index.html (python/report.py).
 report: build

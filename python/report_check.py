@@ -19,7 +19,7 @@ import zlib
 EXPECTED = ["seed000-%s-mtu%d" % (t, m) for m in (1500, 4138, 9000) for t in ("latency", "bandwidth")] + [
     "seed001-latency", "seed001-bandwidth", "seed002-bandwidth", "seed002-latency",
     "shm-vs-ucx-libfabric-latency", "shm-vs-ucx-libfabric-bandwidth", "seed003-table1-rtt",
-    "scale-cq-latency", "seed004-stream"]
+    "scale-cq-latency", "seed004-stream", "seed004-msgrate", "seed004-msgcpu"]
 # Figures that need neither root nor a peer package: always plotted.
 ALWAYS_PLOTTED = ["seed001-latency", "seed001-bandwidth", "scale-cq-latency"]
 

@@ -17,13 +17,19 @@ done
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 
-port() { echo $((20000 + $(od -An -N2 -tu2 /dev/urandom) % 20000)); }
+# port: a random port no one listens on (others may run servers here too).
+port() {
+    while :; do
+        p=$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 20000))
+        ss -ltn | grep -q ":$p " || { echo "$p"; return; }
+    done
+}
 # listening PORT: waits until a TCP listener holds PORT (the readiness signal).
 listening() {
     i=0
     until ss -ltn | grep -q ":$1 "; do
         i=$((i + 1))
-        [ $i -lt 200 ] || { echo "bench: no listener on $1"; exit 1; }
+        [ $i -lt 200 ] || { echo "bench: no listener on $1" >&2; exit 1; }
         sleep 0.05
     done
 }
@@ -35,7 +41,8 @@ pp() {
     taskset -c 0 $pre sockperf sr --tcp -i 127.0.0.1 -p "$p" "$@" >"$dir/sr" 2>&1 &
     s=$!
     listening "$p"
-    taskset -c 1 $pre sockperf pp --tcp -i 127.0.0.1 -p "$p" -m 14 -t 3 "$@" >"$dir/pp" 2>&1
+    taskset -c 1 $pre sockperf pp --tcp -i 127.0.0.1 -p "$p" -m 14 -t 3 "$@" >"$dir/pp" 2>&1 ||
+        { echo "bench: sockperf pp $pre failed:" >&2; tail -3 "$dir/pp" >&2; exit 1; }
     kill "$s" 2>/dev/null || true
     wait "$s" 2>/dev/null || true
     sed -n 's/.*percentile 50.000 = *\([0-9.]*\).*/\1/p' "$dir/pp"
@@ -47,7 +54,8 @@ ip() {
     taskset -c 0 $pre iperf3 -s -1 -p "$p" >/dev/null 2>&1 &
     s=$!
     listening "$p"
-    taskset -c 1 $pre iperf3 -c 127.0.0.1 -p "$p" -t 3 -J >"$dir/ip.json"
+    taskset -c 1 $pre iperf3 -c 127.0.0.1 -p "$p" -t 3 -J >"$dir/ip.json" ||
+        { echo "bench: iperf3 $pre failed:" >&2; tail -3 "$dir/ip.json" >&2; exit 1; }
     wait "$s" || true
     python3 -c "import json,sys; print('%.1f' % (json.load(open(sys.argv[1]))['end']['sum_received']['bits_per_second'] / 1e9))" "$dir/ip.json"
 }
@@ -55,8 +63,11 @@ median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2
 
 : >"$dir/lk"; : >"$dir/lkn"; : >"$dir/lv"; : >"$dir/tk"; : >"$dir/tv"
 for r in $(seq "$rounds"); do
-    lk=$(pp "") lkn=$(pp "" --nonblocked) lv=$(pp "$V")
-    tk=$(ip "") tv=$(ip "$V")
+    lk=$(pp "")
+    lkn=$(pp "" --nonblocked)
+    lv=$(pp "$V")
+    tk=$(ip "")
+    tv=$(ip "$V")
     echo "round $r: latency kernel $lk us, kernel --nonblocked $lkn us, viarun $lv us; iperf3 kernel $tk, viarun $tv Gbit/s"
     echo "$lk" >>"$dir/lk"; echo "$lkn" >>"$dir/lkn"; echo "$lv" >>"$dir/lv"
     echo "$tk" >>"$dir/tk"; echo "$tv" >>"$dir/tv"

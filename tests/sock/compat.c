@@ -4,7 +4,8 @@
  * under viarun (where --stats must say the connection went over shm).
  *
  *   compat MODE   MODE: poll select epoll-lt epoll-et epoll-nested peek
- *                       dup threads sendfile stress
+ *                       dup threads sendfile stress reconnect hangup
+ *                       hangup-exit hangup-kill hangup-et wake nonblock
  *
  * Readiness is checked both ways: readable while data is unread, and NOT
  * readable once it is all read (a 100 ms poll must time out). The peers
@@ -22,11 +23,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/select.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
+#include <signal.h>
 #include <unistd.h>
 
 #define FAIL(...) do { fprintf(stderr, "compat %s: ", mode); fprintf(stderr, __VA_ARGS__); \
@@ -318,6 +321,156 @@ static int stress(int lfd, struct sockaddr_in *a) {
     return 0;
 }
 
+/* reconnect: a nonblocking connect asked again once the server has
+ * accepted (hiredis, redis-benchmark and many event loops do this to
+ * learn that the connection is up): the second call must say connected
+ * (0 or EISCONN) and the connection must keep working, still carried. */
+static int accepted_pipe[2];
+static void reconnect_client(int fd, struct sockaddr_in *a) {
+    nonblocking(fd);
+    int r = connect(fd, (struct sockaddr *)a, sizeof *a);
+    if (r != 0 && errno != EINPROGRESS) FAIL("first connect: %s", strerror(errno));
+    char c;
+    if (read(accepted_pipe[0], &c, 1) != 1) FAIL("no accept signal");
+    struct pollfd q = {fd, POLLOUT, 0};
+    if (poll(&q, 1, 5000) != 1) FAIL("not writable after accept");
+    r = connect(fd, (struct sockaddr *)a, sizeof *a);
+    if (r != 0 && errno != EISCONN) FAIL("second connect: %s", strerror(errno));
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    echo_client(fd);
+}
+
+/* hangup*: the connector writes HANGUP_MSGS messages of random size and
+ * then closes (hangup), exits without closing (hangup-exit: no atexit
+ * handlers) or SIGKILLs itself (hangup-kill; hangup-et: the same, read
+ * nonblocking as edge-triggered epoll says); the acceptor waits until
+ * it is gone (waitpid: the readiness signal), then must read every byte
+ * and then EOF, twice, as from kernel TCP. The acceptor speaks first so
+ * that the connection is set up before the writer goes. */
+#define HANGUP_MSGS 12
+static void hangup_writer(int fd) {
+    static char b[16000];
+    uint64_t s = 99;
+    size_t off = 0;
+    await_ack(fd);
+    for (int m = 0; m < HANGUP_MSGS; m++) {
+        size_t n = 1 + rng(&s) % sizeof b;
+        for (size_t i = 0; i < n; i++) b[i] = (char)pattern(3, off + i);
+        write_all(fd, b, n);
+        off += n;
+    }
+    write_all(fd, &off, sizeof off);
+    if (strcmp(mode, "hangup-exit") == 0) _exit(0);
+    if (strcmp(mode, "hangup-kill") == 0 || strcmp(mode, "hangup-et") == 0) kill(getpid(), SIGKILL);
+    close(fd);
+    exit(0);
+}
+static void hangup_reader(int fd, pid_t writer) {
+    static char b[HANGUP_MSGS * 16000 + sizeof(size_t)];
+    int et = strcmp(mode, "hangup-et") == 0, e = -1;
+    ack(fd);
+    int st;
+    if (waitpid(writer, &st, 0) != writer) FAIL("waitpid");
+    int killed = et || strcmp(mode, "hangup-kill") == 0;
+    if (killed ? !WIFSIGNALED(st) : !WIFEXITED(st) || WEXITSTATUS(st)) FAIL("writer failed");
+    struct pollfd q = {fd, POLLIN, 0};
+    if (poll(&q, 1, 5000) != 1) FAIL("not readable after the writer left");
+    if (et) {
+        nonblocking(fd);
+        e = epoll_create1(0);
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.fd = fd};
+        if (e < 0 || epoll_ctl(e, EPOLL_CTL_ADD, fd, &ev)) FAIL("epoll_ctl");
+    }
+    size_t got = 0;
+    uint64_t s = 5;
+    for (;;) {
+        size_t want = 1 + rng(&s) % 20000;
+        if (want > sizeof b - got) want = sizeof b - got;
+        ssize_t k = read(fd, b + got, want);
+        if (k < 0 && errno == EAGAIN && et) {
+            /* Edge-triggered: the peer's end of stream came before we
+             * drained; only a read that reports it (0) ends this. */
+            struct epoll_event out;
+            if (epoll_wait(e, &out, 1, 10000) != 1) FAIL("EAGAIN at %zu and no edge: end of stream lost", got);
+            continue;
+        }
+        if (k < 0) FAIL("read at %zu: %s", got, strerror(errno));
+        if (k == 0) break;
+        got += (size_t)k;
+    }
+    size_t sent;
+    if (got < sizeof sent) FAIL("EOF after %zu bytes", got);
+    memcpy(&sent, b + got - sizeof sent, sizeof sent);
+    if (got != sent + sizeof sent) FAIL("%zu bytes, the writer sent %zu", got, sent + sizeof sent);
+    for (size_t i = 0; i < sent; i++)
+        if (b[i] != (char)pattern(3, i)) FAIL("byte %zu differs", i);
+    if (read(fd, b, 1) != 0) FAIL("no second EOF");
+    if (poll(&q, 1, 0) != 1) FAIL("not readable at EOF");
+    if (e >= 0) close(e);
+}
+
+/* nonblock: the socket's mode changed after its first use, each way a
+ * program can (ioctl FIONBIO, fcntl, fcntl64): an empty read must say
+ * EAGAIN when nonblocking and wait for data when blocking again. */
+static void nonblock_server(int fd) {
+    char b[16];
+    await_ack(fd);
+    int on = 1, off = 0;
+    if (ioctl(fd, FIONBIO, &on)) FAIL("FIONBIO");
+    if (read(fd, b, sizeof b) != -1 || errno != EAGAIN) FAIL("read after FIONBIO on: not EAGAIN");
+    if (ioctl(fd, FIONBIO, &off)) FAIL("FIONBIO off");
+    if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)) FAIL("fcntl");
+    if (read(fd, b, sizeof b) != -1 || errno != EAGAIN) FAIL("read after fcntl O_NONBLOCK: not EAGAIN");
+    if (fcntl64(fd, F_SETFL, fcntl64(fd, F_GETFL) & ~O_NONBLOCK)) FAIL("fcntl64");
+    if (fcntl64(fd, F_SETFL, fcntl64(fd, F_GETFL) | O_NONBLOCK)) FAIL("fcntl64");
+    if (read(fd, b, sizeof b) != -1 || errno != EAGAIN) FAIL("read after fcntl64 O_NONBLOCK: not EAGAIN");
+    if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)) FAIL("fcntl");
+    ack(fd);
+    read_all(fd, b, 5);
+    if (memcmp(b, "hello", 5)) FAIL("data after blocking again");
+}
+static void nonblock_client(int fd) {
+    ack(fd);
+    await_ack(fd);
+    write_all(fd, "hello", 5);
+}
+
+/* wake: a ping-pong in which both ends sleep in epoll_wait before each
+ * read (nonblocking, read until EAGAIN) with a 10 s limit that only a
+ * lost wake-up reaches: the writer's data must wake a sleeping reader. */
+#define WAKE_ROUNDS 2000
+static void wake_side(int fd, int first) {
+    static char b[4096];
+    nonblocking(fd);
+    int e = epoll_create1(0);
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
+    if (e < 0 || epoll_ctl(e, EPOLL_CTL_ADD, fd, &ev)) FAIL("epoll_ctl");
+    uint64_t s = 17;
+    for (int r = 0; r < WAKE_ROUNDS; r++) {
+        size_t n = 1 + rng(&s) % sizeof b;
+        if ((r % 2 == 0) == first) {
+            for (size_t i = 0; i < n; i++) b[i] = (char)pattern((uint64_t)r, i);
+            write_all(fd, b, n);
+            continue;
+        }
+        size_t got = 0;
+        while (got < n) {
+            struct epoll_event out;
+            if (epoll_wait(e, &out, 1, 10000) != 1) FAIL("round %d: no wake-up with %zu of %zu read", r, got, n);
+            while (got < n) {
+                ssize_t k = read(fd, b + got, sizeof b - got);
+                if (k < 0 && errno == EAGAIN) break;
+                if (k <= 0) FAIL("round %d: read %zd", r, k);
+                got += (size_t)k;
+            }
+        }
+        if (got != n) FAIL("round %d: %zu bytes, wanted %zu", r, got, n);
+        for (size_t i = 0; i < n; i++)
+            if (b[i] != (char)pattern((uint64_t)r, i)) FAIL("round %d: byte %zu differs", r, i);
+    }
+    close(e);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) { fprintf(stderr, "usage: compat MODE\n"); return 2; }
     mode = argv[1];
@@ -328,12 +481,23 @@ int main(int argc, char **argv) {
     if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof a) || listen(lfd, 8) ||
         getsockname(lfd, (struct sockaddr *)&a, &len)) FAIL("listen");
     if (strcmp(mode, "stress") == 0) return stress(lfd, &a);
+    int reconnect = strcmp(mode, "reconnect") == 0;
+    int hangup = strncmp(mode, "hangup", 6) == 0;
+    if (pipe(accepted_pipe)) FAIL("pipe");
     pid_t pid = fork();
     if (pid == 0) {
         close(lfd);
         int fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (reconnect) {
+            reconnect_client(fd, &a);
+            close(fd);
+            return 0;
+        }
         if (connect(fd, (struct sockaddr *)&a, sizeof a)) FAIL("connect");
-        if (strcmp(mode, "peek") == 0) peek_client(fd);
+        if (hangup) hangup_writer(fd);
+        else if (strcmp(mode, "wake") == 0) wake_side(fd, 1);
+        else if (strcmp(mode, "nonblock") == 0) nonblock_client(fd);
+        else if (strcmp(mode, "peek") == 0) peek_client(fd);
         else if (strcmp(mode, "dup") == 0) echo_client(fd);
         else if (strcmp(mode, "threads") == 0) both_ways(fd, 11, 12);
         else if (strcmp(mode, "sendfile") == 0) sendfile_client(fd);
@@ -343,8 +507,17 @@ int main(int argc, char **argv) {
     }
     int fd = accept(lfd, NULL, NULL);
     if (fd < 0) FAIL("accept");
+    if (write(accepted_pipe[1], "a", 1) != 1) FAIL("accept signal");
+    if (hangup) {
+        hangup_reader(fd, pid);
+        close(fd);
+        printf("compat %s: ok\n", mode);
+        return 0;
+    }
     if (strcmp(mode, "peek") == 0) peek_server(fd);
-    else if (strcmp(mode, "dup") == 0) dup_server(fd);
+    else if (reconnect || strcmp(mode, "dup") == 0) dup_server(fd);
+    else if (strcmp(mode, "wake") == 0) wake_side(fd, 0);
+    else if (strcmp(mode, "nonblock") == 0) nonblock_server(fd);
     else if (strcmp(mode, "threads") == 0) both_ways(fd, 12, 11);
     else if (strcmp(mode, "sendfile") == 0) sendfile_server(fd);
     else if (!strcmp(mode, "poll") || !strcmp(mode, "select") || !strncmp(mode, "epoll-", 6)) readiness_server(fd);

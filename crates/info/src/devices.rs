@@ -142,8 +142,13 @@ pub fn probe(name: &str, kind: &'static str, interface: Option<String>) -> Devic
 /// Every device of this host, opened and queried.
 pub fn all() -> Vec<DeviceInfo> {
     let mut out = vec![probe("/dev/via_lo", "shm", None)];
+    // What /dev/via_<ifname> is asked to be, until it opens and says.
+    let per_interface = match std::env::var("OPENVIA_NET_DEVICE").as_deref() {
+        Ok("ether") => "ether",
+        _ => "udp",
+    };
     for i in interfaces() {
-        out.push(probe(&format!("/dev/via_{i}"), "udp", Some(i)));
+        out.push(probe(&format!("/dev/via_{i}"), per_interface, Some(i)));
     }
     out.push(probe("/dev/via_udp", "udp", None));
     out

@@ -192,6 +192,17 @@ pub fn route(fd: RawFd) -> Route {
     }
 }
 
+/// The link of a connection already carried by this process, without
+/// settling one that is not yet (for calls that only change its state).
+pub fn carried(fd: RawFd) -> Option<Arc<Link>> {
+    let conn = lookup(fd)?;
+    let g = conn.setup.lock().unwrap_or_else(|e| e.into_inner());
+    match &*g {
+        Setup::Via(link) if link.owner_pid == crate::process::id() => Some(link.clone()),
+        _ => None,
+    }
+}
+
 pub fn add_listener(fd: RawFd, registry: RawFd) {
     let mut l = LISTENERS.lock().unwrap_or_else(|e| e.into_inner());
     let m = l.get_or_insert_with(HashMap::new);

@@ -411,15 +411,55 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     })
 }
 
+/// fcntl and fcntl64 (which programs built with 64-bit file offsets
+/// call, redis among them): duplicates are followed, O_NONBLOCK noted.
+fn fcntl_with(
+    call: unsafe extern "C" fn(c_int, c_int, libc::c_ulong) -> c_int,
+    fd: c_int,
+    cmd: c_int,
+    arg: libc::c_ulong,
+) -> c_int {
+    guarded(-1, || {
+        // SAFETY: the program's own call, passed on unchanged.
+        let r = unsafe { call(fd, cmd, arg) };
+        if r >= 0 && (cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC) {
+            conn::alias(fd, r);
+        }
+        if r >= 0 && cmd == libc::F_SETFL {
+            if let Some(link) = conn::carried(fd) {
+                link.set_nonblocking(arg as c_int & libc::O_NONBLOCK != 0);
+            }
+        }
+        r
+    })
+}
+
 /// # Safety
 /// fcntl(2) with its optional argument as one machine word (as the
 /// x86-64 and aarch64 calling conventions pass it).
 #[no_mangle]
 pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> c_int {
+    fcntl_with(real().fcntl, fd, cmd, arg)
+}
+
+/// # Safety
+/// As fcntl above.
+#[no_mangle]
+pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> c_int {
+    fcntl_with(real().fcntl64, fd, cmd, arg)
+}
+
+/// # Safety
+/// ioctl(2) with its optional argument as one pointer (as the x86-64
+/// and aarch64 calling conventions pass it); FIONBIO's is an int.
+#[no_mangle]
+pub unsafe extern "C" fn ioctl(fd: c_int, request: libc::c_ulong, arg: *mut c_void) -> c_int {
     guarded(-1, || {
-        let r = (real().fcntl)(fd, cmd, arg);
-        if r >= 0 && (cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC) {
-            conn::alias(fd, r);
+        let r = (real().ioctl)(fd, request, arg);
+        if r == 0 && request == libc::FIONBIO && !arg.is_null() {
+            if let Some(link) = conn::carried(fd) {
+                link.set_nonblocking(*(arg as *const c_int) != 0);
+            }
         }
         r
     })
@@ -523,6 +563,24 @@ pub unsafe extern "C" fn accept4(
     })
 }
 
+/// connect on a socket whose connection is already under way or up (a
+/// nonblocking connect asked again to learn that it completed, as
+/// hiredis and most event loops do): its agreement stands — redoing it
+/// would drop the acceptor's answer, which may have come already, and
+/// wait for one that never comes. Only a connect that failed ends it.
+///
+/// # Safety
+/// As connect(2).
+unsafe fn connect_again(fd: c_int, addr: *const sockaddr, alen: socklen_t) -> c_int {
+    let r = (real().connect)(fd, addr, alen);
+    let e = errno();
+    if r != 0 && !matches!(e, libc::EINPROGRESS | libc::EALREADY | libc::EISCONN) {
+        conn::forget(fd);
+    }
+    set_errno(e);
+    r
+}
+
 /// # Safety
 /// The C prototype of connect(2).
 #[no_mangle]
@@ -531,7 +589,9 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, alen: socklen
         if addr.is_null() || !is_tcp(fd) || fd as usize >= conn::MAX_FD {
             return (real().connect)(fd, addr, alen);
         }
-        conn::forget(fd);
+        if conn::lookup(fd).is_some() {
+            return connect_again(fd, addr, alen);
+        }
         let mut dst: libc::sockaddr_storage = std::mem::zeroed();
         std::ptr::copy_nonoverlapping(
             addr.cast::<u8>(),

@@ -12,6 +12,7 @@
 //! handshake. This file sets the link up and writes; `reader` reads.
 
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -112,8 +113,6 @@ pub(crate) struct Rx {
     pub current: Option<(usize, usize, usize)>,
     /// Messages used up (compared with the writer's count on the page).
     pub consumed: u32,
-    /// Nonblocking reads in a row that found nothing.
-    pub idle: u32,
 }
 
 pub struct Link {
@@ -125,6 +124,10 @@ pub struct Link {
     control: Arc<Control>,
     tx: Mutex<Tx>,
     pub(crate) rx: Mutex<Rx>,
+    /// The socket's O_NONBLOCK, asked once when the link is made and then
+    /// followed through the program's fcntl(F_SETFL) and ioctl(FIONBIO)
+    /// (lib.rs): a read or write that must know it makes no system call.
+    nonblocking: AtomicBool,
 }
 
 // SAFETY: the region is plain memory owned by the link; all access to its
@@ -155,6 +158,7 @@ impl Link {
     ) -> Result<Link, HandshakeEnd> {
         kernel::send_byte(fd, HELLO).map_err(|_| HandshakeEnd::Broken)?;
         let link = Link::create(side, control).map_err(|_| HandshakeEnd::Broken)?;
+        link.set_nonblocking(kernel::is_nonblocking(fd));
         let host = link.nic.query().address.to_vec();
         let (mine, theirs) = match side {
             Side::Connector => ('c', 'a'),
@@ -260,8 +264,8 @@ impl Link {
             rx: Mutex::new(Rx {
                 current: None,
                 consumed: 0,
-                idle: 0,
             }),
+            nonblocking: AtomicBool::new(false),
         };
         for j in 0..RECV_SLOTS {
             link.post_recv(j)?;
@@ -282,6 +286,16 @@ impl Link {
             };
         }
         d
+    }
+
+    /// Whether the program made the socket nonblocking (as last seen).
+    pub(crate) fn is_nonblocking(&self) -> bool {
+        self.nonblocking.load(Ordering::Relaxed)
+    }
+
+    /// The program changed the socket's O_NONBLOCK.
+    pub fn set_nonblocking(&self, on: bool) {
+        self.nonblocking.store(on, Ordering::Relaxed);
     }
 
     /// The page word this side's messages are announced in.
@@ -385,7 +399,7 @@ impl Link {
                 return pipe(taken);
             }
             while tx.free.is_empty() {
-                if *nonblock.get_or_insert_with(|| dontwait || kernel::is_nonblocking(fd)) {
+                if *nonblock.get_or_insert_with(|| dontwait || self.is_nonblocking()) {
                     return if taken > 0 {
                         Ok(taken)
                     } else {
@@ -402,7 +416,7 @@ impl Link {
                 if tx.sent.wrapping_sub(used) < DATA_SLOTS as u32 {
                     break;
                 }
-                if *nonblock.get_or_insert_with(|| dontwait || kernel::is_nonblocking(fd)) {
+                if *nonblock.get_or_insert_with(|| dontwait || self.is_nonblocking()) {
                     return if taken > 0 {
                         Ok(taken)
                     } else {
@@ -433,17 +447,17 @@ impl Link {
             let buf = self.region.buffer(i);
             // SAFETY: message slot `i` is free and MSG_BYTES (≥ 4) long.
             unsafe { std::ptr::write_unaligned(buf as *mut u32, len as u32) };
-            // Announced and rung before it is posted: a reader never uses
-            // up a message its count does not show yet (it waits the
-            // moment between), and the socket is readable by the time the
-            // message can be read. A dead peer shows on the doorbell as
-            // EPIPE (and SIGPIPE) from the kernel.
-            if self.tx_word().announce(len) {
-                if let Err(e) = kernel::send_doorbell(fd, nosignal) {
-                    tx.free.push(i);
-                    return if taken > 0 { Ok(taken) } else { Err(e) };
-                }
-            }
+            // Announced before it is posted: a reader never uses up a
+            // message its count does not show yet (it waits the moment
+            // between). Rung after it is posted: a reader woken by the
+            // doorbell finds the message there, instead of spinning for it
+            // while this writer may wait for a CPU (with as many runnable
+            // threads as CPUs, until the reader's time slice ends: ms). A
+            // reader that finds data unread before the byte arrives waits
+            // for it before it returns (`bell_visible`, `take_bell`), so
+            // the socket is readable while data is unread. A dead peer
+            // shows on the doorbell as EPIPE (and SIGPIPE) from the kernel.
+            let ring = self.tx_word().announce(len);
             let d = self.fill(i, buf, 4);
             if self.vi.post_send(d.0, self.region.handle).is_err() {
                 tx.free.push(i);
@@ -452,6 +466,10 @@ impl Link {
             tx.in_flight += 1;
             tx.sent = tx.sent.wrapping_add(1);
             taken += len;
+            if ring && kernel::send_doorbell(fd, nosignal).is_err() {
+                // This message is posted (taken); the next write fails.
+                return Ok(taken);
+            }
         }
         Ok(taken)
     }

@@ -9,8 +9,9 @@
 //! system call and costs its writer none (see `control`).
 //!
 //! The kernel is asked only when the peer shut down or closed (its page
-//! word says so), when the VI broke, or after a sleep: its stream then
-//! says EOF, ECONNRESET or nothing yet.
+//! word says so), when the VI broke, after a sleep, or when a nonblocking
+//! read finds nothing unread: its stream then says EOF, ECONNRESET or
+//! nothing yet.
 
 use std::os::fd::RawFd;
 use std::sync::{MutexGuard, OnceLock};
@@ -33,9 +34,13 @@ fn spin_time() -> Duration {
     })
 }
 
-/// Nonblocking reads that found nothing, in a row, between two looks at
-/// the kernel stream (a killed peer's FIN, before the VI says it broke).
-const IDLE_LOOK: u32 = 64;
+/// Looks at a message announced but not yet arrived before a read gives
+/// its CPU away (sched_yield) between looks: its writer is between
+/// announcing and posting it, and may be waiting for this very CPU.
+const ANNOUNCED_SPIN: u32 = 128;
+/// Yields between two asks whether the peer hung up while a message is
+/// still announced and not arrived (a writer killed in that moment).
+const ANNOUNCED_LOOK: u32 = 1024;
 
 /// How a spin with a token ended.
 enum Spin {
@@ -58,7 +63,7 @@ impl Link {
         peek: bool,
         all: bool,
     ) -> Result<usize, i32> {
-        let nonblocking = || dontwait || kernel::is_nonblocking(fd);
+        let nonblocking = || dontwait || self.is_nonblocking();
         let mut rx = match self.rx.try_lock() {
             Ok(g) => g,
             Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
@@ -78,6 +83,9 @@ impl Link {
         // Set after a sleep, or when the page or VI says so: the kernel
         // stream has the last word.
         let mut ask_kernel = false;
+        // Looks at an announced message not arrived yet; whether this call
+        // asked the kernel already.
+        let (mut waits, mut asked) = (0u32, false);
         loop {
             if let Some((slot, len, taken)) = rx.current {
                 // Copy what this message has (a peek takes from one message).
@@ -142,8 +150,19 @@ impl Link {
             let seen = self.rx_word().seen();
             let broken = self.broken();
             if seen.posted != rx.consumed && !broken && !ask_kernel {
-                // Announced: it is in the ring, on its way to a receive.
-                std::hint::spin_loop();
+                // Announced: its writer is posting it.
+                waits += 1;
+                if waits <= ANNOUNCED_SPIN {
+                    std::hint::spin_loop();
+                    continue;
+                }
+                if waits % ANNOUNCED_LOOK == 0 && kernel::peer_hung_up(fd) {
+                    // Its writer died before posting it (a close flushes
+                    // first): the write never returned; the stream ends.
+                    return Ok(got);
+                }
+                // SAFETY: sched_yield takes nothing and cannot fail.
+                unsafe { libc::sched_yield() };
                 continue;
             }
             // Nothing unread.
@@ -185,8 +204,13 @@ impl Link {
                     // A message took it: it is on its way, read it.
                     continue;
                 }
-                rx.idle = rx.idle.wrapping_add(1);
-                if rx.idle % IDLE_LOOK == 0 {
+                if got == 0 && !asked {
+                    // Nothing unread: the kernel says whether the stream
+                    // ended (a killed peer sets no SHUT, and its VI may not
+                    // show it yet). Asked every time, not every n-th: an
+                    // edge-triggered reader gets one wake-up for the FIN
+                    // and must then read EOF, not EAGAIN.
+                    asked = true;
                     ask_kernel = true;
                     continue;
                 }
@@ -242,7 +266,6 @@ impl Link {
     /// (if out) is taken, so the socket is readable exactly while data is
     /// unread.
     fn leave(&self, fd: RawFd, rx: &mut MutexGuard<'_, Rx>, got: usize) -> usize {
-        rx.idle = 0;
         if rx.current.is_none() {
             self.take_bell(fd, rx);
         }

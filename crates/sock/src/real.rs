@@ -40,6 +40,8 @@ pub struct Real {
     pub dup2: unsafe extern "C" fn(c_int, c_int) -> c_int,
     pub dup3: unsafe extern "C" fn(c_int, c_int, c_int) -> c_int,
     pub fcntl: unsafe extern "C" fn(c_int, c_int, libc::c_ulong) -> c_int,
+    pub fcntl64: unsafe extern "C" fn(c_int, c_int, libc::c_ulong) -> c_int,
+    pub ioctl: unsafe extern "C" fn(c_int, libc::c_ulong, *mut c_void) -> c_int,
     pub sendfile: unsafe extern "C" fn(c_int, c_int, *mut libc::off_t, size_t) -> ssize_t,
 }
 
@@ -78,6 +80,8 @@ pub fn real() -> &'static Real {
         dup2: sym(c"dup2"),
         dup3: sym(c"dup3"),
         fcntl: sym(c"fcntl"),
+        fcntl64: sym(c"fcntl64"),
+        ioctl: sym(c"ioctl"),
         sendfile: sym(c"sendfile"),
     })
 }

@@ -4,9 +4,9 @@
 //! be made, the helpers' environment and arguments.
 
 use std::sync::{Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crate::harness::{spawn_in, Finished};
+use crate::harness::{spawn_in, Finished, Peer};
 use crate::namespaces::{unavailable, NetnsPair};
 
 /// How long a helper may run.
@@ -100,4 +100,57 @@ pub fn server_client_args(ns: &NetnsPair, common: &[(&str, &str)]) -> (Vec<Strin
         ("peer", &ns.ip_b),
     ]));
     (sargs, cargs)
+}
+
+/// A server in namespace b receiving an endless stream of 64 KiB
+/// messages (8 in flight, reliable delivery, discriminator `disc`) from a
+/// client in a that reports how the connection broke (`survive=1`), both
+/// started and the client past its 10th completion (its own count: with 8
+/// sends in flight the server has its 10th message first).
+pub fn endless_stream(
+    exe: &str,
+    ns: &NetnsPair,
+    env: &[(String, String)],
+    disc: &str,
+) -> (Peer, Peer) {
+    let common = [
+        ("mode", "stream"),
+        ("rel", "rd"),
+        ("size", "65536"),
+        ("window", "8"),
+        ("count", "100000000"),
+        ("disc", disc),
+    ];
+    let (sargs, mut cargs) = server_client_args(ns, &common);
+    cargs.extend(args(&[("survive", "1")]));
+    let mut server = spawn_in(&ns.b, "server", exe, &sargs, env, HELPER_TIMEOUT);
+    server.wait_line("READY", HELPER_TIMEOUT);
+    let mut client = spawn_in(&ns.a, "client", exe, &cargs, env, HELPER_TIMEOUT);
+    client.wait_line("PROGRESS", HELPER_TIMEOUT);
+    (server, client)
+}
+
+/// SIGKILLs the server of an [`endless_stream`] and checks that the
+/// client broke cleanly within `bound` of the kill: its VI in the error
+/// state, its posted receive flushed. Returns the time and the client.
+pub fn kill_server_and_check_break(
+    server: Peer,
+    client: Peer,
+    bound: Duration,
+) -> (Duration, Finished) {
+    let killed = Instant::now();
+    let s = server.abort();
+    assert!(!s.status.success(), "server survived SIGKILL: {s}");
+    let c = client.finish();
+    c.assert_ok();
+    let took = c.ended.duration_since(killed);
+    eprintln!("survivor broke {took:?} after the kill: {c}");
+    assert!(
+        took < bound,
+        "survivor took {took:?} (bound {bound:?}): {c}"
+    );
+    assert_eq!(c.expect_u64("error_state"), 1, "{c}");
+    assert_eq!(c.expect_u64("recv_flushed"), 1, "{c}");
+    assert!(c.expect_u64("completed") >= 10);
+    (took, c)
 }

@@ -10,7 +10,7 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use openvia_netns_tests::harness::{spawn_in, Finished, Peer};
 use openvia_netns_tests::namespaces::{nft_unavailable, NetnsPair};
@@ -196,37 +196,12 @@ fn ether_peer_killed_mid_transfer_breaks_the_vi_within_the_dead_time() {
     let disc = format!("k{}", std::process::id());
     let dead = DEAD_MS.to_string();
     let e = ether_env("packet", &[("OPENVIA_UDP_DEAD_MS", &dead)]);
-    let common = [
-        ("mode", "stream"),
-        ("rel", "rd"),
-        ("size", "65536"),
-        ("window", "8"),
-        ("count", "100000000"),
-        ("disc", &disc),
-    ];
-    let (sargs, mut cargs) = server_client_args(&ns, &common);
-    cargs.extend(args(&[("survive", "1")]));
-    let mut server = spawn_in(&ns.b, "server", PEER, &sargs, &e, HELPER_TIMEOUT);
-    server.wait_line("READY", HELPER_TIMEOUT);
-    let mut client = spawn_in(&ns.a, "client", PEER, &cargs, &e, HELPER_TIMEOUT);
-    client.wait_line("PROGRESS", HELPER_TIMEOUT);
-    let killed = Instant::now();
-    let s = server.abort();
-    assert!(!s.status.success(), "server survived SIGKILL: {s}");
-    let c = client.finish();
-    c.assert_ok();
-    assert_eq!(c.expect("device"), "ether", "{c}");
-    let took = c.ended.duration_since(killed);
-    eprintln!("ether survivor broke {took:?} after the kill: {c}");
+    let (server, client) = pair::endless_stream(PEER, &ns, &e, &disc);
     // No ICMP here: the dead-peer time is the bound, with room for a
     // loaded machine.
-    assert!(
-        took < Duration::from_millis(DEAD_MS + 2000),
-        "survivor took {took:?} (dead-peer time {DEAD_MS} ms): {c}"
-    );
-    assert_eq!(c.expect_u64("error_state"), 1, "{c}");
-    assert_eq!(c.expect_u64("recv_flushed"), 1, "{c}");
-    assert!(c.expect_u64("completed") >= 10);
+    let (_, c) =
+        pair::kill_server_and_check_break(server, client, Duration::from_millis(DEAD_MS + 2000));
+    assert_eq!(c.expect("device"), "ether", "{c}");
 }
 
 /// Sends, from namespace `ns` on `ifname`, one frame of our EtherType to
@@ -376,4 +351,118 @@ fn ether_without_cap_net_raw_is_a_clear_error_and_auto_falls_back_to_udp() {
     let auto = client_without_cap_net_raw(&ns, "auto");
     auto.assert_ok();
     assert_eq!(auto.expect("device"), "udp", "{auto}");
+}
+
+/// Two server processes on one host, two client processes on the other,
+/// all at once on one interface: each process's agent sees every connect
+/// request and hands over only its own servers' (the other's are not
+/// its business), and each connection's frames reach only its process.
+#[test]
+fn ether_two_processes_per_host_share_the_interface() {
+    let _g = serial();
+    if skip("ether_two_processes_per_host_share_the_interface") {
+        return;
+    }
+    two_processes_per_host("packet");
+}
+
+/// `OPENVIA_ETHER_PATH=auto` with two processes per host, streaming at
+/// once (every message checked by its server): the first process on
+/// each host to open a link takes the interface's AF_XDP queue, the
+/// second finds it taken and falls back to AF_PACKET, and both paths
+/// carry data on one interface side by side. The servers are then
+/// killed; each client reports which paths its links took.
+#[test]
+fn ether_auto_path_falls_back_to_packet_when_the_xdp_queue_is_taken() {
+    let _g = serial();
+    if skip("ether_auto_path_falls_back_to_packet_when_the_xdp_queue_is_taken") {
+        return;
+    }
+    let ns = NetnsPair::new(1500);
+    let e = ether_env("auto", &[("OPENVIA_UDP_DEAD_MS", "1000")]);
+    let pairs: Vec<(Peer, Peer)> = (0..2)
+        .map(|k| pair::endless_stream(PEER, &ns, &e, &format!("x{}-{k}", std::process::id())))
+        .collect();
+    let (mut packet, mut xdp) = (0, 0);
+    for (server, client) in pairs {
+        let (_, f) = pair::kill_server_and_check_break(server, client, Duration::from_secs(3));
+        assert_eq!(f.expect("device"), "ether", "{f}");
+        packet += f.expect_u64("packet_links");
+        xdp += f.expect_u64("xdp_links");
+    }
+    assert_eq!((packet, xdp), (1, 1), "one AF_XDP link, one AF_PACKET");
+}
+
+fn two_processes_per_host(path: &str) {
+    let ns = NetnsPair::new(1500);
+    let e = ether_env(path, &[]);
+    let mut servers = Vec::new();
+    let mut clients = Vec::new();
+    for k in 0..2 {
+        let disc = format!("m{}-{k}", std::process::id());
+        let common = [("mode", "sizes"), ("rel", "rd"), ("disc", disc.as_str())];
+        let (sargs, cargs) = server_client_args(&ns, &common);
+        let mut server = spawn_in(&ns.b, "server", PEER, &sargs, &e, HELPER_TIMEOUT);
+        server.wait_line("READY", HELPER_TIMEOUT);
+        servers.push(server);
+        clients.push(cargs);
+    }
+    let clients: Vec<Peer> = clients
+        .iter()
+        .map(|cargs| spawn_in(&ns.a, "client", PEER, cargs, &e, HELPER_TIMEOUT))
+        .collect();
+    for p in clients.into_iter().chain(servers) {
+        let f = p.finish();
+        f.assert_ok();
+        assert_eq!(f.expect("device"), "ether", "{f}");
+        assert_eq!(f.expect_u64("packet_links"), 1, "{f}");
+    }
+}
+
+/// Peer-to-peer (`VipConnectPeerRequest`) across the namespaces: the end
+/// with the smaller address waits for the other's request.
+#[test]
+fn ether_peer_to_peer_connect() {
+    let _g = serial();
+    if skip("ether_peer_to_peer_connect") {
+        return;
+    }
+    let ns = NetnsPair::new(1500);
+    let e = ether_env("packet", &[]);
+    let (da, db) = (
+        format!("pa{}", std::process::id()),
+        format!("pb{}", std::process::id()),
+    );
+    let side = |me: &str, peer_ip: &str, peer_disc: &str, ifname: &str| {
+        args(&[
+            ("role", "peer"),
+            ("mode", "peer"),
+            ("rel", "rd"),
+            ("dev", &format!("/dev/via_{ifname}")),
+            ("disc", me),
+            ("peer", peer_ip),
+            ("peer_disc", peer_disc),
+        ])
+    };
+    let a = spawn_in(
+        &ns.a,
+        "peer a",
+        PEER,
+        &side(&da, &ns.ip_b, &db, &ns.if_a),
+        &e,
+        HELPER_TIMEOUT,
+    );
+    let b = spawn_in(
+        &ns.b,
+        "peer b",
+        PEER,
+        &side(&db, &ns.ip_a, &da, &ns.if_b),
+        &e,
+        HELPER_TIMEOUT,
+    );
+    for f in [a.finish(), b.finish()] {
+        f.assert_ok();
+        assert_eq!(f.expect("device"), "ether", "{f}");
+        assert_eq!(f.expect_u64("peer_bytes"), 3000, "{f}");
+    }
 }

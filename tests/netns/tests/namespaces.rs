@@ -6,13 +6,11 @@
 //! Tests take a lock so they run one at a time: on two CPUs, parallel
 //! streams would turn the dead-peer timing into a measure of scheduling.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use openvia_netns_tests::harness::{spawn_in, Finished};
 use openvia_netns_tests::namespaces::{nft_unavailable, NetnsPair};
-use openvia_netns_tests::pair::{
-    self, args, env, serial, server_client_args, skip, HELPER_TIMEOUT,
-};
+use openvia_netns_tests::pair::{self, env, serial, server_client_args, skip, HELPER_TIMEOUT};
 const PEER: &str = env!("CARGO_BIN_EXE_netns_peer");
 
 /// Server in namespace b, client in namespace a; both must succeed.
@@ -140,36 +138,8 @@ fn peer_killed_mid_transfer_breaks_the_vi_in_bounded_time() {
     let disc = format!("k{}", std::process::id());
     let dead = DEAD_MS.to_string();
     let e = env(&[("OPENVIA_UDP_DEAD_MS", &dead)]);
-    let common = [
-        ("mode", "stream"),
-        ("rel", "rd"),
-        ("size", "65536"),
-        ("window", "8"),
-        ("count", "100000000"),
-        ("disc", &disc),
-    ];
-    let (sargs, mut cargs) = server_client_args(&ns, &common);
-    cargs.extend(args(&[("survive", "1")]));
-    let mut server = spawn_in(&ns.b, "server", PEER, &sargs, &e, HELPER_TIMEOUT);
-    server.wait_line("READY", HELPER_TIMEOUT);
-    let mut client = spawn_in(&ns.a, "client", PEER, &cargs, &e, HELPER_TIMEOUT);
-    // The client's own count, not the server's: with 8 sends in flight the
-    // server has its 10th message before the client has 10 completions.
-    client.wait_line("PROGRESS", HELPER_TIMEOUT);
-    let killed = Instant::now();
-    let s = server.abort();
-    assert!(!s.status.success(), "server survived SIGKILL: {s}");
-    let c = client.finish();
-    c.assert_ok();
-    let took = c.ended.duration_since(killed);
-    eprintln!("survivor broke {took:?} after the kill: {c}");
-    assert!(
-        took < Duration::from_millis(DEAD_MS + 2000),
-        "survivor took {took:?} (dead-peer time {DEAD_MS} ms): {c}"
-    );
-    assert_eq!(c.expect_u64("error_state"), 1, "{c}");
-    assert_eq!(c.expect_u64("recv_flushed"), 1, "{c}");
-    assert!(c.expect_u64("completed") >= 10);
+    let (server, client) = pair::endless_stream(PEER, &ns, &e, &disc);
+    pair::kill_server_and_check_break(server, client, Duration::from_millis(DEAD_MS + 2000));
 }
 
 /// A server process SIGKILLed while its connection is idle, on a host

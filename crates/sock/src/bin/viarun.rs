@@ -1,12 +1,27 @@
 //! `viarun [--stats] PROG ARGS…`: runs PROG with libviarun.so preloaded,
 //! so that its TCP connections to other programs under viarun go over
 //! openvia. With `--stats`, prints on stderr when PROG exits how many
-//! connections went over which device.
+//! connections went over which device; it then stays PROG's parent and
+//! passes SIGTERM and SIGHUP on to it, so that `kill` of a server started
+//! this way ends the server and still gives the line. (SIGINT from a
+//! terminal reaches PROG directly: it is in the same process group.)
 
 use std::collections::BTreeSet;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+/// PROG's process id while viarun waits for it.
+static CHILD: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn forward(sig: libc::c_int) {
+    let pid = CHILD.load(Ordering::Relaxed);
+    if pid > 0 {
+        // SAFETY: kill is async-signal-safe; pid is our own child.
+        unsafe { libc::kill(pid, sig) };
+    }
+}
 
 fn library() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("VIARUN_LIB") {
@@ -94,7 +109,14 @@ fn main() {
         std::process::exit(127);
     }
     cmd.env("VIARUN_STATS_FILE", &file);
-    let status = match cmd.status() {
+    let status = match cmd.spawn().and_then(|mut child| {
+        CHILD.store(child.id() as i32, Ordering::Relaxed);
+        for sig in [libc::SIGTERM, libc::SIGHUP] {
+            // SAFETY: installing a handler that only calls kill(2).
+            unsafe { libc::signal(sig, forward as *const () as libc::sighandler_t) };
+        }
+        child.wait()
+    }) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("viarun: {}: {e}", args[0]);

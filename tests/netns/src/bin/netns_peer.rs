@@ -11,7 +11,8 @@
 //! `size` bytes keeping `window` in flight, the server checks every one in
 //! order; in `survive=1` the client instead runs until its VI breaks (the
 //! server was killed) and reports how the break looked. `open` (client)
-//! — opens the NIC and reports which device served. `gather` (with
+//! — opens the NIC and reports which device served. `role=peer` —
+//! peer-to-peer connection, one message each way. `gather` (with
 //! `cq=1`) — one message gathered from three segments apart, scattered
 //! into three on the server, echoed back gathered, completions taken
 //! through a CQ.
@@ -566,6 +567,45 @@ fn client_gather(args: &Args) {
     println!("RESULT gathered={PIECES_LEN}");
 }
 
+/// Peer-to-peer: both ends ask for each other (`disc`, `peer`,
+/// `peer_disc`), then each sends the other one message, checked.
+fn peer(args: &Args) {
+    const LEN: usize = 3000;
+    const KEY: u32 = 0x7065;
+    let end = open(args, 2);
+    let me = Address {
+        host: end.nic.query().address.to_vec(),
+        discriminator: args.str("disc").as_bytes().to_vec(),
+    };
+    let them = Address {
+        host: mapped(args.str("peer")),
+        discriminator: args.str("peer_disc").as_bytes().to_vec(),
+    };
+    end.post_recv(1, 1);
+    openvia_core::peer_request(&end.vi, &me, &them, Some(WAIT))
+        .unwrap_or_else(|e| fail(format!("peer_request: {e}")));
+    openvia_core::peer_wait(&end.vi).unwrap_or_else(|e| fail(format!("peer_wait: {e}")));
+    fill(end.mem.data(0, LEN), KEY);
+    end.send_from(0, 0, LEN, KEY);
+    let (_, len, imm) = end.received(1);
+    if len != LEN || imm != KEY {
+        fail(format!("peer message: {len} bytes imm {imm:#x}"));
+    }
+    end.check(1, LEN, KEY, "peer message");
+    // The other end checks what it got and may close at once: our send
+    // then ends done or, its acknowledgement overtaken by the disconnect,
+    // flushed (as `sent_after_stop`).
+    let got = end
+        .vi
+        .send_wait(Some(WAIT))
+        .unwrap_or_else(|e| fail(format!("send_wait: {e}")));
+    let (st, _, _) = end.mem.result_of(got.0);
+    if st & status::ERROR_MASK & !status::DESC_FLUSHED_ERROR != 0 {
+        fail(format!("peer send status {st:#x}"));
+    }
+    println!("RESULT peer_bytes={LEN}");
+}
+
 /// Connects, posts a receive and waits: the test kills the server. The
 /// receive must come back with an error (`BROKE`, timed by the test), and
 /// a send posted after that must not complete with success.
@@ -648,6 +688,7 @@ fn main() {
     let args = Args::parse();
     match (args.str("role"), args.str("mode")) {
         ("server", _) => server(&args),
+        ("peer", _) => peer(&args),
         ("client", "sizes") => client_sizes(&args),
         ("client", "stream") => client_stream(&args),
         ("client", "idle") => client_idle(&args),
@@ -659,11 +700,14 @@ fn main() {
     // Which device served, and what it dropped from strangers.
     let st = openvia_core::udp_stats();
     println!(
-        "RESULT device={} unknown_peer={} wrong_conn_id={} malformed={}",
+        "RESULT device={} unknown_peer={} wrong_conn_id={} malformed={} \
+         packet_links={} xdp_links={}",
         DEVICE.get().map_or("none", |d| d.as_str()),
         st.unknown_peer_frames,
         st.wrong_conn_id,
-        st.malformed
+        st.malformed,
+        st.ether_packet_links,
+        st.ether_xdp_links
     );
 }
 

@@ -17,6 +17,7 @@
 //! frame says only the sender's MAC. So a client discriminator is carried
 //! up to 23 bytes here (39 on UDP).
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,9 +36,10 @@ use crate::devices::rum::rendezvous::client_request;
 use crate::devices::rum::rendezvous::{MODE_CLIENT_SERVER, MODE_PEER, TAG_LEN};
 use crate::devices::rum::rx::{RxBatch, RX_BATCH};
 use crate::devices::rum::setup::{self, attrs_of, check_request, Seen};
+use crate::devices::rum::stats::STATS;
 use crate::error::{Result, ViaError};
 use crate::nic::NicShared;
-use crate::sys::frames::{FrameFilter, FrameIo, Mac};
+use crate::sys::frames::{FrameError, FrameFilter, FrameIo, Mac};
 use crate::sys::packet::{PacketLink, RxPath};
 use crate::sys::xdp::XdpLink;
 use crate::vi::Vi;
@@ -61,21 +63,22 @@ fn open_io(m: &EtherNic, id: u16) -> Result<Box<dyn FrameIo>> {
         dst_id: Some((openvia_wire::ether::DST_ID_OFFSET, id)),
     };
     let packet = || -> Result<Box<dyn FrameIo>> {
-        PacketLink::open(&m.ifname, filter, RxPath::FrameRing)
-            .map(|l| Box::new(l) as _)
-            .map_err(|e| frame_error(&e))
+        let l =
+            PacketLink::open(&m.ifname, filter, RxPath::FrameRing).map_err(|e| frame_error(&e))?;
+        STATS.ether_packet_links.fetch_add(1, Ordering::Relaxed);
+        Ok(Box::new(l))
+    };
+    let xdp = || -> std::result::Result<Box<dyn FrameIo>, FrameError> {
+        let l = XdpLink::open(&m.ifname, filter)?;
+        STATS.ether_xdp_links.fetch_add(1, Ordering::Relaxed);
+        Ok(Box::new(l))
     };
     match m.path {
         FramePath::Packet => packet(),
-        FramePath::Xdp => XdpLink::open(&m.ifname, filter)
-            .map(|l| Box::new(l) as _)
-            .map_err(|e| frame_error(&e)),
+        FramePath::Xdp => xdp().map_err(|e| frame_error(&e)),
         // The queue is taken (another connection or process) or AF_XDP is
         // not allowed here: AF_PACKET serves.
-        FramePath::Auto => match XdpLink::open(&m.ifname, filter) {
-            Ok(l) => Ok(Box::new(l)),
-            Err(_) => packet(),
-        },
+        FramePath::Auto => xdp().or_else(|_| packet()),
     }
 }
 

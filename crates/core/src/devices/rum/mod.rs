@@ -11,6 +11,8 @@
 //!   every packet authenticated under it.
 //! - `rendezvous`: the connect request's user data (which server, when).
 //! - `setup`: connection setup common to network devices.
+//! - `sink`: where delivered messages go (posted descriptors, RDMA read
+//!   answers, refusals).
 //! - `stats`: drop counters.
 //! - `settings`: the protocol settings from the environment, shared by
 //!   network devices.
@@ -25,5 +27,6 @@ pub mod rendezvous;
 pub mod rx;
 pub mod settings;
 pub mod setup;
+mod sink;
 pub mod stats;
 pub mod tx;

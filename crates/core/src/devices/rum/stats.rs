@@ -54,6 +54,9 @@ counters!(
     // requests answered.
     unknown_peer_frames,
     resolve_answered,
+    // Ethernet device: connection links opened on each path.
+    ether_packet_links,
+    ether_xdp_links,
 );
 
 pub static STATS: Stats = Stats::new();
