@@ -33,6 +33,8 @@ fn transports_lists_udp_and_ether_with_availability() {
             .find(|t| t["name"] == name)
             .unwrap_or_else(|| panic!("{name} not listed: {lines:?}"));
         assert_eq!(t["remote"], true, "{t}");
+        // A frame does not come back to its host: ether needs --peer.
+        assert_eq!(t["local"], name == "udp", "{t}");
         let available = t["available"].as_bool().unwrap();
         // Unavailable says why; available has nothing to say.
         assert_eq!(t["reason"].is_string(), !available, "{t}");
@@ -52,6 +54,21 @@ fn ether_refuses_a_device_without_an_interface() {
         let err = stderr(&out);
         assert!(
             err.contains("needs an interface") && err.contains("/dev/via_lo"),
+            "{transport}: {err}"
+        );
+    }
+}
+
+#[test]
+fn ether_without_a_peer_asks_for_one() {
+    for transport in ["ether", "ether-xdp"] {
+        let out = viabench(&["latency", "-t", transport, "-s", "8", "-n", "10"], &[])
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{transport} ran without --peer");
+        let err = stderr(&out);
+        assert!(
+            err.contains("other hosts only") && err.contains("--peer"),
             "{transport}: {err}"
         );
     }

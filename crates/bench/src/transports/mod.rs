@@ -122,6 +122,12 @@ pub trait Transport {
         true
     }
 
+    /// Whether two processes of this host can meet over it (without
+    /// `--peer`, viabench starts its server here).
+    fn reaches_this_host(&self) -> bool {
+        true
+    }
+
     /// A note on how a message of `size` bytes travels, when that differs
     /// from "one message" (e.g. UDP splitting it into datagrams).
     fn framing_note(&self, _size: usize) -> Option<String> {

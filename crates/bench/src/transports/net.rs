@@ -264,6 +264,12 @@ impl Transport for NetTransport {
         WaitMode::Spin
     }
 
+    /// A frame sent on an interface does not come back to its host: the
+    /// Ethernet device reaches other hosts only.
+    fn reaches_this_host(&self) -> bool {
+        self.device == NetDevice::Udp
+    }
+
     fn listen(&self, opts: &ListenOptions) -> Result<Box<dyn Listener>> {
         let n = if opts.scope == super::BindScope::Loopback && opts.port == 0 {
             // A local server spawned per run: a discriminator of its own.
