@@ -45,7 +45,17 @@ fn transports_lists_udp_and_ether_with_availability() {
 fn ether_refuses_a_device_without_an_interface() {
     for transport in ["ether", "ether-xdp"] {
         let out = viabench(
-            &["latency", "-t", transport, "-s", "8", "-n", "10"],
+            &[
+                "latency",
+                "-t",
+                transport,
+                "-s",
+                "8",
+                "-n",
+                "10",
+                "--peer",
+                "192.0.2.9",
+            ],
             &[("OPENVIA_BENCH_DEVICE", "/dev/via_lo")],
         )
         .output()
