@@ -564,3 +564,56 @@ impl Drop for Link {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tx() -> Tx {
+        Tx {
+            free: Vec::new(),
+            in_flight: 0,
+            sent: 0,
+            head: 0,
+            tail: 0,
+            ends: std::collections::VecDeque::new(),
+        }
+    }
+
+    /// Sends a message of `len` where `place` says, as `write` does.
+    fn send(t: &mut Tx, len: usize) -> Option<u64> {
+        let at = t.place(len)?;
+        t.head = at + len as u64;
+        t.ends.push_back(t.head);
+        t.sent += 1;
+        Some(at)
+    }
+
+    #[test]
+    fn messages_pack_wrap_at_the_end_and_never_overlap_unread_ones() {
+        let ring = RING_BYTES as u64;
+        let mut t = tx();
+        assert_eq!(send(&mut t, 16), Some(0));
+        assert_eq!(send(&mut t, 16), Some(16), "packed right after");
+        // Fill up to just short of the end with 64 KiB messages.
+        let mut consumed = 0u32;
+        while t.head % ring + SLOT_BYTES as u64 <= ring {
+            assert!(send(&mut t, SLOT_BYTES).is_some());
+        }
+        // The next one would cross the end: it must wait for room at the
+        // start, which the first messages still hold.
+        assert_eq!(t.place(SLOT_BYTES), None, "ring full: the start is unread");
+        consumed += 2;
+        t.release(consumed);
+        assert_eq!(t.place(SLOT_BYTES), None, "32 bytes freed are not enough");
+        consumed += 1;
+        t.release(consumed);
+        let at = send(&mut t, SLOT_BYTES).expect("room after the first big one");
+        assert_eq!(at % ring, 0, "wrapped to the start, not across the end");
+        assert!(at + SLOT_BYTES as u64 - t.tail <= ring);
+        // Everything read: the ring is empty and the next goes at the head.
+        t.release(t.sent);
+        assert_eq!(t.tail, t.head);
+        assert_eq!(t.place(100), Some(t.head));
+    }
+}
