@@ -196,26 +196,34 @@ impl Link {
                     }
                 }
             }
-            // The token goes out before the socket's mode is asked (a
-            // system call): a ping-pong reply that comes meanwhile then
-            // needs no doorbell. A nonblocking read takes it back at once.
-            let token = !dontwait && !peek && self.rx_word().offer_token(rx.consumed, want - got);
+            // A blocking read spins with the token out (below); a
+            // nonblocking one holds it while it asks the kernel.
+            let token = !peek && self.rx_word().offer_token(rx.consumed, want - got);
             if *nonblock.get_or_insert_with(nonblocking) {
+                // Nothing unread: the kernel says whether the stream ended
+                // (a killed peer sets no SHUT, and its VI may not show it
+                // yet). Asked at every such read, not every n-th: an
+                // edge-triggered reader gets one wake-up for the FIN and
+                // must then read EOF, not EAGAIN. The token stands while
+                // the kernel is asked, so a message that comes meanwhile
+                // needs no doorbell: a reader spinning on nonblocking reads
+                // is then answered without one, most of the time.
+                let look = (got == 0 && !asked).then(|| kernel::peek_state(fd));
+                asked = true;
                 if token && !self.rx_word().revoke_token() {
                     // A message took it: it is on its way, read it.
                     continue;
                 }
-                if got == 0 && !asked {
-                    // Nothing unread: the kernel says whether the stream
-                    // ended (a killed peer sets no SHUT, and its VI may not
-                    // show it yet). Asked every time, not every n-th: an
-                    // edge-triggered reader gets one wake-up for the FIN
-                    // and must then read EOF, not EAGAIN.
-                    asked = true;
-                    ask_kernel = true;
-                    continue;
+                match look {
+                    Some(Peek::Eof) => return Ok(0),
+                    Some(Peek::Error(e)) => return Err(e),
+                    // A doorbell (or not ours): sorted out above.
+                    Some(Peek::Byte(_)) => {
+                        ask_kernel = true;
+                        continue;
+                    }
+                    _ => return if got > 0 { Ok(got) } else { Err(libc::EAGAIN) },
                 }
-                return if got > 0 { Ok(got) } else { Err(libc::EAGAIN) };
             }
             if !token {
                 if peek {
