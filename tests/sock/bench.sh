@@ -4,9 +4,10 @@
 # server on CPU 0 and the client on CPU 1, kernel and viarun alternated
 # in one run, ROUNDS times; prints each figure and the medians.
 #   tests/sock/bench.sh BINDIR [ROUNDS]     (BINDIR holds viarun)
-# Kernel latency is taken both ways: blocking reads (sockperf's default)
-# and --nonblocked (sockperf spinning on recv: the kernel's busy-poll).
-# Under viarun the blocking reads spin in the library (VIARUN_SPIN_US).
+# Latency is taken both ways, kernel and viarun: blocking reads
+# (sockperf's default; under viarun they spin in the library,
+# VIARUN_SPIN_US) and --nonblocked (sockperf spinning on recv: the
+# kernel's busy-poll).
 set -eu
 bin=$1
 rounds=${2:-5}
@@ -61,19 +62,21 @@ ip() {
 }
 median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 
-: >"$dir/lk"; : >"$dir/lkn"; : >"$dir/lv"; : >"$dir/tk"; : >"$dir/tv"
+: >"$dir/lk"; : >"$dir/lkn"; : >"$dir/lv"; : >"$dir/lvn"; : >"$dir/tk"; : >"$dir/tv"
 for r in $(seq "$rounds"); do
     lk=$(pp "")
     lkn=$(pp "" --nonblocked)
     lv=$(pp "$V")
+    lvn=$(pp "$V" --nonblocked)
     tk=$(ip "")
     tv=$(ip "$V")
-    echo "round $r: latency kernel $lk us, kernel --nonblocked $lkn us, viarun $lv us; iperf3 kernel $tk, viarun $tv Gbit/s"
-    echo "$lk" >>"$dir/lk"; echo "$lkn" >>"$dir/lkn"; echo "$lv" >>"$dir/lv"
+    echo "round $r: latency kernel $lk us, kernel --nonblocked $lkn us, viarun $lv us, viarun --nonblocked $lvn us;" \
+        "iperf3 kernel $tk, viarun $tv Gbit/s"
+    echo "$lk" >>"$dir/lk"; echo "$lkn" >>"$dir/lkn"; echo "$lv" >>"$dir/lv"; echo "$lvn" >>"$dir/lvn"
     echo "$tk" >>"$dir/tk"; echo "$tv" >>"$dir/tv"
 done
-mk=$(median <"$dir/lk") mkn=$(median <"$dir/lkn") mv=$(median <"$dir/lv")
+mk=$(median <"$dir/lk") mkn=$(median <"$dir/lkn") mv=$(median <"$dir/lv") mvn=$(median <"$dir/lvn")
 mtk=$(median <"$dir/tk") mtv=$(median <"$dir/tv")
-echo "medians: latency kernel $mk us, kernel --nonblocked $mkn us, viarun $mv us" \
+echo "medians: latency kernel $mk us, kernel --nonblocked $mkn us, viarun $mv us, viarun --nonblocked $mvn us" \
     "($(echo "$mv $mkn" | awk '{printf "%.2f", $1 / $2}')x the busy-polling kernel);" \
     "iperf3 kernel $mtk, viarun $mtv Gbit/s ($(echo "$mtv $mtk" | awk '{printf "%.2f", $1 / $2}')x)"

@@ -4,9 +4,10 @@
 //! first, so accept-then-fork servers work), carried over a VI, or on the
 //! kernel. Descriptors that are not ours cost one atomic load.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::control::{Control, Side};
@@ -19,6 +20,16 @@ pub const MAX_FD: usize = 65536;
 
 static MARK: [AtomicBool; MAX_FD] = [const { AtomicBool::new(false) }; MAX_FD];
 static TABLE: Mutex<Option<HashMap<RawFd, Arc<Conn>>>> = Mutex::new(None);
+/// Bumped whenever a descriptor's entry is added, replaced or dropped: a
+/// thread's remembered route (`LAST`) holds only while it is unchanged.
+static EPOCH: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// This thread's last carried descriptor, the epoch it was seen in, and
+    /// its link: a program reading or writing one socket in a loop finds
+    /// its link without the table's lock.
+    static LAST: RefCell<Option<(RawFd, u64, Arc<Link>)>> = const { RefCell::new(None) };
+}
 /// Listening TCP sockets under viarun → their registry Unix socket.
 static LISTENERS: Mutex<Option<HashMap<RawFd, RawFd>>> = Mutex::new(None);
 
@@ -61,6 +72,7 @@ pub fn insert(fd: RawFd, setup: Setup) {
     });
     let mut t = TABLE.lock().unwrap_or_else(|e| e.into_inner());
     t.get_or_insert_with(HashMap::new).insert(fd, conn);
+    EPOCH.fetch_add(1, Ordering::AcqRel);
     MARK[fd as usize].store(true, Ordering::Release);
 }
 
@@ -81,6 +93,7 @@ pub fn alias(old: RawFd, new: RawFd) {
     }
     let mut t = TABLE.lock().unwrap_or_else(|e| e.into_inner());
     t.get_or_insert_with(HashMap::new).insert(new, conn);
+    EPOCH.fetch_add(1, Ordering::AcqRel);
     MARK[new as usize].store(true, Ordering::Release);
 }
 
@@ -91,8 +104,12 @@ pub fn forget(fd: RawFd) {
     if fd >= 0 && (fd as usize) < MAX_FD && MARK[fd as usize].swap(false, Ordering::AcqRel) {
         let conn = {
             let mut t = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+            EPOCH.fetch_add(1, Ordering::AcqRel);
             t.as_mut().and_then(|m| m.remove(&fd))
         };
+        // This thread's remembered link goes now (others' at their next
+        // call), so that the last holder below ends the VI.
+        let _ = LAST.try_with(|l| l.borrow_mut().take());
         if let Some(conn) = conn {
             if Arc::strong_count(&conn) == 1 {
                 finish(&conn);
@@ -132,6 +149,31 @@ fn finish(conn: &Conn) {
 
 /// Where calls on `fd` go, settling the connection first if needed.
 pub fn route(fd: RawFd) -> Route {
+    if fd < 0 || fd as usize >= MAX_FD || !MARK[fd as usize].load(Ordering::Acquire) {
+        return Route::Kernel;
+    }
+    let epoch = EPOCH.load(Ordering::Acquire);
+    let pid = crate::process::id();
+    let remembered = LAST.try_with(|l| match &*l.borrow() {
+        Some((f, e, link)) if *f == fd && *e == epoch && link.owner_pid == pid => {
+            Some(link.clone())
+        }
+        _ => None,
+    });
+    if let Ok(Some(link)) = remembered {
+        return Route::Via(link);
+    }
+    let r = settle(fd);
+    let keep = match &r {
+        Route::Via(link) => Some((fd, epoch, link.clone())),
+        _ => None,
+    };
+    let _ = LAST.try_with(|l| *l.borrow_mut() = keep);
+    r
+}
+
+/// `route` through the table.
+fn settle(fd: RawFd) -> Route {
     let Some(conn) = lookup(fd) else {
         return Route::Kernel;
     };

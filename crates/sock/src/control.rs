@@ -19,15 +19,18 @@
 //! read-modify-write of the one word, so writer and reader cannot both
 //! think the other will ring.
 //!
-//! After the page come the data rings, one per direction of `DATA_SLOTS`
-//! slots of `SLOT_BYTES`: a writer copies a message's bytes into the next
-//! slot and the VI carries only its length, so each byte is copied once
-//! into shared memory and once out (as SDP's buffer-copy writes into the
-//! peer's registered ring). The reader publishes how many messages it has
-//! used up (`consumed`); a writer that finds every slot unread sleeps on
-//! that word (a futex) after raising `WAITING`.
+//! After the page come the data rings, one per direction of `RING_BYTES`:
+//! a writer copies a message's bytes (at most `SLOT_BYTES`) to the next
+//! free place of its ring — right after the previous message, or at the
+//! ring's start if it would not fit before the end — and the VI carries
+//! only its length and place (8 bytes), so each byte is copied once into
+//! shared memory and once out (as SDP's buffer-copy writes into the
+//! peer's registered ring), and small messages lie packed, many to a
+//! page. The reader publishes how many messages it has used up
+//! (`consumed`); a writer whose ring is full sleeps on that word (a
+//! futex) after raising `WAITING`.
 //!
-//! The whole is a memfd (4 KiB + 2 MiB, pages made as touched) made by the
+//! The whole is a memfd (4 KiB + 2 × 1 MiB, pages made as touched) made by the
 //! acceptor and handed to the connector with the rendezvous answer
 //! (`SCM_RIGHTS`, same user only); a forked child shares the mapping.
 
@@ -35,12 +38,10 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::link::SLOT_BYTES;
-
 const HEADER: usize = 4096;
-/// Slots of each direction's data ring.
-pub const DATA_SLOTS: usize = 16;
-const PAGE: usize = HEADER + 2 * DATA_SLOTS * SLOT_BYTES;
+/// Bytes of each direction's data ring.
+pub const RING_BYTES: usize = 1 << 20;
+const PAGE: usize = HEADER + 2 * RING_BYTES;
 /// Offsets, within a direction's stride, of the consumed count and the
 /// writer's waiting flag.
 const CONSUMED: usize = 64;
@@ -134,15 +135,10 @@ impl Control {
         unsafe { &*(self.base.add(offset) as *const AtomicU32) }
     }
 
-    /// Slot `k` of the data ring the `side` writes into.
-    pub fn slot(&self, writer: Side, k: usize) -> *mut u8 {
-        let dir = tx_index(writer);
-        // SAFETY: within the mapping: HEADER + (dir * DATA_SLOTS + k) slots,
-        // k taken modulo DATA_SLOTS.
-        unsafe {
-            self.base
-                .add(HEADER + (dir * DATA_SLOTS + k % DATA_SLOTS) * SLOT_BYTES)
-        }
+    /// The data ring `writer` writes into (RING_BYTES long).
+    pub fn ring(&self, writer: Side) -> *mut u8 {
+        // SAFETY: within the mapping: HEADER + dir * RING_BYTES, dir ≤ 1.
+        unsafe { self.base.add(HEADER + tx_index(writer) * RING_BYTES) }
     }
 
     /// Messages of `writer`'s direction the reader has used up.
@@ -162,7 +158,7 @@ impl Control {
         }
     }
 
-    /// Writer that found every slot unread with `seen` used up: sleeps
+    /// Writer that found its ring full with `seen` used up: sleeps
     /// (at most `limit`) until the reader uses one more up.
     pub fn wait_for_room(&self, writer: Side, seen: u32, limit: Duration) {
         let base = tx_index(writer) * STRIDE;

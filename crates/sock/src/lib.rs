@@ -91,35 +91,41 @@ fn iov_slices<'a>(iov: *const iovec, cnt: c_int) -> Vec<&'a mut [u8]> {
     }
 }
 
-fn via_read(link: &link::Link, fd: c_int, mut bufs: Vec<&mut [u8]>, flags: c_int) -> ssize_t {
+fn via_read(link: &link::Link, fd: c_int, bufs: &mut [&mut [u8]], flags: c_int) -> ssize_t {
     if flags & libc::MSG_OOB != 0 {
         return result(Err(libc::EINVAL));
     }
     let dontwait = flags & libc::MSG_DONTWAIT != 0;
     result(link.read(
         fd,
-        &mut bufs,
+        bufs,
         dontwait,
         flags & libc::MSG_PEEK != 0,
         flags & libc::MSG_WAITALL != 0,
     ))
 }
 
-fn via_write(link: &link::Link, fd: c_int, bufs: Vec<&mut [u8]>, flags: c_int) -> ssize_t {
+fn via_write(link: &link::Link, fd: c_int, bufs: &[&[u8]], flags: c_int) -> ssize_t {
     if flags & libc::MSG_OOB != 0 {
         return result(Err(libc::EOPNOTSUPP));
     }
     let dontwait = flags & libc::MSG_DONTWAIT != 0;
-    let parts: Vec<&[u8]> = bufs.iter().map(|b| &**b).collect();
-    result(link.write(fd, &parts, dontwait, flags & libc::MSG_NOSIGNAL != 0))
+    result(link.write(fd, bufs, dontwait, flags & libc::MSG_NOSIGNAL != 0))
 }
 
-fn one<'a>(buf: *mut c_void, n: size_t) -> Vec<&'a mut [u8]> {
+/// The program's buffer of `n` bytes (empty if none): one per call, on
+/// the stack, so a read or write allocates nothing.
+fn one<'a>(buf: *mut c_void, n: size_t) -> &'a mut [u8] {
     if buf.is_null() || n == 0 {
-        return Vec::new();
+        return &mut [];
     }
     // SAFETY: the program's buffer of `n` bytes, valid for the call.
-    vec![unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, n) }]
+    unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, n) }
+}
+
+/// An iovec array as read-only parts, for writes.
+fn iov_parts<'a>(iov: *const iovec, cnt: c_int) -> Vec<&'a [u8]> {
+    iov_slices(iov, cnt).into_iter().map(|b| &*b).collect()
 }
 
 macro_rules! data_hook {
@@ -139,7 +145,7 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t
     data_hook!(fd, (real().read)(fd, buf, n), |l| via_read(
         l,
         fd,
-        one(buf, n),
+        &mut [one(buf, n)],
         0
     ))
 }
@@ -163,7 +169,7 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
     data_hook!(fd, (real().write)(fd, buf, n), |l| via_write(
         l,
         fd,
-        one(buf as *mut c_void, n),
+        &[one(buf as *mut c_void, n)],
         0
     ))
 }
@@ -175,7 +181,7 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssiz
     data_hook!(fd, (real().readv)(fd, iov, cnt), |l| via_read(
         l,
         fd,
-        iov_slices(iov, cnt),
+        &mut iov_slices(iov, cnt),
         0
     ))
 }
@@ -187,7 +193,7 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssi
     data_hook!(fd, (real().writev)(fd, iov, cnt), |l| via_write(
         l,
         fd,
-        iov_slices(iov, cnt),
+        &iov_parts(iov, cnt),
         0
     ))
 }
@@ -199,7 +205,7 @@ pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_i
     data_hook!(fd, (real().recv)(fd, buf, n, flags), |l| via_read(
         l,
         fd,
-        one(buf, n),
+        &mut [one(buf, n)],
         flags
     ))
 }
@@ -224,7 +230,7 @@ pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c
     data_hook!(fd, (real().send)(fd, buf, n, flags), |l| via_write(
         l,
         fd,
-        one(buf as *mut c_void, n),
+        &[one(buf as *mut c_void, n)],
         flags
     ))
 }
@@ -245,7 +251,7 @@ pub unsafe extern "C" fn recvfrom(
             // A connected stream socket reports no source address.
             *alen = 0;
         }
-        via_read(l, fd, one(buf, n), flags)
+        via_read(l, fd, &mut [one(buf, n)], flags)
     })
 }
 
@@ -261,7 +267,7 @@ pub unsafe extern "C" fn sendto(
     alen: socklen_t,
 ) -> ssize_t {
     data_hook!(fd, (real().sendto)(fd, buf, n, flags, addr, alen), |l| {
-        via_write(l, fd, one(buf as *mut c_void, n), flags)
+        via_write(l, fd, &[one(buf as *mut c_void, n)], flags)
     })
 }
 
@@ -279,7 +285,7 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> s
         via_read(
             l,
             fd,
-            iov_slices((*msg).msg_iov, (*msg).msg_iovlen as c_int),
+            &mut iov_slices((*msg).msg_iov, (*msg).msg_iovlen as c_int),
             flags,
         )
     })
@@ -299,7 +305,7 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) ->
         via_write(
             l,
             fd,
-            iov_slices((*msg).msg_iov, (*msg).msg_iovlen as c_int),
+            &iov_parts((*msg).msg_iov, (*msg).msg_iovlen as c_int),
             flags,
         )
     })
@@ -328,7 +334,7 @@ pub unsafe extern "C" fn sendfile(
             if n <= 0 {
                 return n;
             }
-            let w = via_write(l, out, vec![&mut buf[..n as usize]], 0);
+            let w = via_write(l, out, &[&buf[..n as usize]], 0);
             if w > 0 {
                 if !offset.is_null() {
                     *offset += w as libc::off_t;

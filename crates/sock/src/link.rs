@@ -22,17 +22,18 @@ use openvia_core::nic::Nic;
 use openvia_core::vi::{reliability, Vi, ViAttributes, ViState};
 use openvia_core::{Address, ViaError};
 
-use crate::control::{peer_of, Control, Direction, Side, DATA_SLOTS};
+use crate::control::{peer_of, Control, Direction, Side, RING_BYTES};
 use crate::kernel;
 
-/// Bytes per message (one slot of the control page's data ring).
+/// Most bytes of one message (of a write cut into messages).
 pub const SLOT_BYTES: usize = 64 << 10;
-/// Bytes of a VI message: the length of the message in the data ring.
+/// Bytes of a VI message buffer; a message says the length and place of
+/// the bytes in the data ring (8 bytes).
 const MSG_BYTES: usize = 64;
-/// Sends in flight per connection.
-const SEND_SLOTS: usize = DATA_SLOTS;
+/// Sends in flight per connection: messages unread at most.
+const SEND_SLOTS: usize = 64;
 /// Receives posted per connection.
-const RECV_SLOTS: usize = 2 * DATA_SLOTS;
+const RECV_SLOTS: usize = 2 * SEND_SLOTS;
 const DESC_BYTES: usize = 128;
 /// How long a wait lasts before the kernel socket is checked again.
 pub(crate) const SLICE: Duration = Duration::from_millis(50);
@@ -104,15 +105,50 @@ impl Region {
 struct Tx {
     free: Vec<usize>,
     in_flight: usize,
-    /// Messages sent (the next one goes into data slot `sent`).
+    /// Messages sent.
     sent: u32,
+    /// Ring bytes used since the start (a place is this modulo
+    /// RING_BYTES): the next message goes at `head` or, if it would cross
+    /// the ring's end, at the next start; the ring is free from `tail`,
+    /// where the oldest unread message starts.
+    head: u64,
+    tail: u64,
+    /// Where each unread message ends, oldest first.
+    ends: std::collections::VecDeque<u64>,
+}
+
+impl Tx {
+    /// The reader has used `consumed` messages up: their bytes are free.
+    fn release(&mut self, consumed: u32) {
+        let unread = self.sent.wrapping_sub(consumed) as usize;
+        while self.ends.len() > unread {
+            self.tail = self.ends.pop_front().unwrap_or(self.tail);
+        }
+        if self.ends.is_empty() {
+            self.tail = self.head;
+        }
+    }
+
+    /// Where a message of `len` bytes goes, if the ring has room for it.
+    fn place(&self, len: usize) -> Option<u64> {
+        let ring = RING_BYTES as u64;
+        let mut at = self.head;
+        if at % ring + len as u64 > ring {
+            at = at.next_multiple_of(ring);
+        }
+        (at + len as u64 - self.tail <= ring).then_some(at)
+    }
 }
 
 pub(crate) struct Rx {
-    /// The message being read: (data slot, length, bytes already taken).
+    /// The message being read: (place in the data ring, length, bytes
+    /// already taken).
     pub current: Option<(usize, usize, usize)>,
     /// Messages used up (compared with the writer's count on the page).
     pub consumed: u32,
+    /// The doorbell byte is known to be in the socket (seen there since
+    /// this reader last took one).
+    pub bell_in_socket: bool,
 }
 
 pub struct Link {
@@ -260,10 +296,14 @@ impl Link {
                 free: (0..SEND_SLOTS).collect(),
                 in_flight: 0,
                 sent: 0,
+                head: 0,
+                tail: 0,
+                ends: std::collections::VecDeque::with_capacity(SEND_SLOTS),
             }),
             rx: Mutex::new(Rx {
                 current: None,
                 consumed: 0,
+                bell_in_socket: false,
             }),
             nonblocking: AtomicBool::new(false),
         };
@@ -313,9 +353,11 @@ impl Link {
         self.region.buffer(SEND_SLOTS + j)
     }
 
-    /// Data slot `k` of the peer's direction.
-    pub(crate) fn data_in(&self, k: u32) -> *const u8 {
-        self.control.slot(peer_of(self.side), k as usize)
+    /// Byte `place` of the peer's data ring (checked by the caller to
+    /// lie, with the message, inside the ring).
+    pub(crate) fn data_in(&self, place: usize) -> *const u8 {
+        // SAFETY: place < RING_BYTES (the caller's check).
+        unsafe { self.control.ring(peer_of(self.side)).add(place) }
     }
 
     /// Reader: one more of the peer's messages used up.
@@ -410,11 +452,14 @@ impl Link {
                     return pipe(taken);
                 }
             }
-            // Room in the data ring: fewer than DATA_SLOTS messages unread.
-            loop {
+            // Room in the data ring for the next message.
+            let want = data[seg..].iter().map(|d| d.len()).sum::<usize>() - off;
+            let want = want.min(SLOT_BYTES);
+            let at = loop {
                 let used = self.control.consumed(self.side);
-                if tx.sent.wrapping_sub(used) < DATA_SLOTS as u32 {
-                    break;
+                tx.release(used);
+                if let Some(at) = tx.place(want) {
+                    break at;
                 }
                 if *nonblock.get_or_insert_with(|| dontwait || self.is_nonblocking()) {
                     return if taken > 0 {
@@ -427,14 +472,17 @@ impl Link {
                     return pipe(taken);
                 }
                 self.control.wait_for_room(self.side, used, SLICE);
-            }
-            let slot = self.control.slot(self.side, tx.sent as usize);
+            };
+            let place = (at % RING_BYTES as u64) as usize;
+            // SAFETY: [place, place + want) lies inside the ring (`place`
+            // keeps a message from crossing its end) and is free: the
+            // reader has used up every message that was there.
+            let slot = unsafe { self.control.ring(self.side).add(place) };
             let mut len = 0usize;
-            while len < SLOT_BYTES && seg < data.len() {
+            while len < want {
                 let part = &data[seg][off..];
-                let n = part.len().min(SLOT_BYTES - len);
-                // SAFETY: the data slot is SLOT_BYTES long and unread (the
-                // reader has used up every message that was in it).
+                let n = part.len().min(want - len);
+                // SAFETY: as above; `len + n` ≤ `want`.
                 unsafe { std::ptr::copy_nonoverlapping(part.as_ptr(), slot.add(len), n) };
                 len += n;
                 off += n;
@@ -445,8 +493,11 @@ impl Link {
             }
             let i = tx.free.pop().unwrap_or(0);
             let buf = self.region.buffer(i);
-            // SAFETY: message slot `i` is free and MSG_BYTES (≥ 4) long.
-            unsafe { std::ptr::write_unaligned(buf as *mut u32, len as u32) };
+            // SAFETY: message slot `i` is free and MSG_BYTES (≥ 8) long.
+            unsafe {
+                std::ptr::write_unaligned(buf as *mut u32, len as u32);
+                std::ptr::write_unaligned((buf + 4) as *mut u32, place as u32);
+            }
             // Announced before it is posted: a reader never uses up a
             // message its count does not show yet (it waits the moment
             // between). Rung after it is posted: a reader woken by the
@@ -458,13 +509,16 @@ impl Link {
             // the socket is readable while data is unread. A dead peer
             // shows on the doorbell as EPIPE (and SIGPIPE) from the kernel.
             let ring = self.tx_word().announce(len);
-            let d = self.fill(i, buf, 4);
+            let d = self.fill(i, buf, 8);
             if self.vi.post_send(d.0, self.region.handle).is_err() {
                 tx.free.push(i);
                 return pipe(taken);
             }
             tx.in_flight += 1;
             tx.sent = tx.sent.wrapping_add(1);
+            let end = at + len as u64;
+            tx.head = end;
+            tx.ends.push_back(end);
             taken += len;
             if ring && kernel::send_doorbell(fd, nosignal).is_err() {
                 // This message is posted (taken); the next write fails.
@@ -508,5 +562,58 @@ impl Drop for Link {
             // registered (so the device never touches it again).
             unsafe { libc::munmap(self.region.base as *mut libc::c_void, self.region.len) };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tx() -> Tx {
+        Tx {
+            free: Vec::new(),
+            in_flight: 0,
+            sent: 0,
+            head: 0,
+            tail: 0,
+            ends: std::collections::VecDeque::new(),
+        }
+    }
+
+    /// Sends a message of `len` where `place` says, as `write` does.
+    fn send(t: &mut Tx, len: usize) -> Option<u64> {
+        let at = t.place(len)?;
+        t.head = at + len as u64;
+        t.ends.push_back(t.head);
+        t.sent += 1;
+        Some(at)
+    }
+
+    #[test]
+    fn messages_pack_wrap_at_the_end_and_never_overlap_unread_ones() {
+        let ring = RING_BYTES as u64;
+        let mut t = tx();
+        assert_eq!(send(&mut t, 16), Some(0));
+        assert_eq!(send(&mut t, 16), Some(16), "packed right after");
+        // Fill up to just short of the end with 64 KiB messages.
+        let mut consumed = 0u32;
+        while t.head % ring + SLOT_BYTES as u64 <= ring {
+            assert!(send(&mut t, SLOT_BYTES).is_some());
+        }
+        // The next one would cross the end: it must wait for room at the
+        // start, which the first messages still hold.
+        assert_eq!(t.place(SLOT_BYTES), None, "ring full: the start is unread");
+        consumed += 2;
+        t.release(consumed);
+        assert_eq!(t.place(SLOT_BYTES), None, "32 bytes freed are not enough");
+        consumed += 1;
+        t.release(consumed);
+        let at = send(&mut t, SLOT_BYTES).expect("room after the first big one");
+        assert_eq!(at % ring, 0, "wrapped to the start, not across the end");
+        assert!(at + SLOT_BYTES as u64 - t.tail <= ring);
+        // Everything read: the ring is empty and the next goes at the head.
+        t.release(t.sent);
+        assert_eq!(t.tail, t.head);
+        assert_eq!(t.place(100), Some(t.head));
     }
 }

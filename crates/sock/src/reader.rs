@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use openvia_core::descriptor::{status, DescPtr};
 
+use crate::control::RING_BYTES;
 use crate::kernel::{self, Peek};
 use crate::link::{Link, Rx, DOORBELL, SLOT_BYTES};
 
@@ -87,7 +88,7 @@ impl Link {
         // asked the kernel already.
         let (mut waits, mut asked) = (0u32, false);
         loop {
-            if let Some((slot, len, taken)) = rx.current {
+            if let Some((place, len, taken)) = rx.current {
                 // Copy what this message has (a peek takes from one message).
                 let mut at = taken;
                 while at < len && seg < out.len() {
@@ -96,7 +97,7 @@ impl Link {
                     // which its writer leaves alone until we use it up.
                     unsafe {
                         std::ptr::copy_nonoverlapping(
-                            self.data_in(slot as u32).add(at),
+                            self.data_in(place).add(at),
                             out[seg][off..].as_mut_ptr(),
                             n,
                         )
@@ -110,7 +111,7 @@ impl Link {
                     }
                 }
                 if peek {
-                    self.bell_visible(fd);
+                    self.bell_visible(fd, &mut rx);
                     return Ok(got);
                 }
                 if at == len {
@@ -118,7 +119,7 @@ impl Link {
                     rx.consumed = rx.consumed.wrapping_add(1);
                     self.used_up();
                 } else {
-                    rx.current = Some((slot, len, at));
+                    rx.current = Some((place, len, at));
                 }
                 if got == want {
                     return Ok(self.leave(fd, &mut rx, got));
@@ -128,7 +129,7 @@ impl Link {
                     // (fewer calls for a reader with a large buffer).
                     if rx.current.is_none() {
                         if let Ok(d) = self.vi.recv_done() {
-                            rx.current = self.completed(d, rx.consumed);
+                            rx.current = self.completed(d);
                         }
                     }
                     if rx.current.is_none() {
@@ -138,7 +139,7 @@ impl Link {
                 continue;
             }
             if let Ok(d) = self.vi.recv_done() {
-                match self.completed(d, rx.consumed) {
+                match self.completed(d) {
                     Some(m) => {
                         rx.current = Some(m);
                         continue;
@@ -170,7 +171,7 @@ impl Link {
                 return Ok(self.leave(fd, &mut rx, got));
             }
             if seen.bell && seen.posted == rx.consumed {
-                self.take_bell(fd, &rx);
+                self.take_bell(fd, &mut rx);
                 continue;
             }
             if seen.shut || broken || ask_kernel {
@@ -195,26 +196,34 @@ impl Link {
                     }
                 }
             }
-            // The token goes out before the socket's mode is asked (a
-            // system call): a ping-pong reply that comes meanwhile then
-            // needs no doorbell. A nonblocking read takes it back at once.
-            let token = !dontwait && !peek && self.rx_word().offer_token(rx.consumed, want - got);
+            // A blocking read spins with the token out (below); a
+            // nonblocking one holds it while it asks the kernel.
+            let token = !peek && self.rx_word().offer_token(rx.consumed, want - got);
             if *nonblock.get_or_insert_with(nonblocking) {
+                // Nothing unread: the kernel says whether the stream ended
+                // (a killed peer sets no SHUT, and its VI may not show it
+                // yet). Asked at every such read, not every n-th: an
+                // edge-triggered reader gets one wake-up for the FIN and
+                // must then read EOF, not EAGAIN. The token stands while
+                // the kernel is asked, so a message that comes meanwhile
+                // needs no doorbell: a reader spinning on nonblocking reads
+                // is then answered without one, most of the time.
+                let look = (got == 0 && !asked).then(|| kernel::peek_state(fd));
+                asked = true;
                 if token && !self.rx_word().revoke_token() {
                     // A message took it: it is on its way, read it.
                     continue;
                 }
-                if got == 0 && !asked {
-                    // Nothing unread: the kernel says whether the stream
-                    // ended (a killed peer sets no SHUT, and its VI may not
-                    // show it yet). Asked every time, not every n-th: an
-                    // edge-triggered reader gets one wake-up for the FIN
-                    // and must then read EOF, not EAGAIN.
-                    asked = true;
-                    ask_kernel = true;
-                    continue;
+                match look {
+                    Some(Peek::Eof) => return Ok(0),
+                    Some(Peek::Error(e)) => return Err(e),
+                    // A doorbell (or not ours): sorted out above.
+                    Some(Peek::Byte(_)) => {
+                        ask_kernel = true;
+                        continue;
+                    }
+                    _ => return if got > 0 { Ok(got) } else { Err(libc::EAGAIN) },
                 }
-                return if got > 0 { Ok(got) } else { Err(libc::EAGAIN) };
             }
             if !token {
                 if peek {
@@ -247,7 +256,7 @@ impl Link {
             // Polling the VI keeps the device's progress thread asleep and
             // takes a message the moment it lands.
             if let Ok(d) = self.vi.recv_done() {
-                rx.current = self.completed(d, rx.consumed);
+                rx.current = self.completed(d);
                 return Spin::Changed;
             }
             turns = turns.wrapping_add(1);
@@ -270,46 +279,60 @@ impl Link {
             self.take_bell(fd, rx);
         }
         if rx.current.is_some() || self.rx_word().seen().posted != rx.consumed {
-            self.bell_visible(fd);
+            self.bell_visible(fd, rx);
         }
         got
     }
 
     /// Data stays unread: waits until the doorbell the writer rang for it
     /// is in the socket (loopback can hand the byte over a moment after
-    /// the writer's send returned), so a poll right after sees it.
-    fn bell_visible(&self, fd: RawFd) {
-        if self.rx_word().seen().bell && matches!(kernel::peek_state(fd), Peek::Empty) {
+    /// the writer's send returned), so a poll right after sees it. Once
+    /// seen, the byte stays until this reader takes it (no one else
+    /// does), so a stream whose reader never catches up asks once.
+    fn bell_visible(&self, fd: RawFd, rx: &mut Rx) {
+        if rx.bell_in_socket || !self.rx_word().seen().bell {
+            return;
+        }
+        if matches!(kernel::peek_state(fd), Peek::Empty) {
             kernel::wait_readable(fd);
         }
+        rx.bell_in_socket = true;
     }
 
     /// Takes the doorbell byte if the page says one is out and nothing is
     /// unread (the writer may be just writing it: take_byte waits).
-    fn take_bell(&self, fd: RawFd, rx: &Rx) {
+    fn take_bell(&self, fd: RawFd, rx: &mut Rx) {
         if self.rx_word().clear_bell(rx.consumed) {
             // EOF or an error here: the peer died writing it; the next
             // read hears that from the kernel.
             let _ = kernel::take_byte(fd);
+            rx.bell_in_socket = false;
         }
     }
 
-    /// A completed receive as (data slot, length, 0) of message number
-    /// `index`, its receive posted again; None if it failed.
-    fn completed(&self, d: DescPtr, index: u32) -> Option<(usize, usize, usize)> {
+    /// A completed receive as (place in the data ring, length, 0), its
+    /// receive posted again; None if it failed or names bytes outside the
+    /// ring.
+    fn completed(&self, d: DescPtr) -> Option<(usize, usize, usize)> {
         let st = d.status();
         let j = self.recv_slot_of(d);
         // SAFETY: the descriptor is ours and completed.
         let got = unsafe { (*d.0).cs.length as usize };
-        if st & status::ERROR_MASK != 0 || got < 4 {
+        if st & status::ERROR_MASK != 0 || got < 8 {
             return None;
         }
-        // SAFETY: the receive buffer holds at least the 4 bytes it got.
-        let len = unsafe { std::ptr::read_unaligned(self.recv_buffer(j) as *const u32) } as usize;
+        let buf = self.recv_buffer(j);
+        // SAFETY: the receive buffer holds at least the 8 bytes it got.
+        let (len, place) = unsafe {
+            (
+                std::ptr::read_unaligned(buf as *const u32) as usize,
+                std::ptr::read_unaligned((buf + 4) as *const u32) as usize,
+            )
+        };
         if self.post_recv(j).is_err() {
             return None;
         }
-        // The peer's word, bounds-checked: a slot holds SLOT_BYTES.
-        Some((index as usize, len.min(SLOT_BYTES), 0))
+        // The peer's words, bounds-checked.
+        (len <= SLOT_BYTES && place + len <= RING_BYTES).then_some((place, len, 0))
     }
 }
