@@ -11,6 +11,10 @@ UDP device is `openvia`, the Ethernet device `ether` (AF_PACKET) and
 device. Latency: one-way median ns, ratio < 1 means openvia is faster.
 Bandwidth: GB/s (1e9 B/s), ratio > 1 means openvia is faster.
 
+Concatenated runs of a script (their round numbers restarting) count as
+further rounds, the k-th line of a label, size, round and transport in
+the k-th.
+
 Labels with a segment policy (`...-mtuM-segP`, from `sizes` and `sweep`)
 also get a shape table per device and test: each size's figure for every
 (MTU, policy) run, the best marked, and how often each run was best.
@@ -88,13 +92,19 @@ def summarize(rows):
     kinds = {}
     sizes = defaultdict(set)
     meta = {}  # name -> (transport, variant)
+    seen = defaultdict(int)
     for r in rows:
         group, variant = group_of(r.get("label", "?"))
         value, kind = figure(r)
         key = (group, kind)
         name = name_of(r["transport"], variant)
         meta[name] = (r["transport"], variant)
-        table[(key, r.get("size"), r.get("round", 1))][name] = value
+        # Runs of the script one after another restart their round
+        # numbers: the k-th line of a (label, size, round, name) belongs
+        # to the k-th run, a round of its own.
+        rnd = r.get("round", 1)
+        seen[(key, r.get("size"), rnd, name)] += 1
+        table[(key, r.get("size"), (seen[(key, r.get("size"), rnd, name)], rnd))][name] = value
         kinds[key] = kind
         sizes[key].add(r.get("size"))
     out = []
