@@ -6,7 +6,8 @@ with the machine's description and the ratios.
 
 It measures nothing itself: it runs the project's drivers and plots what
 they print —
-  seed 000 (M-VIA, Fig. 7-10): scripts/udp_compare.sh sizes, per MTU;
+  seed 000 (M-VIA, Fig. 7-10): scripts/udp_compare.sh sizes, per MTU (the
+      UDP device and, where it can run, the Ethernet device);
   seed 001 (VIA on UNIX, Fig. 1, 4, Table 2): viabench latency/bandwidth
       over shm, shm-block, udp, kernel TCP; viabench overhead;
   seed 002 (RUM, Fig. 7-8): scripts/udp_compare.sh rum;
@@ -43,6 +44,9 @@ PAPER_SIZES = [32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 6553
 QUICK_SIZES = [32, 512, 4096, 16384, 65536]
 MTUS = [1500, 4138, 9000]  # segments 1472, 4096, 8958 with the fixed policy
 SEG_POLICIES = ["fixed", "page", "largest"]
+# The Ethernet device's curves beside the UDP device's in seed 000's
+# figures; the quick report keeps one (page: M-VIA's best at MTU 4138).
+ETHER_SEG_POLICIES = {False: SEG_POLICIES, True: ["page"]}
 RUM_MTU = 1500
 
 
@@ -139,10 +143,25 @@ def step_seed000_mtu(mtu):
         why = need_netns()
         if why:
             raise StepFailed(why)
-        out = run.run("seed000-mtu%d" % mtu, [os.path.join(ROOT, "scripts/udp_compare.sh"), "sizes", str(mtu)],
-                      env=ns_env(run, {"SEGS": " ".join(SEG_POLICIES)}))
+        name = "seed000-mtu%d" % mtu
+        out = run.run(name, [os.path.join(ROOT, "scripts/udp_compare.sh"), "sizes", str(mtu)],
+                      env=ns_env(run, {"SEGS": " ".join(SEG_POLICIES),
+                                       "ETHER_SEGS": " ".join(ETHER_SEG_POLICIES[run.s.quick])}))
         run.results["seed000-%d" % mtu] = json_lines(out)
+        run.results["seed000-%d-ether-why" % mtu] = skipped_why(run.log_path(name), "ether")
     return step
+
+
+def skipped_why(log, transport):
+    """Why the driver left `transport` out ("TRANSPORT skipped: WHY" in its
+    log, from scripts/net_bench_lib.sh), or None."""
+    try:
+        for line in open(log):
+            if line.startswith(transport + " skipped: "):
+                return line.split(": ", 1)[1].strip()
+    except OSError:
+        pass
+    return None
 
 
 def series_from(recs, label_of, key):
@@ -182,29 +201,38 @@ def figures_seed000(run):
             if r["transport"].startswith("kernel-tcp"):
                 return "kernel TCP"
             pol = r["label"].rsplit("-seg", 1)[-1]
+            if r["transport"] == "ether":
+                return "openvia Ethernet, %s segments" % pol
             return "openvia, %s segments" % pol
 
         for test, key, scale, unit, paper in (("latency", "median_ns", 1e-3, "one-way latency, µs (median)",
                                                "Fig. 7/9"),
                                               ("bandwidth", "gbytes_per_s", 1e3, "bandwidth, MB/s", "Fig. 8/10")):
             fig = {"id": "seed000-%s-mtu%d" % (test, mtu), "seed": "000", "paper": paper,
-                   "title": "UDP device vs kernel TCP, %s vs size, MTU %d" % (test, mtu),
+                   "title": "UDP and Ethernet devices vs kernel TCP, %s vs size, MTU %d" % (test, mtu),
                    "xlabel": "message size, bytes", "ylabel": unit, "ylog": True,
                    "ratio_to": "kernel TCP", "lower_is_better": test == "latency",
                    "notes": ["Two network namespaces joined by veth, MTU %d (fixed policy: %d-byte "
                              "segments; page: page-aligned; largest: the largest that fits the MTU). "
                              "%d round trips / %d messages (window 16) per size, one run. openvia busy-polls; "
-                             "kernel TCP blocks (its latency also busy-polling)."
+                             "kernel TCP blocks (its latency also busy-polling). The Ethernet device "
+                             "(raw frames, AF_PACKET) segments for the same MTU with its own, smaller "
+                             "header, so its fixed segments are larger."
                              % (mtu, seg, run.s.iters, run.s.msgs)]}
+            udp_order = ["openvia, %s segments" % p for p in SEG_POLICIES]
+            ether_order = ["openvia Ethernet, %s segments" % p for p in ETHER_SEG_POLICIES[run.s.quick]]
             order = (["kernel TCP"] + (["kernel TCP (busy-poll)"] if test == "latency" else [])
-                     + ["openvia, %s segments" % p for p in SEG_POLICIES])
+                     + udp_order + ether_order)
             if recs is None:
                 fig["series"], fig["absent"] = [], [{"label": "all", "why": run.missing_why.get(
                     "seed000-mtu%d" % mtu, "not run")}]
             else:
                 by = series_from([r for r in recs if r.get("test") == test], label, key)
                 fig["series"] = to_series(by, order, sizes, scale)
-                fig["absent"] = absent(order, fig["series"], "the driver printed no figure (see logs/)")
+                fig["absent"] = absent(order[:-len(ether_order)], fig["series"],
+                                       "the driver printed no figure (see logs/)")
+                fig["absent"] += absent(ether_order, fig["series"], run.results.get(
+                    "seed000-%d-ether-why" % mtu) or "the driver printed no figure (see logs/)")
             run.figures.append(fig)
 
 
@@ -696,7 +724,8 @@ def machine():
 
 # (name, seed, estimated seconds quick, full, step)
 # Estimates: measured on the project's 2-vCPU machine while other builds ran.
-STEPS = [("seed 000: MTU %d, 3 segment policies + kernel TCP" % mtu, "000", 15, 80, step_seed000_mtu(mtu))
+STEPS = [("seed 000: MTU %d, segment policies (UDP, Ethernet devices) + kernel TCP" % mtu, "000", 18, 120,
+          step_seed000_mtu(mtu))
          for mtu in MTUS] + [
     ("seed 002: RUM modes, kernel TCP, raw UDP", "002", 12, 30, step_seed002),
     ("seed 001: both devices vs kernel TCP, post overhead", "001", 25, 80, step_seed001),

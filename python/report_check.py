@@ -3,8 +3,9 @@
 manifest claims is a valid PNG (signature, chunk CRCs, IHDR, IEND) with
 its JSON beside it holding the plotted series; a figure without a PNG says
 in its JSON why each curve is absent; every table has its JSON; index.html
-shows every PNG; and the figures of every seed are there (plotted or
-explained). Exits 1 naming what is wrong.
+shows every PNG; the figures of every seed are there (plotted or
+explained); seed 000's figures draw the Ethernet device or say why not.
+Exits 1 naming what is wrong.
 
 Usage: python3 python/report_check.py REPORT_DIR
 """
@@ -74,6 +75,13 @@ def check(folder):
             continue
         if data.get("id") != fig["id"]:
             errors.append("%s: its JSON is another figure's" % fig["id"])
+        if fig["id"].startswith("seed000-"):
+            # The Ethernet device's curves beside the UDP device's: drawn,
+            # or absent with a reason (theirs, or the whole figure's).
+            labels = [s["label"] for s in data.get("series", [])] + [
+                a["label"] for a in data.get("absent", []) if a.get("why")]
+            if not any(l.startswith("openvia Ethernet") or l == "all" for l in labels):
+                errors.append("%s: no Ethernet device curve and no reason for its absence" % fig["id"])
         if fig["png"]:
             path = os.path.join(folder, fig["png"])
             why = png_problem(path) if os.path.exists(path) else "file missing"

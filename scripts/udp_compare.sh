@@ -24,68 +24,23 @@
 #   sizes: latency and bandwidth over the sizes in SIZES (default the
 #        paper's 32 B .. 64 KiB) for each segment policy in SEGS (default
 #        "fixed page largest") and kernel TCP (latency also busy-polling),
-#        at one MTU (seed 000's
-#        Fig. 7-10);
+#        at one MTU (seed 000's Fig. 7-10); ETHER_SEGS adds the Ethernet
+#        device;
 #   rum: bandwidth over SIZES for the RUM modes (Hetero, Homo,
 #        flow-control-only), kernel TCP and raw kernel UDP (which counts
 #        what it loses), and latency over SIZES for Hetero, kernel TCP and
 #        UDP (seed 002's Fig. 7-8).
-# OV_NS_A / OV_NS_B / OV_VETH name the namespaces and veth (scripts/netns.sh).
-# Needs root and target/release/viabench (or VIABENCH=path). ITERS, BWN
-# set the latency iterations and the streamed 1 MiB messages; LAT_PEERS
-# the kernel peers of `lat` (default: UDP and TCP, blocking and
+# Namespaces, viabench and ITERS, BWN, SIZES: scripts/net_bench_lib.sh.
+# LAT_PEERS the kernel peers of `lat` (default: UDP and TCP, blocking and
 # busy-polling; the blocking ones take seconds per run). ROUNDS
 # (default 1) repeats `lat` and `modes`, the peers alternating within each
 # round, every line tagged with its round: the machine's speed drifts
 # between runs, so compare within a round (python/udp_summary.py gives
-# each round's ratios and their median).
+# each round's ratios and their median). scripts/net_compare.sh puts the
+# Ethernet device beside these.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
-B=${VIABENCH:-$here/../target/release/viabench}
-NS="$here/netns.sh"
-A=${OV_NS_A:-ovA}
-BNS=${OV_NS_B:-ovB}
-PEER=10.77.0.2
-ITERS=${ITERS:-20000}
-BWN=${BWN:-2000}
-ROUNDS=${ROUNDS:-1}
-ROUND=1
-# Leave no namespace behind, whatever happens.
-trap '"$NS" down >/dev/null 2>&1 || true' EXIT
-trap 'exit 130' INT TERM
-
-# run LABEL TRANSPORT ENV... -- viabench-args...
-run() {
-    label=$1; transport=$2; shift 2
-    envs=""
-    while [ "$1" != "--" ]; do envs="$envs $1"; shift; done
-    shift
-    port=$((20000 + $(od -An -N2 -tu2 /dev/urandom | tr -d ' ') % 20000))
-    # shellcheck disable=SC2086
-    ip netns exec "$BNS" env $envs OPENVIA_BENCH_DEVICE=/dev/via_veth1 \
-        "$B" serve -t "$transport" --cpu 1 --once --port "$port" >/tmp/ov_srv.$$ 2>&1 &
-    spid=$!
-    # Readiness: wait for the server's READY line, never a fixed sleep.
-    i=0
-    while ! grep -q READY /tmp/ov_srv.$$ 2>/dev/null; do
-        i=$((i + 1)); [ $i -gt 500 ] && { echo "server did not start" >&2; kill $spid; return 1; }
-        kill -0 $spid 2>/dev/null || { cat /tmp/ov_srv.$$ >&2; return 1; }
-        sleep 0.01
-    done
-    # shellcheck disable=SC2086
-    ip netns exec "$A" env $envs OPENVIA_BENCH_DEVICE=/dev/via_veth0 \
-        timeout 300 "$B" "$@" -t "$transport" --peer "$PEER:$port" --cpu 0,1 --json |
-        sed "s/^{/{\"label\":\"$label\",\"round\":$ROUND,/"
-    # A server whose client failed may wait for it forever: give it a
-    # bounded time to finish, then end it.
-    i=0
-    while kill -0 $spid 2>/dev/null; do
-        i=$((i + 1)); [ $i -gt 3000 ] && { kill $spid 2>/dev/null; break; }
-        sleep 0.01
-    done
-    wait $spid || true
-    rm -f /tmp/ov_srv.$$
-}
+. "$here/net_bench_lib.sh"
 
 lat() {
     for t in ${LAT_PEERS:-kernel-udp-spin kernel-udp kernel-tcp kernel-tcp-spin}; do
@@ -152,16 +107,16 @@ sweep() {
     "$NS" down
 }
 
-SIZES=${SIZES:-32,64,128,256,512,1K,2K,4K,8K,16K,32K,64K}
-
+# ETHER_SEGS (default: none) adds the Ethernet device (transport ETHER,
+# default ether) with those segment policies, where it can run.
 sizes() {
     run "sizes-mtu$1" kernel-tcp -- latency -s "$SIZES" -n "$ITERS"
     run "sizes-mtu$1" kernel-tcp-spin -- latency -s "$SIZES" -n "$ITERS"
     run "sizes-mtu$1" kernel-tcp -- bandwidth -s "$SIZES" -n "$BWN" -w 16
-    for seg in ${SEGS:-fixed page largest}; do
-        run "sizes-mtu$1-seg$seg" udp OPENVIA_UDP_SEGMENT=$seg -- latency -s "$SIZES" -n "$ITERS"
-        run "sizes-mtu$1-seg$seg" udp OPENVIA_UDP_SEGMENT=$seg -- bandwidth -s "$SIZES" -n "$BWN" -w 16
-    done
+    sizes_of "sizes-mtu$1" udp "${SEGS:-fixed page largest}"
+    if [ -n "${ETHER_SEGS:-}" ] && usable "${ETHER:-ether}"; then
+        sizes_of "sizes-mtu$1" "${ETHER:-ether}" "$ETHER_SEGS"
+    fi
 }
 
 rum() {

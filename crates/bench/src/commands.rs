@@ -27,6 +27,12 @@ fn setup(run: &RunArgs, max_window: u32) -> Result<Setup> {
             transport.name()
         )));
     }
+    if run.peer.is_none() && !transport.reaches_this_host() {
+        return Err(BenchError::Usage(format!(
+            "{} reaches other hosts only: run `viabench serve -t {0}` there and give --peer              (scripts/net_compare.sh does so across two namespaces)",
+            transport.name()
+        )));
+    }
     let pin = resolve(run.cpu, run.peer.is_some(), &allowed_cpus()?)?;
     let opts = EndpointOptions {
         mode: run.mode.unwrap_or_else(|| transport.default_mode()),
@@ -139,6 +145,7 @@ pub fn list_transports(args: &TransportsArgs) -> Result<()> {
                 "reason": t.available().err(),
                 "default_mode": t.default_mode(),
                 "remote": t.supports_remote(),
+                "local": t.reaches_this_host(),
             });
             println!("{line}");
         }

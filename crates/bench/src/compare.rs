@@ -62,6 +62,10 @@ pub fn run(args: &CompareArgs) -> Result<()> {
         if !args.only.is_empty() && !args.only.iter().any(|n| n == t.name()) {
             continue;
         }
+        if !t.reaches_this_host() {
+            skipped.push(format!("{} (reaches other hosts only)", t.name()));
+            continue;
+        }
         match t.available() {
             Ok(()) => chosen.push(t),
             Err(why) => skipped.push(format!("{} ({why})", t.name())),

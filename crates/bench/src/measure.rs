@@ -6,7 +6,7 @@ use crate::driver_bandwidth::{self, BandwidthParams};
 use crate::driver_latency::{self, LatencyParams};
 use crate::error::Result;
 use crate::report::{Figures, Record, TestKind};
-use crate::transports::{Endpoint, Transport, WaitMode};
+use crate::transports::{DeviceNote, Endpoint, Transport, WaitMode};
 use std::io::IsTerminal;
 
 /// What every record of a run shares.
@@ -24,6 +24,7 @@ impl RunLabels<'_> {
         iters: u64,
         warmup: u64,
         figures: Figures,
+        device: Option<DeviceNote>,
     ) -> Record {
         Record {
             transport: self.transport.name().to_string(),
@@ -35,6 +36,7 @@ impl RunLabels<'_> {
             mode: self.mode.as_str(),
             pin: self.pin.clone(),
             note: self.transport.framing_note(size),
+            device,
             speedup_vs_kernel_tcp: None,
             speedup_vs_shm: None,
         }
@@ -61,6 +63,7 @@ pub fn latency(
         params.iters,
         params.warmup,
         figures,
+        ep.device_note(),
     ))
 }
 
@@ -85,6 +88,7 @@ pub fn bandwidth(
         params.messages,
         params.warmup,
         figures,
+        ep.device_note(),
     ))
 }
 

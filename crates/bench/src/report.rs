@@ -57,6 +57,9 @@ pub struct Record {
     pub pin: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// The openvia device measured (None for kernel sockets).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device: Option<crate::transports::DeviceNote>,
     /// compare only: >1 means better than kernel-tcp (lower latency or
     /// higher bandwidth), for the same test and size.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -262,6 +265,7 @@ mod tests {
             mode: "spin",
             pin: "client:0,server:1".into(),
             note: None,
+            device: None,
             speedup_vs_kernel_tcp: None,
             speedup_vs_shm: None,
         }

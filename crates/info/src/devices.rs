@@ -15,7 +15,7 @@ use serde::Serialize;
 pub struct DeviceInfo {
     /// The name a program passes to VipOpenNic.
     pub name: String,
-    /// `shm` or `udp`.
+    /// `shm`, `udp` or `ether` (the device that opened).
     pub kind: &'static str,
     /// The interface the device sends on (udp).
     pub interface: Option<String>,
@@ -107,6 +107,9 @@ pub fn probe(name: &str, kind: &'static str, interface: Option<String>) -> Devic
     };
     match Nic::open(Some(name)) {
         Ok(nic) => {
+            // The device that opened: /dev/via_<ifname> is the UDP or the
+            // Ethernet device per OPENVIA_NET_DEVICE.
+            info.kind = nic.shared().device().info().short_name;
             let a = nic.query();
             info.address = host_ip(&a.address).map(|ip: IpAddr| ip.to_string());
             if let Some(link) = &nic.shared().device().info().link {
@@ -139,8 +142,13 @@ pub fn probe(name: &str, kind: &'static str, interface: Option<String>) -> Devic
 /// Every device of this host, opened and queried.
 pub fn all() -> Vec<DeviceInfo> {
     let mut out = vec![probe("/dev/via_lo", "shm", None)];
+    // What /dev/via_<ifname> is asked to be, until it opens and says.
+    let per_interface = match std::env::var("OPENVIA_NET_DEVICE").as_deref() {
+        Ok("ether") => "ether",
+        _ => "udp",
+    };
     for i in interfaces() {
-        out.push(probe(&format!("/dev/via_{i}"), "udp", Some(i)));
+        out.push(probe(&format!("/dev/via_{i}"), per_interface, Some(i)));
     }
     out.push(probe("/dev/via_udp", "udp", None));
     out

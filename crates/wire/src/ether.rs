@@ -33,7 +33,9 @@ mod resolve;
 #[cfg(test)]
 mod tests;
 
-pub use compact::{encode, expand_in_place, frame_from_rum, to_rum, FrameHead, MAX_HEAD_LEN};
+pub use compact::{
+    encode, expand_headroom, expand_in_place, frame_from_rum, to_rum, FrameHead, MAX_HEAD_LEN,
+};
 pub use error::EtherError;
 pub use resolve::{HostAddr, ResolveRepr, RESOLVE_LEN};
 

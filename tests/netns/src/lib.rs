@@ -10,3 +10,4 @@
 pub mod harness;
 pub mod memory;
 pub mod namespaces;
+pub mod pair;

@@ -122,13 +122,48 @@ impl NetnsPair {
         }
     }
 
+    /// Drops `percent` % of the Ethernet device's frames (EtherType
+    /// 0x88b5) entering either namespace, at random: an nft rule on each
+    /// veth end's ingress hook (before any packet socket or XDP-less
+    /// receive sees the frame).
+    pub fn drop_ether(&self, percent: u32) {
+        let pct = percent.to_string();
+        for (ns, ifname) in [(&self.a, &self.if_a), (&self.b, &self.if_b)] {
+            let nft = ["ip", "netns", "exec", ns, "nft"];
+            let cmds: [&[&str]; 3] = [
+                &["add", "table", "netdev", "ovtest"],
+                &[
+                    "add", "chain", "netdev", "ovtest", "in", "{", "type", "filter", "hook",
+                    "ingress", "device", ifname, "priority", "0", ";", "}",
+                ],
+                &[
+                    "add", "rule", "netdev", "ovtest", "in", "ether", "type", "0x88b5", "numgen",
+                    "random", "mod", "100", "<", &pct, "counter", "drop",
+                ],
+            ];
+            for c in cmds {
+                let argv: Vec<&str> = nft.iter().chain(c.iter()).copied().collect();
+                run(&argv).unwrap_or_else(|e| panic!("{e}"));
+            }
+        }
+    }
+
     /// Packets the drop rule discarded so far, both namespaces together.
     pub fn dropped_packets(&self) -> u64 {
+        self.counted("inet")
+    }
+
+    /// Frames the Ethernet drop rule (`drop_ether`) discarded so far.
+    pub fn dropped_frames(&self) -> u64 {
+        self.counted("netdev")
+    }
+
+    fn counted(&self, family: &str) -> u64 {
         let mut total = 0;
         for ns in [&self.a, &self.b] {
             let out = Command::new("ip")
                 .args([
-                    "netns", "exec", ns, "nft", "list", "table", "inet", "ovtest",
+                    "netns", "exec", ns, "nft", "list", "table", family, "ovtest",
                 ])
                 .output()
                 .expect("nft list");

@@ -6,50 +6,12 @@
 //! Tests take a lock so they run one at a time: on two CPUs, parallel
 //! streams would turn the dead-peer timing into a measure of scheduling.
 
-use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use openvia_netns_tests::harness::{spawn_in, Finished};
-use openvia_netns_tests::namespaces::{nft_unavailable, unavailable, NetnsPair};
-
+use openvia_netns_tests::namespaces::{nft_unavailable, NetnsPair};
+use openvia_netns_tests::pair::{self, env, serial, server_client_args, skip, HELPER_TIMEOUT};
 const PEER: &str = env!("CARGO_BIN_EXE_netns_peer");
-const HELPER_TIMEOUT: Duration = Duration::from_secs(60);
-
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Prints the reason and returns true when namespaces cannot be used.
-fn skip(test: &str) -> bool {
-    match unavailable() {
-        Some(why) => {
-            eprintln!("SKIPPED {test}: {why}");
-            true
-        }
-        None => false,
-    }
-}
-
-fn env(extra: &[(&str, &str)]) -> Vec<(String, String)> {
-    let mut v: Vec<(String, String)> = [
-        ("OPENVIA_SPIN_NS", "20000"),
-        ("OPENVIA_UDP_KEEPALIVE_MS", "200"),
-        ("OPENVIA_UDP_DEAD_MS", "3000"),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    for (k, val) in extra {
-        v.retain(|(key, _)| key != k);
-        v.push((k.to_string(), val.to_string()));
-    }
-    v
-}
-
-fn args(list: &[(&str, &str)]) -> Vec<String> {
-    list.iter().map(|(k, v)| format!("{k}={v}")).collect()
-}
 
 /// Server in namespace b, client in namespace a; both must succeed.
 fn run_pair(
@@ -57,31 +19,7 @@ fn run_pair(
     common: &[(&str, &str)],
     extra_env: &[(&str, &str)],
 ) -> (Finished, Finished) {
-    let disc = format!("t{}", std::process::id());
-    let dev_b = format!("/dev/via_{}", ns.if_b);
-    let dev_a = format!("/dev/via_{}", ns.if_a);
-    let mut sargs = args(common);
-    sargs.extend(args(&[
-        ("role", "server"),
-        ("dev", &dev_b),
-        ("disc", &disc),
-    ]));
-    let mut cargs = args(common);
-    cargs.extend(args(&[
-        ("role", "client"),
-        ("dev", &dev_a),
-        ("disc", &disc),
-        ("peer", &ns.ip_b),
-    ]));
-    let e = env(extra_env);
-    let mut server = spawn_in(&ns.b, "server", PEER, &sargs, &e, HELPER_TIMEOUT);
-    server.wait_line("READY", HELPER_TIMEOUT);
-    let client = spawn_in(&ns.a, "client", PEER, &cargs, &e, HELPER_TIMEOUT);
-    let c = client.finish();
-    let s = server.finish();
-    s.assert_ok();
-    c.assert_ok();
-    (s, c)
+    pair::run_pair(PEER, ns, common, &env(extra_env))
 }
 
 fn sizes_at(mtu: u32, rels: &[&str]) {
@@ -189,22 +127,6 @@ fn five_percent_drop_every_byte_verified() {
     stream_under_drop(5, "150");
 }
 
-/// Arguments of a server in namespace b and a client in a, on the veth.
-fn server_client_args(ns: &NetnsPair, common: &[(&str, &str)]) -> (Vec<String>, Vec<String>) {
-    let mut sargs = args(common);
-    sargs.extend(args(&[
-        ("role", "server"),
-        ("dev", &format!("/dev/via_{}", ns.if_b)),
-    ]));
-    let mut cargs = args(common);
-    cargs.extend(args(&[
-        ("role", "client"),
-        ("dev", &format!("/dev/via_{}", ns.if_a)),
-        ("peer", &ns.ip_b),
-    ]));
-    (sargs, cargs)
-}
-
 #[test]
 fn peer_killed_mid_transfer_breaks_the_vi_in_bounded_time() {
     let _g = serial();
@@ -216,36 +138,8 @@ fn peer_killed_mid_transfer_breaks_the_vi_in_bounded_time() {
     let disc = format!("k{}", std::process::id());
     let dead = DEAD_MS.to_string();
     let e = env(&[("OPENVIA_UDP_DEAD_MS", &dead)]);
-    let common = [
-        ("mode", "stream"),
-        ("rel", "rd"),
-        ("size", "65536"),
-        ("window", "8"),
-        ("count", "100000000"),
-        ("disc", &disc),
-    ];
-    let (sargs, mut cargs) = server_client_args(&ns, &common);
-    cargs.extend(args(&[("survive", "1")]));
-    let mut server = spawn_in(&ns.b, "server", PEER, &sargs, &e, HELPER_TIMEOUT);
-    server.wait_line("READY", HELPER_TIMEOUT);
-    let mut client = spawn_in(&ns.a, "client", PEER, &cargs, &e, HELPER_TIMEOUT);
-    // The client's own count, not the server's: with 8 sends in flight the
-    // server has its 10th message before the client has 10 completions.
-    client.wait_line("PROGRESS", HELPER_TIMEOUT);
-    let killed = Instant::now();
-    let s = server.abort();
-    assert!(!s.status.success(), "server survived SIGKILL: {s}");
-    let c = client.finish();
-    c.assert_ok();
-    let took = c.ended.duration_since(killed);
-    eprintln!("survivor broke {took:?} after the kill: {c}");
-    assert!(
-        took < Duration::from_millis(DEAD_MS + 2000),
-        "survivor took {took:?} (dead-peer time {DEAD_MS} ms): {c}"
-    );
-    assert_eq!(c.expect_u64("error_state"), 1, "{c}");
-    assert_eq!(c.expect_u64("recv_flushed"), 1, "{c}");
-    assert!(c.expect_u64("completed") >= 10);
+    let (server, client) = pair::endless_stream(PEER, &ns, &e, &disc);
+    pair::kill_server_and_check_break(server, client, Duration::from_millis(DEAD_MS + 2000));
 }
 
 /// A server process SIGKILLed while its connection is idle, on a host

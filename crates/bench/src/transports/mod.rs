@@ -20,14 +20,41 @@
 
 pub mod kernel_tcp;
 pub mod kernel_udp;
+pub mod net;
 pub mod shm;
 mod socket_io;
-pub mod udp;
 mod via_endpoint;
 mod via_latency;
 
 use crate::error::{BenchError, Result};
 use std::time::Duration;
+
+/// The openvia device under an endpoint, as the client opened it, so a
+/// result says what it measured (one JSON object, `device`, in a record).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct DeviceNote {
+    /// The name the NIC reports (`/dev/via_lo`, `/dev/via_veth0`).
+    pub name: String,
+    /// The device (`shm`, `udp`, `ether`).
+    pub kind: &'static str,
+    /// The VI's reliability level (`ur`, `rd`, `rr`).
+    pub reliability: &'static str,
+    /// The interface a network device sends on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interface: Option<String>,
+    /// The way onto the wire (`packet`, `xdp`; the Ethernet device).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// The link MTU a network device segments for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<usize>,
+    /// The segment policy as its setting spells it, and the payload
+    /// bytes per segment it gives.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub segment_policy: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub segment_bytes: Option<usize>,
+}
 
 /// How an endpoint waits for the peer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -92,6 +119,12 @@ pub trait Transport {
 
     /// Whether `--peer` (another host) makes sense for this transport.
     fn supports_remote(&self) -> bool {
+        true
+    }
+
+    /// Whether two processes of this host can meet over it (without
+    /// `--peer`, viabench starts its server here).
+    fn reaches_this_host(&self) -> bool {
         true
     }
 
@@ -226,6 +259,12 @@ pub trait Endpoint {
         false
     }
 
+    /// The openvia device this endpoint runs on (None: not an openvia
+    /// device, e.g. kernel sockets).
+    fn device_note(&self) -> Option<DeviceNote> {
+        None
+    }
+
     /// Round trips so far that sent their ping again because a datagram
     /// was lost (0 for endpoints that cannot lose one).
     fn repeated_round_trips(&self) -> u64 {
@@ -294,7 +333,9 @@ pub fn registry() -> Vec<Box<dyn Transport>> {
     vec![
         Box::new(shm::Shm::new("shm", WaitMode::Spin)),
         Box::new(shm::Shm::new("shm-block", WaitMode::Block)),
-        Box::new(udp::Udp::new()),
+        Box::new(net::NetTransport::udp()),
+        Box::new(net::NetTransport::ether(net::EtherPath::Packet)),
+        Box::new(net::NetTransport::ether(net::EtherPath::Xdp)),
         Box::new(kernel_tcp::KernelTcp::new("kernel-tcp", WaitMode::Block)),
         Box::new(kernel_tcp::KernelTcp::new(
             "kernel-tcp-spin",

@@ -34,7 +34,8 @@ fn setup(
     openvia_core::mem::PtagId,
     std::sync::Arc<openvia_core::vi::Vi>,
 )> {
-    open_vi(DEVICE, reliability::RELIABLE_DELIVERY, None, opts)
+    let nic = Nic::open(Some(DEVICE)).map_err(|e| via(&format!("open {DEVICE}"), e))?;
+    open_vi(nic, reliability::RELIABLE_DELIVERY, None, opts)
 }
 
 impl Transport for Shm {

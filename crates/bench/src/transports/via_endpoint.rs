@@ -1,7 +1,7 @@
 //! The two ends of a viabench connection over an openvia device, as a VIA
 //! program writes them: one NIC and one VI per end, descriptors in
-//! registered memory, receives posted ahead. Shared by the `shm` and `udp`
-//! transports, which differ only in how they open the device and connect.
+//! registered memory, receives posted ahead. Shared by the `shm` and the
+//! network transports (`net`), which differ only in how they open the device and connect.
 //!
 //! The driver's message buffers are registered the first time they are
 //! seen (a small registration cache, as UCX keeps one), so a message moves
@@ -14,14 +14,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openvia_core::descriptor::{DataSegment, DescPtr, Descriptor};
+use openvia_core::devices::ether::{EtherDevice, FramePath};
 use openvia_core::mem::PtagId;
 use openvia_core::nic::Nic;
-use openvia_core::vi::{Vi, ViAttributes};
+use openvia_core::vi::{reliability, Vi, ViAttributes};
 use openvia_core::ViaError;
 
 use super::{
-    CheckHook, Endpoint, EndpointOptions, FillHook, StreamPlan, StreamReceipt, WaitMode,
-    WINDOW_ACK_LEN,
+    CheckHook, DeviceNote, Endpoint, EndpointOptions, FillHook, StreamPlan, StreamReceipt,
+    WaitMode, WINDOW_ACK_LEN,
 };
 use crate::error::{BenchError, Result};
 
@@ -76,21 +77,22 @@ pub fn accept_endpoint(
     Ok(ep)
 }
 
-/// Opens `device` and makes one VI with `reliability` carrying up to
-/// `max_transfer` bytes (None: the NIC's maximum), waiting as `opts` says.
+/// Makes one VI on `nic` with `reliability` carrying up to `max_transfer`
+/// bytes (at most the NIC's maximum; None: that maximum), waiting as
+/// `opts` says.
 pub fn open_vi(
-    device: &str,
+    nic: Nic,
     reliability: u16,
     max_transfer: Option<u64>,
     opts: &EndpointOptions,
 ) -> Result<(Nic, PtagId, Arc<Vi>)> {
-    let nic = Nic::open(Some(device)).map_err(|e| via(&format!("open {device}"), e))?;
     nic.set_spin_ns(match opts.mode {
         WaitMode::Spin => u64::MAX,
         WaitMode::Block => 0,
     });
     let ptag = nic.create_ptag().map_err(|e| via("ptag", e))?;
-    let max_transfer = max_transfer.unwrap_or_else(|| nic.query().max_transfer_size);
+    let nic_max = nic.query().max_transfer_size;
+    let max_transfer = max_transfer.map_or(nic_max, |m| m.min(nic_max));
     let attrs = ViAttributes {
         reliability,
         max_transfer,
@@ -371,6 +373,40 @@ impl Endpoint for ViaEndpoint {
 
     fn loses_messages(&self) -> bool {
         self.lossy
+    }
+
+    fn device_note(&self) -> Option<DeviceNote> {
+        let device = self.nic.shared().device();
+        let info = device.info();
+        let link = info.link.as_ref();
+        let mut note = DeviceNote {
+            name: info.name.clone(),
+            kind: info.short_name,
+            reliability: match self.vi.attributes().reliability {
+                reliability::UNRELIABLE => "ur",
+                reliability::RELIABLE_RECEPTION => "rr",
+                _ => "rd",
+            },
+            interface: link.and_then(|l| l.interface.clone()),
+            path: None,
+            mtu: link.map(|l| l.mtu),
+            segment_policy: link.map(|l| l.segment_policy.clone()),
+            segment_bytes: link.map(|l| l.segment_bytes),
+        };
+        // The Ethernet device's way onto the wire, and its segment policy
+        // as the setting spells it (its link info shows both in one string).
+        if let Some(ether) = device.as_any().downcast_ref::<EtherDevice>() {
+            note.path = Some(
+                match ether.medium.path {
+                    FramePath::Packet => "packet",
+                    FramePath::Xdp => "xdp",
+                    FramePath::Auto => "auto",
+                }
+                .to_string(),
+            );
+            note.segment_policy = Some(ether.medium.settings.segment.to_string());
+        }
+        Some(note)
     }
 
     fn repeated_round_trips(&self) -> u64 {

@@ -5,6 +5,7 @@
 //! it is the channel network devices share over their datagram links.
 //! See docs/devices.md.
 
+pub mod ether;
 pub mod rum;
 pub mod shm;
 pub mod udp;

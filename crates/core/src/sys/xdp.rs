@@ -27,6 +27,9 @@ pub const FRAME_SIZE: usize = 4096;
 /// Headroom the kernel keeps in front of every received frame
 /// (XDP_PACKET_HEADROOM).
 const XDP_PACKET_HEADROOM: usize = 256;
+/// The largest frame payload (the MTU) an AF_XDP link carries: what a
+/// UMEM frame holds after the kernel's headroom and the Ethernet header.
+pub const MAX_MTU: usize = FRAME_SIZE - XDP_PACKET_HEADROOM - ETH_HEADER_LEN;
 /// Frames in the UMEM (4 MiB, under the default 8 MiB RLIMIT_MEMLOCK the
 /// UMEM is charged to): half lent for receiving, half ours for sending.
 const UMEM_FRAMES: usize = 1024;
@@ -370,7 +373,7 @@ impl XdpLink {
         let mode = steering.attach(ifindex, opts.mode)?;
         // Received frames land XDP_PACKET_HEADROOM into a frame; larger
         // ones would be dropped by the kernel.
-        let mtu = if_mtu.min(FRAME_SIZE - XDP_PACKET_HEADROOM - ETH_HEADER_LEN);
+        let mtu = if_mtu.min(MAX_MTU);
         Ok(XdpLink {
             _steering: steering,
             mode,

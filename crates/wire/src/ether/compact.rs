@@ -245,6 +245,34 @@ fn write_compact(
     at
 }
 
+/// Bytes of a compact DATA header with these flags.
+fn compact_head_len(flags: u8) -> usize {
+    let mut head_len = COMPACT_BASE_LEN;
+    for (bit, len) in [
+        (FLAG_SEGMENT, SEGMENT_LEN),
+        (FLAG_IMMEDIATE, IMMEDIATE_LEN),
+        (FLAG_RDMA, RDMA_LEN),
+    ] {
+        if flags & bit != 0 {
+            head_len += len;
+        }
+    }
+    head_len
+}
+
+/// The headroom [`expand_in_place`] writes into in front of this frame
+/// payload: for a compact DATA frame the RUM headers' 64 bytes less its
+/// own header, so that a frame placed this far into a buffer expands to
+/// a datagram starting at 0; for any other frame 0 (a verbatim datagram
+/// starts after the 4-byte prefix). A receiver copying frames into
+/// datagram buffers places each this way and moves no payload.
+pub fn expand_headroom(frame: &[u8]) -> usize {
+    match frame {
+        [_, _, KIND_DATA, flags, ..] => RUM_DATA_HEAD.saturating_sub(compact_head_len(*flags)),
+        _ => 0,
+    }
+}
+
 /// A parsed compact header: the RUM fields, the header length, the
 /// payload length and whether a trailer follows.
 struct Compact {
@@ -264,16 +292,7 @@ fn parse_compact(f: &[u8]) -> Result<Compact, EtherError> {
     if flags & FLAG_RESERVED != 0 {
         return Err(EtherError::BadField("compact flags"));
     }
-    let mut head_len = COMPACT_BASE_LEN;
-    for (bit, len) in [
-        (FLAG_SEGMENT, SEGMENT_LEN),
-        (FLAG_IMMEDIATE, IMMEDIATE_LEN),
-        (FLAG_RDMA, RDMA_LEN),
-    ] {
-        if flags & bit != 0 {
-            head_len += len;
-        }
-    }
+    let head_len = compact_head_len(flags);
     if f.len() < head_len {
         return Err(short(head_len));
     }

@@ -372,3 +372,22 @@ fn optional_fields_holding_their_implied_values_are_refused() {
     assert!(with_fields(0x04, &[0, 0, 0, 0, 0, 0, 0, 9]).is_ok());
     assert!(with_fields(0x10, &[0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0]).is_ok());
 }
+
+#[test]
+fn a_frame_placed_at_its_headroom_expands_to_offset_zero() {
+    let mut rng = SplitMix(11);
+    for _ in 0..2000 {
+        let dg = random_datagram(&mut rng);
+        let frame = frame_from_rum(&dg).unwrap();
+        let at = expand_headroom(&frame);
+        let mut buf = vec![0u8; at + frame.len()];
+        buf[at..].copy_from_slice(&frame);
+        let r = expand_in_place(&mut buf, at, frame.len()).unwrap();
+        if frame[KIND_OFFSET] == KIND_DATA {
+            assert_eq!(r.start, 0, "compact frame placed at {at}");
+        } else {
+            assert_eq!((at, r.start), (0, RUM_PREFIX_LEN));
+        }
+        assert_eq!(&buf[r], &dg[..]);
+    }
+}

@@ -10,13 +10,19 @@
 //! the same region back. `stream` — the client sends `count` messages of
 //! `size` bytes keeping `window` in flight, the server checks every one in
 //! order; in `survive=1` the client instead runs until its VI breaks (the
-//! server was killed) and reports how the break looked.
+//! server was killed) and reports how the break looked. `open` (client)
+//! — opens the NIC and reports which device served. `role=peer` —
+//! peer-to-peer connection, one message each way. `gather` (with
+//! `cq=1`) — one message gathered from three segments apart, scattered
+//! into three on the server, echoed back gathered, completions taken
+//! through a CQ.
 
 use std::collections::HashMap;
 use std::process::exit;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use openvia_core::cq::CompletionQueue;
 use openvia_core::descriptor::{control, status};
 use openvia_core::nic::Nic;
 use openvia_core::vi::{reliability, Vi, ViAttributes, ViState};
@@ -72,10 +78,13 @@ struct End {
     nic: Nic,
     vi: Arc<Vi>,
     mem: Arena,
+    /// With `cq=1`: one CQ for both work queues.
+    cq: Option<Arc<CompletionQueue>>,
 }
 
 fn open(args: &Args, slots: usize) -> End {
     let nic = Nic::open(Some(args.str("dev"))).unwrap_or_else(|e| fail(format!("open: {e}")));
+    let _ = DEVICE.set(nic.shared().device().info().short_name.to_string());
     let ptag = nic
         .create_ptag()
         .unwrap_or_else(|e| fail(format!("ptag: {e}")));
@@ -92,11 +101,15 @@ fn open(args: &Args, slots: usize) -> End {
         rdma_write: true,
         rdma_read: rel != reliability::UNRELIABLE,
     };
+    let cq = (args.num("cq", 0) == 1).then(|| {
+        nic.create_cq(64)
+            .unwrap_or_else(|e| fail(format!("create cq: {e}")))
+    });
     let vi = nic
-        .create_vi(attrs, None, None)
+        .create_vi(attrs, cq.clone(), cq.clone())
         .unwrap_or_else(|e| fail(format!("create vi: {e}")));
     let mem = Arena::new(&nic, ptag, 256, slots * SLOT);
-    End { nic, vi, mem }
+    End { nic, vi, mem, cq }
 }
 
 impl End {
@@ -173,8 +186,12 @@ fn server(args: &Args) {
         host,
         discriminator: args.str("disc").as_bytes().to_vec(),
     };
-    for i in 0..window {
-        end.post_recv(i, i);
+    if args.str("mode") == "gather" {
+        end.post_scatter();
+    } else {
+        for i in 0..window {
+            end.post_recv(i, i);
+        }
     }
     println!("READY");
     let req = connect_wait(end.nic.shared(), &me, Some(WAIT))
@@ -184,6 +201,7 @@ fn server(args: &Args) {
     match args.str("mode") {
         "sizes" => serve_sizes(&end, window),
         "stream" => serve_stream(&end, args, window),
+        "gather" => serve_gather(&end),
         "idle" => {
             // Connected and idle until the test kills this process.
             println!("CONNECTED");
@@ -431,6 +449,163 @@ fn client_stream(args: &Args) {
     println!("RESULT sent={count}");
 }
 
+/// Pieces of the gather/scatter message and where each lies in its slot
+/// (apart, so that a descriptor's segments are really scattered).
+const PIECES: [(usize, usize); 3] = [(0, 100), (8192, 5000), (65536, 70000)];
+const PIECES_LEN: usize = 75_100;
+const GATHER_KEY: u32 = 0x6a7e;
+
+impl End {
+    /// Segments of slot `slot` at the pieces' places, the last `extra`
+    /// bytes longer (a scatter list may hold more than arrives).
+    fn pieces(&self, slot: usize, extra: usize) -> Vec<(u64, u32, u32)> {
+        PIECES
+            .iter()
+            .enumerate()
+            .map(|(k, &(at, len))| {
+                let len = if k == PIECES.len() - 1 {
+                    len + extra
+                } else {
+                    len
+                };
+                (self.mem.addr(slot * SLOT + at), self.mem.handle, len as u32)
+            })
+            .collect()
+    }
+
+    /// Slot `from`'s pieces, one after the other, into slot `to`.
+    fn join_pieces(&self, from: usize, to: usize) {
+        let mut off = 0;
+        for (at, len) in PIECES {
+            let piece = self.mem.data(from * SLOT + at, len).to_vec();
+            self.mem.data(to * SLOT + off, len).copy_from_slice(&piece);
+            off += len;
+        }
+    }
+
+    /// Slot `from`'s first bytes, cut into the pieces of slot `to`.
+    fn split_pieces(&self, from: usize, to: usize) {
+        let mut off = 0;
+        for (at, len) in PIECES {
+            let piece = self.mem.data(from * SLOT + off, len).to_vec();
+            self.mem.data(to * SLOT + at, len).copy_from_slice(&piece);
+            off += len;
+        }
+    }
+
+    fn post_scatter(&self) {
+        self.mem.set_desc(0, 0, &self.pieces(0, 10_000), 0);
+        self.vi
+            .post_recv(self.mem.desc(0), self.mem.handle)
+            .unwrap_or_else(|e| fail(format!("post_recv: {e}")));
+    }
+
+    /// The next completion through the CQ: (receive?, status, len, imm).
+    fn cq_next(&self) -> (bool, u32, usize, u32) {
+        let cq = self.cq.as_ref().unwrap_or_else(|| fail("no cq=1".into()));
+        let e = self
+            .nic
+            .cq_wait(cq, Some(WAIT))
+            .unwrap_or_else(|e| fail(format!("cq_wait: {e}")));
+        if e.vi_id != self.vi.id() {
+            fail("CQ entry of another VI".into());
+        }
+        let d = if e.recv {
+            self.vi.recv_done()
+        } else {
+            self.vi.send_done()
+        }
+        .unwrap_or_else(|err| fail(format!("done after a CQ entry: {err}")));
+        let (st, len, imm) = self.mem.result_of(d.0);
+        if st & status::ERROR_MASK != 0 {
+            fail(format!("status {st:#x}"));
+        }
+        (e.recv, st, len as usize, imm)
+    }
+}
+
+/// Scatter: the message lands in three segments apart, seen through the
+/// CQ; checked joined, then sent back gathered from the same pieces.
+fn serve_gather(end: &End) {
+    let (recv, _, len, imm) = end.cq_next();
+    if !recv || len != PIECES_LEN || imm != GATHER_KEY {
+        fail(format!("scatter: recv {recv} len {len} imm {imm:#x}"));
+    }
+    end.join_pieces(0, 1);
+    end.check(1, PIECES_LEN, GATHER_KEY, "scattered message");
+    end.send(1, control::IMMEDIATE, &end.pieces(0, 0), GATHER_KEY + 1);
+    let (recv, _, _, _) = end.cq_next();
+    if recv {
+        fail("expected the echo's send completion".into());
+    }
+    println!("RESULT scattered={PIECES_LEN}");
+}
+
+/// Gather: one message sent from three segments apart; its echo comes
+/// back scattered the other way into one buffer; completions by the CQ.
+fn client_gather(args: &Args) {
+    let end = open(args, 3);
+    fill(end.mem.data(SLOT, PIECES_LEN), GATHER_KEY);
+    end.split_pieces(1, 0);
+    end.post_recv(2, 1);
+    client_connect(args, &end);
+    end.send(0, control::IMMEDIATE, &end.pieces(0, 0), GATHER_KEY);
+    let mut echo = None;
+    let mut sent = false;
+    while echo.is_none() || !sent {
+        let (recv, _, len, imm) = end.cq_next();
+        if recv {
+            echo = Some((len, imm));
+        } else {
+            sent = true;
+        }
+    }
+    if echo != Some((PIECES_LEN, GATHER_KEY + 1)) {
+        fail(format!("echo {echo:?}"));
+    }
+    end.check(2, PIECES_LEN, GATHER_KEY, "gathered echo");
+    println!("RESULT gathered={PIECES_LEN}");
+}
+
+/// Peer-to-peer: both ends ask for each other (`disc`, `peer`,
+/// `peer_disc`), then each sends the other one message, checked.
+fn peer(args: &Args) {
+    const LEN: usize = 3000;
+    const KEY: u32 = 0x7065;
+    let end = open(args, 2);
+    let me = Address {
+        host: end.nic.query().address.to_vec(),
+        discriminator: args.str("disc").as_bytes().to_vec(),
+    };
+    let them = Address {
+        host: mapped(args.str("peer")),
+        discriminator: args.str("peer_disc").as_bytes().to_vec(),
+    };
+    end.post_recv(1, 1);
+    openvia_core::peer_request(&end.vi, &me, &them, Some(WAIT))
+        .unwrap_or_else(|e| fail(format!("peer_request: {e}")));
+    openvia_core::peer_wait(&end.vi).unwrap_or_else(|e| fail(format!("peer_wait: {e}")));
+    fill(end.mem.data(0, LEN), KEY);
+    end.send_from(0, 0, LEN, KEY);
+    let (_, len, imm) = end.received(1);
+    if len != LEN || imm != KEY {
+        fail(format!("peer message: {len} bytes imm {imm:#x}"));
+    }
+    end.check(1, LEN, KEY, "peer message");
+    // The other end checks what it got and may close at once: our send
+    // then ends done or, its acknowledgement overtaken by the disconnect,
+    // flushed (as `sent_after_stop`).
+    let got = end
+        .vi
+        .send_wait(Some(WAIT))
+        .unwrap_or_else(|e| fail(format!("send_wait: {e}")));
+    let (st, _, _) = end.mem.result_of(got.0);
+    if st & status::ERROR_MASK & !status::DESC_FLUSHED_ERROR != 0 {
+        fail(format!("peer send status {st:#x}"));
+    }
+    println!("RESULT peer_bytes={LEN}");
+}
+
 /// Connects, posts a receive and waits: the test kills the server. The
 /// receive must come back with an error (`BROKE`, timed by the test), and
 /// a send posted after that must not complete with success.
@@ -513,9 +688,28 @@ fn main() {
     let args = Args::parse();
     match (args.str("role"), args.str("mode")) {
         ("server", _) => server(&args),
+        ("peer", _) => peer(&args),
         ("client", "sizes") => client_sizes(&args),
         ("client", "stream") => client_stream(&args),
         ("client", "idle") => client_idle(&args),
+        ("client", "gather") => client_gather(&args),
+        // Only opens the NIC: which device served is the RESULT below.
+        ("client", "open") => drop(open(&args, 1)),
         (r, m) => fail(format!("bad role={r} mode={m}")),
     }
+    // Which device served, and what it dropped from strangers.
+    let st = openvia_core::udp_stats();
+    println!(
+        "RESULT device={} unknown_peer={} wrong_conn_id={} malformed={} \
+         packet_links={} xdp_links={}",
+        DEVICE.get().map_or("none", |d| d.as_str()),
+        st.unknown_peer_frames,
+        st.wrong_conn_id,
+        st.malformed,
+        st.ether_packet_links,
+        st.ether_xdp_links
+    );
 }
+
+/// The short name of the device the NIC opened (udp, ether).
+static DEVICE: std::sync::OnceLock<String> = std::sync::OnceLock::new();

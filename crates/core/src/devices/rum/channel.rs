@@ -39,22 +39,20 @@
 use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
 
-use openvia_proto::{
-    Connection, Event, MessageInfo, MessageSink, OutgoingMessage, Payload, Placement as Offer,
-    Time, Transmit, ViaOp,
-};
+use openvia_proto::{Connection, Event, OutgoingMessage, Payload, Time, Transmit, ViaOp};
 use openvia_wire::handshake::ViAttrs;
 
 use super::fault::{FaultConfig, Faults};
 use super::link::DatagramLink;
 use super::packet_auth::{overhead, Opened, PacketAuth};
 use super::rx::{RxBatch, RX_BATCH};
+use super::sink::{gather_into, Sink};
 use super::stats::STATS;
 use super::tx::{Outside, TxBatch};
-use crate::descriptor::{status, OpKind, WorkRequest};
+use crate::descriptor::{OpKind, WorkRequest};
 use crate::device::{Channel, ChannelFailed, Completion, PeerEvent};
-use crate::ranges::{self, Range};
-use crate::vi::placement::{Fault, Placement};
+use crate::ranges::Range;
+use crate::vi::placement::Placement;
 
 /// Memory handle that marks a response as a refusal.
 pub const NACK_HANDLE: u32 = u32::MAX;
@@ -497,40 +495,6 @@ impl<L: DatagramLink> RumChannel<L> {
     }
 }
 
-fn local_data(local: &[Range], len: u64) -> Vec<u8> {
-    gather_into(Vec::new(), local, len)
-}
-
-/// Copies the posted ranges into `buf` (a reused buffer: a fresh one
-/// per large message costs more in page faults than the copy).
-fn gather_into(mut buf: Vec<u8>, local: &[Range], len: u64) -> Vec<u8> {
-    buf.resize(len as usize, 0);
-    // SAFETY: the ranges were validated against the registry at post.
-    unsafe { ranges::gather(local, 0, &mut buf) };
-    buf
-}
-
-/// Places delivered messages for one progress call.
-struct Sink<'p, 'a> {
-    place: &'p mut Placement<'a>,
-    reliable: bool,
-    replies: &'p mut Vec<OutgoingMessage>,
-    /// Set when a message is held for want of a receive descriptor.
-    held: bool,
-}
-
-fn nack(seq: u64, bits: u32) -> OutgoingMessage {
-    OutgoingMessage {
-        op: ViaOp::RdmaReadResponse,
-        immediate: Some(bits),
-        mem_handle: NACK_HANDLE,
-        remote_addr: seq,
-        data: Vec::new().into(),
-    }
-}
-
-/// Hands one received datagram to the protocol, through its authenticator
-/// when the connection has a key; true when it was an authenticated packet.
 fn open_and_handle(auth: Option<&PacketAuth>, conn: &mut Connection, now: Time, dg: &[u8]) -> bool {
     match auth.map(|a| a.open(dg)) {
         None => {
@@ -548,128 +512,6 @@ fn open_and_handle(auth: Option<&PacketAuth>, conn: &mut Connection, now: Time, 
         Some(Opened::Forged) => {
             STATS.auth_failures.fetch_add(1, Ordering::Relaxed);
             false
-        }
-    }
-}
-
-fn scatter_segments(target: &[Range], segments: &[&[u8]]) {
-    let mut off = 0u64;
-    for s in segments {
-        // SAFETY: callers pass ranges validated against the registry (a
-        // posted receive, a checked RDMA target, a read's local buffers).
-        unsafe { ranges::scatter(target, off, s) };
-        off += s.len() as u64;
-    }
-}
-
-impl Sink<'_, '_> {
-    /// No receive descriptor: hold the sender (reliable) or drop and count.
-    fn no_descriptor(&mut self) -> Offer {
-        if self.reliable {
-            self.held = true;
-            Offer::NotNow
-        } else {
-            STATS.no_descriptor_drops.fetch_add(1, Ordering::Relaxed);
-            Offer::Placed
-        }
-    }
-}
-
-impl MessageSink for Sink<'_, '_> {
-    fn place(&mut self, info: &MessageInfo, segments: &[&[u8]]) -> Offer {
-        let len = info.len as u64;
-        let p = &mut *self.place;
-        match info.op {
-            ViaOp::Send => {
-                let Some(cap) = p.recv_capacity() else {
-                    return self.no_descriptor();
-                };
-                if len > cap {
-                    p.recv_complete(0, info.immediate, false, status::LENGTH_ERROR);
-                    return Offer::Placed;
-                }
-                let mut off = 0u64;
-                for s in segments {
-                    p.recv_write(off, s);
-                    off += s.len() as u64;
-                }
-                p.recv_complete(len, info.immediate, false, 0);
-                Offer::Placed
-            }
-            ViaOp::RdmaWrite => {
-                if let Err(bits) = p.check_rdma(true, info.remote_addr, info.mem_handle, len) {
-                    p.faults.push(Fault::RdmaWriteProtection);
-                    self.replies.push(nack(info.msg_id + 1, bits));
-                    return Offer::Placed;
-                }
-                if info.immediate.is_some() && p.recv_capacity().is_none() {
-                    return self.no_descriptor();
-                }
-                let target = [Range {
-                    addr: info.remote_addr,
-                    len,
-                }];
-                scatter_segments(&target, segments);
-                if info.immediate.is_some() {
-                    let p = &mut *self.place;
-                    p.recv_complete(len, info.immediate, true, 0);
-                }
-                Offer::Placed
-            }
-            ViaOp::RdmaReadRequest => {
-                let mut req = [0u8; 16];
-                let mut got = 0;
-                for s in segments {
-                    let n = s.len().min(16 - got);
-                    req[got..got + n].copy_from_slice(&s[..n]);
-                    got += n;
-                }
-                if len != 16 {
-                    STATS.malformed.fetch_add(1, Ordering::Relaxed);
-                    return Offer::Placed;
-                }
-                let want = u64::from_be_bytes(req[..8].try_into().unwrap_or_default());
-                let tag = u64::from_be_bytes(req[8..].try_into().unwrap_or_default());
-                if let Err(bits) = p.check_rdma(false, info.remote_addr, info.mem_handle, want) {
-                    p.faults.push(Fault::RdmaReadProtection);
-                    self.replies.push(nack(tag, bits));
-                    return Offer::Placed;
-                }
-                let data = local_data(
-                    &[Range {
-                        addr: info.remote_addr,
-                        len: want,
-                    }],
-                    want,
-                );
-                self.replies.push(OutgoingMessage {
-                    op: ViaOp::RdmaReadResponse,
-                    immediate: None,
-                    mem_handle: 0,
-                    remote_addr: tag,
-                    data: data.into(),
-                });
-                Offer::Placed
-            }
-            ViaOp::RdmaReadResponse => {
-                let tag = info.remote_addr;
-                if info.mem_handle == NACK_HANDLE {
-                    p.remote_refused(tag, info.immediate.unwrap_or(status::TRANSPORT_ERROR));
-                    return Offer::Placed;
-                }
-                match p.read_ranges(tag) {
-                    Some(local) if ranges::total(local) >= len => {
-                        let local = local.to_vec();
-                        scatter_segments(&local, segments);
-                        p.read_done(tag, 0);
-                    }
-                    Some(_) => p.read_done(tag, status::TRANSPORT_ERROR),
-                    None => {
-                        STATS.malformed.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                Offer::Placed
-            }
         }
     }
 }

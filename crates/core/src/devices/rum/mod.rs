@@ -9,7 +9,13 @@
 //! - `fault`: seeded fault injection on received datagrams (tests).
 //! - `mac`: SHA-256/HMAC for the cluster key; `gmac` and `packet_auth`:
 //!   every packet authenticated under it.
+//! - `rendezvous`: the connect request's user data (which server, when).
+//! - `setup`: connection setup common to network devices.
+//! - `sink`: where delivered messages go (posted descriptors, RDMA read
+//!   answers, refusals).
 //! - `stats`: drop counters.
+//! - `settings`: the protocol settings from the environment, shared by
+//!   network devices.
 
 pub mod channel;
 pub mod fault;
@@ -17,6 +23,10 @@ pub mod gmac;
 pub mod link;
 pub mod mac;
 pub mod packet_auth;
+pub mod rendezvous;
 pub mod rx;
+pub mod settings;
+pub mod setup;
+mod sink;
 pub mod stats;
 pub mod tx;

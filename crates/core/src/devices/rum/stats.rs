@@ -1,4 +1,4 @@
-//! Process-wide counters of the UDP device: what was dropped and why, so
+//! Process-wide counters of the network devices (UDP, Ethernet): what was dropped and why, so
 //! that garbage, truncated, replayed or spoofed datagrams are never silent.
 //! Connections add their protocol counters when they close; read them with
 //! [`stats`], or set `OPENVIA_UDP_STATS=1` to have each connection print
@@ -49,6 +49,14 @@ counters!(
     agent_garbage,
     agent_no_listener,
     agent_forwarded,
+    // Ethernet device: frames of our EtherType from a MAC that is not the
+    // connection's peer (a stray or forged sender), and resolution
+    // requests answered.
+    unknown_peer_frames,
+    resolve_answered,
+    // Ethernet device: connection links opened on each path.
+    ether_packet_links,
+    ether_xdp_links,
 );
 
 pub static STATS: Stats = Stats::new();

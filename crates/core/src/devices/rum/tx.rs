@@ -66,7 +66,7 @@ pub struct TxDatagram<'a> {
     pub in_arena: &'a [u8],
 }
 
-impl TxDatagram<'_> {
+impl<'a> TxDatagram<'a> {
     /// Bytes on the wire.
     pub fn len(&self) -> usize {
         self.in_arena.len() + self.outside.map_or(0, |o| o.len)
@@ -77,7 +77,9 @@ impl TxDatagram<'_> {
     }
 
     /// The payload named outside the arena (empty if none).
-    pub fn outside_bytes(&self) -> &[u8] {
+    /// Borrowed for as long as the batch is (a link may gather several
+    /// datagrams' parts before one send).
+    pub fn outside_bytes(&self) -> &'a [u8] {
         match self.outside {
             // SAFETY: the protocol names memory it keeps in place (its
             // retransmission buffer, or registered application memory

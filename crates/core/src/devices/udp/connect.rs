@@ -11,29 +11,28 @@
 //! discriminator) is smaller plays the server, the other the client, in a
 //! background thread.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use openvia_proto::{emit_reject, Connection, Event, REJECT_MISMATCH};
+use openvia_proto::{emit_reject, Connection, REJECT_MISMATCH};
 use openvia_wire::handshake::{Address, ViAttrs};
 use openvia_wire::rum::{Body, Repr};
 
-use super::agent::{
-    self, ensure_agent, wall_ms, Listener, RequestData, MODE_CLIENT_SERVER, MODE_PEER,
-    REPLAY_WINDOW_MS,
-};
+use super::agent::{self, ensure_agent, Listener, MODE_CLIENT_SERVER, MODE_PEER};
 use super::channel::UdpChannel;
 use super::socket::{host_bytes, host_ip, UdpSock};
 use super::UdpNic;
 use crate::device::PendingConnection;
 use crate::devices::rum::channel::{now, AcceptEcho};
 use crate::devices::rum::packet_auth::{sign, verify};
+use crate::devices::rum::rendezvous::client_request;
+use crate::devices::rum::setup::{self, attrs_of, check_request, Seen};
 use crate::devices::rum::stats::STATS;
 use crate::error::{Result, ViaError};
 use crate::nic::NicShared;
-use crate::vi::{Vi, ViState};
+use crate::vi::Vi;
 
 /// Reject reason of `VipConnectReject`.
 const REJECT_REFUSED: u32 = 2;
@@ -58,36 +57,8 @@ fn vi_socket(u: &UdpNic) -> Result<UdpSock> {
     Ok(s)
 }
 
-fn attrs_of(peer: &openvia_proto::PeerAttributes) -> ViAttrs {
-    ViAttrs {
-        reliability: peer.reliability.via_bits(),
-        max_transfer: peer.max_transfer_size as u64,
-        rdma_write: peer.rdma_write,
-        rdma_read: peer.rdma_read,
-    }
-}
-
-/// Requests recently accepted, so that a client's repeated request (its
-/// accept crossed the repeat) is not taken for a new one.
-fn seen() -> &'static Mutex<VecDeque<(SocketAddr, u64)>> {
-    static S: OnceLock<Mutex<VecDeque<(SocketAddr, u64)>>> = OnceLock::new();
-    S.get_or_init(|| Mutex::new(VecDeque::new()))
-}
-
-fn remember(from: SocketAddr, cid: u64) {
-    let mut s = seen().lock().unwrap_or_else(|e| e.into_inner());
-    s.push_back((from, cid));
-    if s.len() > 4096 {
-        s.pop_front();
-    }
-}
-
-fn already_seen(from: SocketAddr, cid: u64) -> bool {
-    seen()
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .contains(&(from, cid))
-}
+/// Requests recently accepted (`setup::Seen`), by client address.
+static SEEN: Seen<SocketAddr> = Seen::new();
 
 /// A client's request, taken by `VipConnectWait`, not yet answered.
 pub struct UdpConnRequest {
@@ -160,7 +131,7 @@ impl UdpConnRequest {
         buf.truncate(n);
         sign(u.settings.key.as_deref(), &mut buf);
         let _ = sock.send(&buf);
-        remember(self.from, h.conn_id);
+        SEEN.remember(self.from, h.conn_id);
         let peer = conn.peer_attributes().map(attrs_of).unwrap_or(self.attrs);
         let now_ns = t.as_nanos();
         let echo = AcceptEcho {
@@ -275,45 +246,19 @@ fn wait_request(
         else {
             continue;
         };
-        if !verify(u.settings.key.as_deref(), &dg) {
-            STATS
-                .auth_failures
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let Some(req) = check_request(u.settings.key.as_deref(), &dg, tag, mode, |cid| {
+            SEEN.contains(&from, cid)
+        }) else {
             continue;
-        }
-        let Ok(Repr {
-            header,
-            body: Body::ConnectRequest(h),
-        }) = Repr::parse(&dg)
-        else {
-            continue;
-        };
-        let Some(data) = RequestData::parse(h.user_data) else {
-            continue;
-        };
-        if header.conn_id != 0 || data.tag != tag || data.mode != mode {
-            continue;
-        }
-        if already_seen(from, h.conn_id) || wall_ms().abs_diff(data.time_ms) > REPLAY_WINDOW_MS {
-            STATS
-                .replayed_requests
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            continue;
-        }
-        let attrs = ViAttrs {
-            reliability: h.reliability,
-            max_transfer: h.max_transfer_size as u64,
-            rdma_write: h.rdma_write,
-            rdma_read: h.rdma_read,
         };
         return Ok(UdpConnRequest {
             nic: nic.clone(),
             from,
             remote: Address {
                 host: host_bytes(from.ip()).to_vec(),
-                discriminator: data.client_disc,
+                discriminator: req.data.client_disc,
             },
-            attrs,
+            attrs: req.attrs,
             datagram: dg,
         });
     }
@@ -325,14 +270,7 @@ pub fn connect_wait(
     local: &Address,
     timeout: Option<Duration>,
 ) -> Result<UdpConnRequest> {
-    nic.check_owner()?;
-    if local.host.as_slice() != nic.address.as_slice() {
-        return Err(ViaError::InvalidParameter(
-            "local address is not this NIC's",
-        ));
-    }
-    let tag = agent::tag(MODE_CLIENT_SERVER, &local.discriminator, &[]);
-    let deadline = timeout.map(|t| Instant::now() + t);
+    let (tag, deadline) = setup::wait_args(nic, local, timeout)?;
     wait_request(nic, tag, MODE_CLIENT_SERVER, deadline, &|| false)
 }
 
@@ -350,25 +288,10 @@ fn client_connect(
     let u = udp_of(&nic)?;
     let server_ip = host_ip(&remote.host).ok_or(ViaError::NoMatch)?;
     let agent_addr = SocketAddr::new(server_ip, u.settings.agent_port);
-    let target = match mode {
-        MODE_PEER => agent::tag(MODE_PEER, &remote.discriminator, &local.discriminator),
-        _ => agent::tag(MODE_CLIENT_SERVER, &remote.discriminator, &[]),
-    };
-    let user = RequestData {
-        mode,
-        tag: target,
-        time_ms: wall_ms(),
-        client_disc: local.discriminator.clone(),
-    }
-    .emit();
+    let user = client_request(mode, &local.discriminator, &remote.discriminator, &[]);
     let attrs = vi.attributes();
     let mut cfg = u.proto_config(&attrs);
-    // Keep asking until the caller's timeout: the server may not wait yet.
-    cfg.connect_timeout = deadline
-        .map_or(Duration::from_secs(365 * 86400), |d| {
-            d.saturating_duration_since(Instant::now())
-        })
-        .max(Duration::from_millis(1));
+    cfg.connect_timeout = setup::connect_timeout(deadline);
     let sock = vi_socket(u)?;
     let t = now();
     let mut conn = Connection::connect(cfg, random_cid(), &user, t)
@@ -382,48 +305,25 @@ fn client_connect(
             sign(key, &mut buf[..n]);
             let _ = sock.send_to(&buf[..n], agent_addr);
         }
-        while let Some(ev) = conn.poll_event() {
-            match ev {
-                Event::Connected(peer) => {
-                    let to = server.ok_or(ViaError::Rejected)?;
-                    sock.connect(to)
-                        .map_err(|_| ViaError::Resource("UDP connect"))?;
-                    let remote_attrs = attrs_of(&peer);
-                    let ch = UdpChannel::new(
-                        sock,
-                        conn,
-                        remote_attrs,
-                        None,
-                        u.settings.in_place_sends,
-                        key,
-                    )
-                    .with_faults(u.settings.faults);
-                    vi.attach_channel(Box::new(ch), remote_attrs)?;
-                    return Ok(remote_attrs);
-                }
-                Event::Rejected { reason } if reason == REJECT_MISMATCH => {
-                    return Err(ViaError::InvalidReliability)
-                }
-                Event::Rejected { .. } => return Err(ViaError::Rejected),
-                Event::ConnectionLost(openvia_proto::LostReason::ConnectTimeout) => {
-                    return Err(ViaError::Timeout)
-                }
-                Event::ConnectionLost(_) | Event::PeerDisconnected { .. } => {
-                    return Err(ViaError::Rejected)
-                }
-                Event::SendCompleted(_) => {}
-            }
+        if let Some(outcome) = setup::client_outcome(&mut conn) {
+            let remote_attrs = outcome?;
+            let to = server.ok_or(ViaError::Rejected)?;
+            sock.connect(to)
+                .map_err(|_| ViaError::Resource("UDP connect"))?;
+            let ch = UdpChannel::new(
+                sock,
+                conn,
+                remote_attrs,
+                None,
+                u.settings.in_place_sends,
+                key,
+            )
+            .with_faults(u.settings.faults);
+            vi.attach_channel(Box::new(ch), remote_attrs)?;
+            return Ok(remote_attrs);
         }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Err(ViaError::Timeout);
-        }
-        if nic.is_closed() || cancel() {
-            return Err(ViaError::InvalidState("cancelled"));
-        }
-        let wait = conn
-            .poll_timeout()
-            .map_or(Duration::from_millis(50), |d| d.saturating_since(t))
-            .min(Duration::from_millis(50));
+        setup::client_check(&nic, deadline, cancel)?;
+        let wait = setup::client_wait(&conn, t);
         if sock.wait_readable(wait) {
             while let Ok(Some((n, from))) = sock.recv_from(&mut buf) {
                 if from.ip() != server_ip && !(from.ip().is_loopback() && server_ip.is_loopback()) {
@@ -433,26 +333,19 @@ fn client_connect(
                     continue;
                 }
                 let dg = &buf[..n];
-                if !verify(key, dg) {
-                    STATS
-                        .auth_failures
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    continue;
-                }
                 if let Ok(Repr {
                     body: Body::ConnectAccept(_),
                     ..
                 }) = Repr::parse(dg)
                 {
-                    server = Some(from);
+                    if verify(key, dg) {
+                        server = Some(from);
+                    }
                 }
-                conn.handle_datagram(now(), dg);
+                setup::client_input(&mut conn, key, dg);
             }
         }
-        let t = now();
-        if conn.poll_timeout().is_some_and(|d| d <= t) {
-            conn.handle_timeout(t);
-        }
+        setup::client_timers(&mut conn);
     }
 }
 
@@ -463,15 +356,9 @@ pub fn connect_request(
     remote: &Address,
     timeout: Option<Duration>,
 ) -> Result<ViAttrs> {
-    vi.nic.check_owner()?;
-    vi.ensure_idle()?;
-    vi.set_state(ViState::ConnectPending);
-    let deadline = timeout.map(|t| Instant::now() + t);
-    let r = client_connect(vi, local, remote, MODE_CLIENT_SERVER, deadline, &|| false);
-    if r.is_err() && vi.state() == ViState::ConnectPending {
-        vi.set_state(ViState::Idle);
-    }
-    r
+    setup::connect_request(vi, timeout, |deadline| {
+        client_connect(vi, local, remote, MODE_CLIENT_SERVER, deadline, &|| false)
+    })
 }
 
 /// `VipConnectPeerRequest` on the network device.
@@ -481,30 +368,16 @@ pub fn peer_request(
     remote: &Address,
     timeout: Option<Duration>,
 ) -> Result<()> {
-    vi.nic.check_owner()?;
-    if local.discriminator == remote.discriminator && local.host == remote.host {
-        return Err(ViaError::InvalidParameter("peer addresses must differ"));
-    }
-    let (vi2, local, remote) = (vi.clone(), local.clone(), remote.clone());
-    let deadline = timeout.map(|t| Instant::now() + t);
-    crate::vi::peer::start_peer(vi, move |cancel| {
-        let stop = || cancel.load(std::sync::atomic::Ordering::SeqCst);
-        let me = (vi2.nic.address.to_vec(), local.discriminator.clone());
-        let them = (remote.host.clone(), remote.discriminator.clone());
-        if me < them {
-            let tag = agent::tag(MODE_PEER, &local.discriminator, &remote.discriminator);
-            wait_request(&vi2.nic, tag, MODE_PEER, deadline, &stop).and_then(|req| {
-                let attrs = req.remote_attrs();
-                // Our VI is ConnectPending (the rendezvous owns it), which
-                // a plain accept refuses: hand it back as Idle first.
-                if vi2.state() != ViState::ConnectPending {
-                    return Err(ViaError::InvalidState("peer connection cancelled"));
-                }
-                vi2.set_state(ViState::Idle);
-                req.accept(&vi2).map(|_| attrs)
-            })
-        } else {
-            client_connect(&vi2, &local, &remote, MODE_PEER, deadline, &stop)
-        }
-    })
+    setup::peer_request(
+        vi,
+        local,
+        remote,
+        timeout,
+        |nic, tag, deadline, stop| {
+            wait_request(nic, tag, MODE_PEER, deadline, stop).map(|r| Box::new(r) as _)
+        },
+        |vi, local, remote, deadline, stop| {
+            client_connect(vi, local, remote, MODE_PEER, deadline, stop)
+        },
+    )
 }
