@@ -1,7 +1,9 @@
-//! One connection's VI over the openvia device: registered slots for
-//! sends (small writes are copied in: buffer-copy) and receives posted
-//! ahead, reliable reception (a send completes once it sits in a posted
-//! receive of the peer, so a flushed connection has lost nothing).
+//! One connection's VI over the openvia device: its messages are 8 bytes
+//! (length and place of the data, which the writer copies into the
+//! shared data ring: buffer-copy), up to 64 sends in flight and twice as
+//! many receives posted ahead, reliable reception (a send completes once
+//! it sits in a posted receive of the peer, so a flushed connection has
+//! lost nothing).
 //!
 //! Readiness: the program's kernel TCP socket stays its descriptor and
 //! holds one doorbell byte, `D`, exactly while data is unread; the

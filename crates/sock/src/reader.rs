@@ -6,7 +6,12 @@
 //! CPU) for `VIARUN_SPIN_US` (default 50 µs) before it takes the token back
 //! and sleeps in the kernel; whatever read used a message up last takes
 //! the doorbell. So a reader that catches its messages spinning makes no
-//! system call and costs its writer none (see `control`).
+//! system call and costs its writer none (see `control`). A nonblocking
+//! read with nothing unread holds the token while it asks the kernel
+//! (below), so a program spinning on nonblocking reads gets most
+//! messages without a doorbell too. A message announced but not yet
+//! posted is waited for spinning briefly, then yielding the CPU: its
+//! writer may need this one.
 //!
 //! The kernel is asked only when the peer shut down or closed (its page
 //! word says so), when the VI broke, after a sleep, or when a nonblocking
@@ -93,7 +98,7 @@ impl Link {
                 let mut at = taken;
                 while at < len && seg < out.len() {
                     let n = (len - at).min(out[seg].len() - off);
-                    // SAFETY: the data slot holds the message's `len` bytes,
+                    // SAFETY: the ring holds the message's `len` bytes at `place`,
                     // which its writer leaves alone until we use it up.
                     unsafe {
                         std::ptr::copy_nonoverlapping(
