@@ -160,6 +160,7 @@ impl Transport for KernelUdp {
             SocketAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
         };
         let socket = UdpSocket::bind(any).map_err(|e| BenchError::io("udp bind", e))?;
+        size_buffers(&socket, opts);
         socket
             .set_read_timeout(Some(HANDSHAKE_RETRY))
             .map_err(|e| BenchError::io("SO_RCVTIMEO", e))?;
@@ -230,6 +231,9 @@ impl Listener for UdpServer {
         own.set_port(0);
         let socket =
             UdpSocket::bind(own).map_err(|e| BenchError::io("udp bind (per client)", e))?;
+        // Before the HELLO_ACK: the client may send its first burst the
+        // moment it reads it, into whatever buffer the socket has by then.
+        size_buffers(&socket, &self.opts);
         let ack = Header {
             kind: Kind::HelloAck,
             offset: 0,
@@ -242,6 +246,18 @@ impl Listener for UdpServer {
             .map_err(|e| BenchError::io("udp send HELLO_ACK", e))?;
         UdpEndpoint::boxed(socket, client, &self.opts)
     }
+}
+
+/// Sizes a socket's buffers for the run's window. Done as soon as the
+/// socket exists, before the handshake tells the peer it may send: a burst
+/// that arrives while the default buffer (~200 KiB) is in place loses its
+/// datagrams past the first few (a 1 MiB message lost its 4th of 17 when
+/// the server was preempted between its HELLO_ACK and this call).
+fn size_buffers(socket: &UdpSocket, opts: &EndpointOptions) {
+    let in_flight = opts.max_message.saturating_mul(opts.max_window as usize);
+    let buffer = in_flight.clamp(4 << 20, MAX_SOCKET_BUFFER);
+    grow_buffer(socket.as_raw_fd(), true, buffer);
+    grow_buffer(socket.as_raw_fd(), false, buffer);
 }
 
 struct UdpEndpoint {
@@ -264,10 +280,6 @@ impl UdpEndpoint {
         socket
             .set_read_timeout(Some(BLOCKING_SLICE))
             .map_err(|e| BenchError::io("SO_RCVTIMEO", e))?;
-        let in_flight = opts.max_message.saturating_mul(opts.max_window as usize);
-        let buffer = in_flight.clamp(4 << 20, MAX_SOCKET_BUFFER);
-        grow_buffer(socket.as_raw_fd(), true, buffer);
-        grow_buffer(socket.as_raw_fd(), false, buffer);
         Ok(Box::new(UdpEndpoint {
             socket,
             mode: opts.mode,
