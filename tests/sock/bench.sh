@@ -45,7 +45,7 @@ pp() {
     # --mps: sockperf sizes its table for 600k messages/s by default and
     # stops ("_seqN > m_maxSequenceNo") when a ping-pong goes faster.
     taskset -c 1 $pre sockperf pp --tcp -i 127.0.0.1 -p "$p" -m 14 -t 3 --mps 5000000 "$@" >"$dir/pp" 2>&1 ||
-        { echo "bench: sockperf pp $pre failed:" >&2; tail -3 "$dir/pp" >&2; exit 1; }
+        { echo "bench: sockperf pp $pre failed:" >&2; tail -3 "$dir/pp" >&2; kill "$s"; exit 1; }
     kill "$s" 2>/dev/null || true
     wait "$s" 2>/dev/null || true
     sed -n 's/.*percentile 50.000 = *\([0-9.]*\).*/\1/p' "$dir/pp"
@@ -58,7 +58,7 @@ ip() {
     s=$!
     listening "$p"
     taskset -c 1 $pre iperf3 -c 127.0.0.1 -p "$p" -t 3 -J >"$dir/ip.json" ||
-        { echo "bench: iperf3 $pre failed:" >&2; tail -3 "$dir/ip.json" >&2; exit 1; }
+        { echo "bench: iperf3 $pre failed:" >&2; tail -3 "$dir/ip.json" >&2; kill "$s"; exit 1; }
     wait "$s" || true
     python3 -c "import json,sys; print('%.1f' % (json.load(open(sys.argv[1]))['end']['sum_received']['bits_per_second'] / 1e9))" "$dir/ip.json"
 }
