@@ -25,6 +25,7 @@ use super::frames::{FrameError, FrameFilter, FrameIo, Mac, ETH_HEADER_LEN};
 const SOL_PACKET: libc::c_int = 263;
 const PACKET_QDISC_BYPASS: libc::c_int = 20;
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
+const PACKET_STATISTICS: libc::c_int = 6;
 
 /// Frames per `sendmmsg` call.
 const SEND_BATCH: usize = 256;
@@ -163,9 +164,28 @@ pub struct PacketLink {
 
 impl PacketLink {
     /// Opens a socket on interface `ifname` receiving what `filter` lets
-    /// through, by `rx`. Without CAP_NET_RAW: `FrameError::Permission`.
+    /// through, by `rx`, with room for a few thousand frames (4 MiB).
+    /// Without CAP_NET_RAW: `FrameError::Permission`.
     pub fn open(ifname: &str, filter: FrameFilter, rx: RxPath) -> Result<Self, FrameError> {
+        Self::open_queued(ifname, filter, rx, 0)
+    }
+
+    /// As [`open`](Self::open), with room for at least `frames` frames of
+    /// the interface MTU waiting to be read (the ring's slots, or the
+    /// socket's buffer on the copy path), up to 64 MiB; 0: the default.
+    /// A frame that finds no room is dropped by the kernel, so a stream's
+    /// receiver wants its whole window's worth.
+    pub fn open_queued(
+        ifname: &str,
+        filter: FrameFilter,
+        rx: RxPath,
+        frames: usize,
+    ) -> Result<Self, FrameError> {
         let info = interface_info(ifname)?;
+        let queue_bytes = match frames {
+            0 => ring::DEFAULT_RING_BYTES,
+            n => n.saturating_mul(ring::slot_size(info.mtu)),
+        };
         // Protocol 0: nothing is queued until the filter is in place and
         // the bind names our EtherType.
         // SAFETY: socket has no memory preconditions.
@@ -198,13 +218,18 @@ impl PacketLink {
             RxPath::Copy => {
                 // Room for bursts of hundreds of frames between two polls;
                 // the forced size needs CAP_NET_ADMIN, the plain one is capped.
-                let want = 4i32 << 20;
+                let want = i32::try_from(
+                    queue_bytes.clamp(ring::DEFAULT_RING_BYTES, ring::MAX_RING_BYTES),
+                )
+                .unwrap_or(i32::MAX);
                 if setsockopt(raw, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &want).is_err() {
                     setsockopt(raw, libc::SOL_SOCKET, libc::SO_RCVBUF, &want)?;
                 }
                 None
             }
-            RxPath::BlockRing | RxPath::FrameRing => Some(ring::map(raw, rx, info.mtu)?),
+            RxPath::BlockRing | RxPath::FrameRing => {
+                Some(ring::map(raw, rx, info.mtu, queue_bytes)?)
+            }
         };
         // SAFETY: sockaddr_ll is plain data; zero is a valid value.
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
@@ -307,6 +332,40 @@ fn copy_recv(
         n += 1;
     }
     Ok(n)
+}
+
+impl PacketLink {
+    /// The kernel's count of (frames received, frames dropped for want of
+    /// ring or buffer room) since the last call (PACKET_STATISTICS).
+    pub fn kernel_stats(&self) -> io::Result<(u32, u32)> {
+        let mut st = [0u32; 3];
+        let mut len = std::mem::size_of_val(&st) as libc::socklen_t;
+        // SAFETY: `st` is writable for `len` bytes (struct tpacket_stats_v3
+        // is the largest, 12 bytes; V2 writes 8).
+        let r = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                SOL_PACKET,
+                PACKET_STATISTICS,
+                st.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        super::cvt(r)?;
+        Ok((st[0], st[1]))
+    }
+}
+
+impl Drop for PacketLink {
+    fn drop(&mut self) {
+        if std::env::var_os("OPENVIA_DEBUG").is_some() {
+            if let Ok((got, lost)) = self.kernel_stats() {
+                eprintln!(
+                    "openvia packet link: {got} frames received, {lost} dropped by the kernel"
+                );
+            }
+        }
+    }
 }
 
 impl FrameIo for PacketLink {
