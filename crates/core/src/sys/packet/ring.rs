@@ -105,7 +105,7 @@ impl Slots {
         let slot = (slot + 1) % self.slots;
         let at = if slot == 0 {
             0
-        } else if slot % self.per_block == 0 {
+        } else if slot.is_multiple_of(self.per_block) {
             (slot / self.per_block) * self.block
         } else {
             at + self.size
