@@ -1,6 +1,7 @@
 //! The AF_PACKET link between two namespaces (root; skipped otherwise):
 //! frames both ways in batches of hundreds with every byte checked, on
-//! every receive path, wrapping around the rings; the kernel's
+//! every receive path, wrapping around the rings; a ring deep enough for
+//! a burst the default one drops; the kernel's
 //! per-connection filter; the kernel's own IP traffic flowing beside open
 //! links (and filling the neighbour table); and the missing capability
 //! named for a user without it.
@@ -128,6 +129,51 @@ fn frames_cross_both_ways_byte_exact_through_recv() {
     if !skip("recv") {
         exchange_both_ways(RxPath::Copy);
     }
+}
+
+#[test]
+fn a_ring_opened_for_a_window_holds_a_burst_the_default_ring_drops() {
+    if skip("deep ring") {
+        return;
+    }
+    let pair = EthwPair::new();
+    let mut a = open(&pair, Side::A, None, RxPath::Copy);
+    // Both see every frame; neither is read until the burst is over.
+    let mut shallow = open(&pair, Side::B, None, RxPath::FrameRing);
+    let ifname = pair.if_b.clone();
+    let filter = FrameFilter {
+        ethertype: ETHERTYPE,
+        dst_id: None,
+    };
+    let mut deep = in_ns(&pair.b, move || {
+        PacketLink::open_queued(&ifname, filter, RxPath::FrameRing, 4000).expect("open deep")
+    });
+    // 3000 frames: more than the 4 MiB default holds at MTU 1500 (2496
+    // slots), across many of the deep ring's 64 KiB blocks (39 slots
+    // each). Sent in runs of 250: veth hands each frame over within the
+    // send, and no run can overflow the kernel's backlog (1000).
+    let frames: Vec<Vec<u8>> = (0..3000).map(|i| frame(7, i)).collect();
+    for run in frames.chunks(250) {
+        send_all(&mut a, deep.local_mac(), run);
+    }
+    let got = recv_n(&mut deep, frames.len());
+    for ((src, payload), sent) in got.iter().zip(&frames) {
+        assert_eq!(*src, a.local_mac());
+        assert_eq!(payload, sent);
+    }
+    let (_, deep_drops) = deep.kernel_stats().unwrap();
+    assert_eq!(deep_drops, 0, "the deep ring dropped frames");
+    let (_, shallow_drops) = shallow.kernel_stats().unwrap();
+    assert!(
+        shallow_drops >= 3000 - 2496,
+        "the default ring dropped {shallow_drops}"
+    );
+    // The shallow ring hands over what it kept, in order, and goes on.
+    let kept = recv_n(&mut shallow, 3000 - shallow_drops as usize);
+    assert_eq!(kept[0].1, frames[0]);
+    send_all(&mut a, deep.local_mac(), &[frame(7, 9999)]);
+    assert_eq!(recv_n(&mut shallow, 1)[0].1, frame(7, 9999));
+    assert_eq!(recv_n(&mut deep, 1)[0].1, frame(7, 9999));
 }
 
 #[test]

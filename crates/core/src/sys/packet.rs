@@ -25,9 +25,13 @@ use super::frames::{FrameError, FrameFilter, FrameIo, Mac, ETH_HEADER_LEN};
 const SOL_PACKET: libc::c_int = 263;
 const PACKET_QDISC_BYPASS: libc::c_int = 20;
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
+const PACKET_STATISTICS: libc::c_int = 6;
 
 /// Frames per `sendmmsg` call.
 const SEND_BATCH: usize = 256;
+/// Bytes of a frame's Ethernet header and first part copied into one
+/// iovec: the device's longest frame header (50) fits.
+const TX_HEAD_ROOM: usize = 80;
 
 /// How frames are received.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -157,15 +161,36 @@ pub struct PacketLink {
     ethertype: u16,
     /// Receive buffer of the copy path (headroom, then one frame).
     rx_buf: Vec<u8>,
+    /// Per frame of a send: its Ethernet header and short first part.
+    tx_heads: Vec<[u8; TX_HEAD_ROOM]>,
     /// Frames the copy path dropped (cut short or runts).
     dropped: u64,
 }
 
 impl PacketLink {
     /// Opens a socket on interface `ifname` receiving what `filter` lets
-    /// through, by `rx`. Without CAP_NET_RAW: `FrameError::Permission`.
+    /// through, by `rx`, with room for a few thousand frames (4 MiB).
+    /// Without CAP_NET_RAW: `FrameError::Permission`.
     pub fn open(ifname: &str, filter: FrameFilter, rx: RxPath) -> Result<Self, FrameError> {
+        Self::open_queued(ifname, filter, rx, 0)
+    }
+
+    /// As [`open`](Self::open), with room for at least `frames` frames of
+    /// the interface MTU waiting to be read (the ring's slots, or the
+    /// socket's buffer on the copy path), up to 64 MiB; 0: the default.
+    /// A frame that finds no room is dropped by the kernel, so a stream's
+    /// receiver wants its whole window's worth.
+    pub fn open_queued(
+        ifname: &str,
+        filter: FrameFilter,
+        rx: RxPath,
+        frames: usize,
+    ) -> Result<Self, FrameError> {
         let info = interface_info(ifname)?;
+        let queue_bytes = match frames {
+            0 => ring::DEFAULT_RING_BYTES,
+            n => n.saturating_mul(ring::slot_size(info.mtu)),
+        };
         // Protocol 0: nothing is queued until the filter is in place and
         // the bind names our EtherType.
         // SAFETY: socket has no memory preconditions.
@@ -198,13 +223,18 @@ impl PacketLink {
             RxPath::Copy => {
                 // Room for bursts of hundreds of frames between two polls;
                 // the forced size needs CAP_NET_ADMIN, the plain one is capped.
-                let want = 4i32 << 20;
+                let want = i32::try_from(
+                    queue_bytes.clamp(ring::DEFAULT_RING_BYTES, ring::MAX_RING_BYTES),
+                )
+                .unwrap_or(i32::MAX);
                 if setsockopt(raw, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &want).is_err() {
                     setsockopt(raw, libc::SOL_SOCKET, libc::SO_RCVBUF, &want)?;
                 }
                 None
             }
-            RxPath::BlockRing | RxPath::FrameRing => Some(ring::map(raw, rx, info.mtu)?),
+            RxPath::BlockRing | RxPath::FrameRing => {
+                Some(ring::map(raw, rx, info.mtu, queue_bytes)?)
+            }
         };
         // SAFETY: sockaddr_ll is plain data; zero is a valid value.
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
@@ -230,6 +260,7 @@ impl PacketLink {
             info,
             ethertype: filter.ethertype,
             rx_buf,
+            tx_heads: Vec::new(),
             dropped: 0,
         })
     }
@@ -309,6 +340,40 @@ fn copy_recv(
     Ok(n)
 }
 
+impl PacketLink {
+    /// The kernel's count of (frames received, frames dropped for want of
+    /// ring or buffer room) since the last call (PACKET_STATISTICS).
+    pub fn kernel_stats(&self) -> io::Result<(u32, u32)> {
+        let mut st = [0u32; 3];
+        let mut len = std::mem::size_of_val(&st) as libc::socklen_t;
+        // SAFETY: `st` is writable for `len` bytes (struct tpacket_stats_v3
+        // is the largest, 12 bytes; V2 writes 8).
+        let r = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                SOL_PACKET,
+                PACKET_STATISTICS,
+                st.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        super::cvt(r)?;
+        Ok((st[0], st[1]))
+    }
+}
+
+impl Drop for PacketLink {
+    fn drop(&mut self) {
+        if std::env::var_os("OPENVIA_DEBUG").is_some() {
+            if let Ok((got, lost)) = self.kernel_stats() {
+                eprintln!(
+                    "openvia packet link: {got} frames received, {lost} dropped by the kernel"
+                );
+            }
+        }
+    }
+}
+
 impl FrameIo for PacketLink {
     fn local_mac(&self) -> Mac {
         self.info.mac
@@ -325,15 +390,34 @@ impl FrameIo for PacketLink {
         eth[12..14].copy_from_slice(&self.ethertype.to_be_bytes());
         let mut sent = 0;
         for batch in frames.chunks(SEND_BATCH) {
-            let mut iovs: Vec<libc::iovec> = Vec::new();
+            // Each frame's Ethernet header and its first part, when short
+            // (the device's frame header), copied together into one
+            // iovec, and no iovec for an empty part: the kernel checks and
+            // walks every iovec of every frame, and with the header, the
+            // payload and empty slots for what a frame lacks, a stream's
+            // frames had five iovecs where two do.
+            let heads = &mut self.tx_heads;
+            heads.clear();
+            heads.resize(batch.len(), [0u8; TX_HEAD_ROOM]);
+            let mut iovs: Vec<libc::iovec> = Vec::with_capacity(batch.len() * 3);
             let mut ranges = Vec::with_capacity(batch.len());
-            for parts in batch {
+            for (parts, head) in batch.iter().zip(heads.iter_mut()) {
                 let first = iovs.len();
+                let mut rest = &parts[..];
+                let mut head_len = ETH_HEADER_LEN;
+                head[..ETH_HEADER_LEN].copy_from_slice(&eth);
+                if let Some((p, more)) = rest.split_first() {
+                    if p.len() <= TX_HEAD_ROOM - ETH_HEADER_LEN {
+                        head[ETH_HEADER_LEN..ETH_HEADER_LEN + p.len()].copy_from_slice(p);
+                        head_len += p.len();
+                        rest = more;
+                    }
+                }
                 iovs.push(libc::iovec {
-                    iov_base: eth.as_ptr() as *mut _,
-                    iov_len: ETH_HEADER_LEN,
+                    iov_base: head.as_ptr() as *mut _,
+                    iov_len: head_len,
                 });
-                iovs.extend(parts.iter().map(|p| libc::iovec {
+                iovs.extend(rest.iter().filter(|p| !p.is_empty()).map(|p| libc::iovec {
                     iov_base: p.as_ptr() as *mut _,
                     iov_len: p.len(),
                 }));
@@ -350,7 +434,8 @@ impl FrameIo for PacketLink {
                 })
                 .collect();
             // SAFETY: every msghdr points at iovecs in `iovs`, which point
-            // at `eth` and the caller's parts, all alive across the call.
+            // at `self.tx_heads` (not touched until the call returns) and
+            // the caller's parts, all alive across the call.
             let r = unsafe {
                 libc::sendmmsg(
                     self.fd.as_raw_fd(),

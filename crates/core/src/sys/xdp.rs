@@ -30,12 +30,15 @@ const XDP_PACKET_HEADROOM: usize = 256;
 /// The largest frame payload (the MTU) an AF_XDP link carries: what a
 /// UMEM frame holds after the kernel's headroom and the Ethernet header.
 pub const MAX_MTU: usize = FRAME_SIZE - XDP_PACKET_HEADROOM - ETH_HEADER_LEN;
-/// Frames in the UMEM (4 MiB, under the default 8 MiB RLIMIT_MEMLOCK the
-/// UMEM is charged to): half lent for receiving, half ours for sending.
-const UMEM_FRAMES: usize = 1024;
-/// Entries in each ring: the frames of its half, so the fill ring always
-/// has room for every frame we give back.
-const RING_SIZE: u32 = (UMEM_FRAMES / 2) as u32;
+/// Frames in the UMEM, half lent for receiving, half ours for sending:
+/// 32 MiB, 4096 frames to receive into, so that a stream's window (8 MiB,
+/// 5800 frames at MTU 1500, sent in bursts of hundreds) finds room where
+/// 512 overflowed and lost frames; where the UMEM's locked memory is not
+/// allowed (it is charged to RLIMIT_MEMLOCK, 8 MiB by default, unless the
+/// process has CAP_IPC_LOCK), [`SMALL_UMEM_FRAMES`].
+const UMEM_FRAMES: usize = 8192;
+/// Frames in the UMEM when [`UMEM_FRAMES`] cannot be locked: 4 MiB.
+const SMALL_UMEM_FRAMES: usize = 1024;
 /// Kicks per send before leaving the rest for the next call: in copy mode
 /// the kernel sends at most 32 frames per kick.
 const MAX_KICKS: usize = 64;
@@ -214,6 +217,38 @@ fn bind(fd: RawFd, addr: &libc::sockaddr_xdp) -> Result<(), FrameError> {
     }
 }
 
+/// Makes a UMEM of [`UMEM_FRAMES`] frames and registers it with socket
+/// `fd`; one of [`SMALL_UMEM_FRAMES`] where the larger may not be locked.
+fn register_umem(fd: RawFd) -> Result<Umem, FrameError> {
+    let mut frames = UMEM_FRAMES;
+    loop {
+        let umem = Umem::new(frames, FRAME_SIZE)?;
+        let reg = libc::xdp_umem_reg {
+            addr: umem.addr(),
+            len: umem.len() as u64,
+            chunk_size: FRAME_SIZE as u32,
+            headroom: 0,
+            flags: 0,
+            tx_metadata_len: 0,
+        };
+        match sockopt(fd, libc::XDP_UMEM_REG, &reg) {
+            Ok(()) => return Ok(umem),
+            Err(e) => match e.raw_os_error() {
+                Some(libc::ENOBUFS) | Some(libc::ENOMEM) if frames > SMALL_UMEM_FRAMES => {
+                    frames = SMALL_UMEM_FRAMES;
+                }
+                Some(libc::ENOBUFS) | Some(libc::ENOMEM) => {
+                    return Err(FrameError::Io(io::Error::new(
+                        e.kind(),
+                        "AF_XDP UMEM exceeds RLIMIT_MEMLOCK (raise it or grant CAP_IPC_LOCK)",
+                    )))
+                }
+                _ => return Err(FrameError::Io(e)),
+            },
+        }
+    }
+}
+
 /// The socket's four rings, sized and mapped.
 struct Rings {
     rx: Ring<libc::xdp_desc>,
@@ -225,14 +260,15 @@ struct Rings {
 impl Rings {
     /// Sizes the rings of socket `fd` (after its UMEM is registered) and
     /// maps them where XDP_MMAP_OFFSETS says their parts lie.
-    fn map(fd: RawFd) -> io::Result<Rings> {
+    /// Each ring has `size` entries (a power of two).
+    fn map(fd: RawFd, size: u32) -> io::Result<Rings> {
         for opt in [
             libc::XDP_UMEM_FILL_RING,
             libc::XDP_UMEM_COMPLETION_RING,
             libc::XDP_RX_RING,
             libc::XDP_TX_RING,
         ] {
-            sockopt(fd, opt, &RING_SIZE)?;
+            sockopt(fd, opt, &size)?;
         }
         let offs: libc::xdp_mmap_offsets = getsockopt(fd, libc::XDP_MMAP_OFFSETS)?;
         let o = |r: libc::xdp_ring_offset| RingOffsets {
@@ -241,31 +277,13 @@ impl Rings {
             desc: r.desc,
             flags: r.flags,
         };
-        let rx = Ring::map(
-            fd,
-            libc::XDP_PGOFF_RX_RING as u64,
-            RING_SIZE,
-            o(offs.rx),
-            false,
-        )?;
-        let tx = Ring::map(
-            fd,
-            libc::XDP_PGOFF_TX_RING as u64,
-            RING_SIZE,
-            o(offs.tx),
-            true,
-        )?;
-        let fill = Ring::map(
-            fd,
-            libc::XDP_UMEM_PGOFF_FILL_RING,
-            RING_SIZE,
-            o(offs.fr),
-            true,
-        )?;
+        let rx = Ring::map(fd, libc::XDP_PGOFF_RX_RING as u64, size, o(offs.rx), false)?;
+        let tx = Ring::map(fd, libc::XDP_PGOFF_TX_RING as u64, size, o(offs.tx), true)?;
+        let fill = Ring::map(fd, libc::XDP_UMEM_PGOFF_FILL_RING, size, o(offs.fr), true)?;
         let completion = Ring::map(
             fd,
             libc::XDP_UMEM_PGOFF_COMPLETION_RING,
-            RING_SIZE,
+            size,
             o(offs.cr),
             false,
         )?;
@@ -321,36 +339,22 @@ impl XdpLink {
         // would keep the queue busy for a moment).
         let mut steering = XdpSteering::load(opts.queue.saturating_add(1), &filter)?;
 
-        let umem = Umem::new(UMEM_FRAMES, FRAME_SIZE)?;
-        let reg = libc::xdp_umem_reg {
-            addr: umem.addr(),
-            len: umem.len() as u64,
-            chunk_size: FRAME_SIZE as u32,
-            headroom: 0,
-            flags: 0,
-            tx_metadata_len: 0,
-        };
-        sockopt(fd, libc::XDP_UMEM_REG, &reg).map_err(|e| match e.raw_os_error() {
-            Some(libc::ENOBUFS) | Some(libc::ENOMEM) => FrameError::Io(io::Error::new(
-                e.kind(),
-                "AF_XDP UMEM exceeds RLIMIT_MEMLOCK (raise it or grant CAP_IPC_LOCK)",
-            )),
-            _ => FrameError::Io(e),
-        })?;
+        let umem = register_umem(fd)?;
+        let frames = umem.len() / FRAME_SIZE;
         let Rings {
             rx,
             tx,
             mut fill,
             completion,
-        } = Rings::map(fd)?;
+        } = Rings::map(fd, (frames / 2) as u32)?;
         // The first half of the frames is lent for receiving, the second
         // half kept for sending.
-        let half = UMEM_FRAMES / 2;
+        let half = frames / 2;
         for i in 0..half {
             fill.put(i as u32, (i * FRAME_SIZE) as u64);
         }
         fill.submit(half as u32);
-        let tx_free = (half..UMEM_FRAMES)
+        let tx_free = (half..frames)
             .rev()
             .map(|i| (i * FRAME_SIZE) as u64)
             .collect();

@@ -26,11 +26,17 @@ const TPACKET_V3: libc::c_int = 2;
 const TP_STATUS_USER: u32 = 1;
 const TP_STATUS_KERNEL: u32 = 0;
 
-/// Bytes mapped per ring: 4 MiB.
-const RING_BYTES: usize = 4 << 20;
+/// Bytes mapped per ring when the caller names no depth: 4 MiB.
+pub(super) const DEFAULT_RING_BYTES: usize = 4 << 20;
+/// The most bytes a ring asks for, however deep the caller wants it.
+pub(super) const MAX_RING_BYTES: usize = 64 << 20;
 /// V3: blocks of 256 KiB retired after 1 ms (the kernel's smallest
 /// timeout) when not full.
 const BLOCK_SIZE: usize = 256 << 10;
+/// V2: slots are packed into blocks of this size (a multiple of the page).
+const V2_BLOCK: usize = 64 << 10;
+/// struct tpacket_req's slot size must be a multiple of TPACKET_ALIGNMENT.
+const TPACKET_ALIGNMENT: usize = 16;
 const V3_FRAME_SIZE: usize = 2048;
 const RETIRE_MS: u32 = 1;
 
@@ -82,6 +88,32 @@ pub(super) struct Ring {
     pub(super) dropped: u64,
 }
 
+/// Where V2 slots lie: blocks of `block` bytes, each holding `per_block`
+/// whole slots of `size` bytes (a slot never straddles two blocks; the
+/// rest of a block is unused), `slots` in all.
+#[derive(Clone, Copy)]
+struct Slots {
+    size: usize,
+    block: usize,
+    per_block: usize,
+    slots: usize,
+}
+
+impl Slots {
+    /// The slot after `slot` (at `at`): its number and place.
+    fn next(&self, slot: usize, at: usize) -> (usize, usize) {
+        let slot = (slot + 1) % self.slots;
+        let at = if slot == 0 {
+            0
+        } else if slot.is_multiple_of(self.per_block) {
+            (slot / self.per_block) * self.block
+        } else {
+            at + self.size
+        };
+        (slot, at)
+    }
+}
+
 enum Kind {
     /// V3: block being read, frames of it handed out, offset of the next.
     Block {
@@ -89,8 +121,12 @@ enum Kind {
         taken: u32,
         next: usize,
     },
-    /// V2: slot to read next, slot size.
-    Frame { slot: usize, size: usize },
+    /// V2: slot to read next and its place in the mapping.
+    Frame {
+        slot: usize,
+        at: usize,
+        layout: Slots,
+    },
 }
 
 // SAFETY: the ring is a private mapping of its link, used only through
@@ -105,41 +141,77 @@ impl Drop for Ring {
 }
 
 /// Sets up and maps the ring of `rx` (a ring path) for frames of up to
-/// `mtu` payload bytes.
-pub(super) fn map(fd: RawFd, rx: RxPath, mtu: usize) -> Result<Ring, FrameError> {
-    let kind = match rx {
+/// `mtu` payload bytes: `bytes` of it, within [`MAX_RING_BYTES`]. A ring
+/// the kernel cannot allocate is asked for again at half the size, down
+/// to [`DEFAULT_RING_BYTES`].
+pub(super) fn map(fd: RawFd, rx: RxPath, mtu: usize, bytes: usize) -> Result<Ring, FrameError> {
+    let mut bytes = bytes.min(MAX_RING_BYTES);
+    loop {
+        match map_sized(fd, rx, mtu, bytes) {
+            Err(FrameError::Io(e))
+                if e.raw_os_error() == Some(libc::ENOMEM) && bytes > DEFAULT_RING_BYTES =>
+            {
+                bytes = (bytes / 2).max(DEFAULT_RING_BYTES);
+            }
+            r => return r,
+        }
+    }
+}
+
+/// The V2 slot size for frames of up to `mtu` payload bytes: the slot
+/// header and address (~80 bytes), the Ethernet header and the payload.
+pub(super) fn slot_size(mtu: usize) -> usize {
+    (128 + ETH_HEADER_LEN + mtu).next_multiple_of(TPACKET_ALIGNMENT)
+}
+
+fn map_sized(fd: RawFd, rx: RxPath, mtu: usize, bytes: usize) -> Result<Ring, FrameError> {
+    let (kind, len) = match rx {
         RxPath::BlockRing => {
             setsockopt(fd, SOL_PACKET, PACKET_VERSION, &TPACKET_V3)?;
+            let blocks = (bytes / BLOCK_SIZE).max(2);
             let req = TpacketReq3 {
                 block_size: BLOCK_SIZE as u32,
-                block_nr: (RING_BYTES / BLOCK_SIZE) as u32,
+                block_nr: (blocks) as u32,
                 frame_size: V3_FRAME_SIZE as u32,
-                frame_nr: (RING_BYTES / V3_FRAME_SIZE) as u32,
+                frame_nr: (blocks * BLOCK_SIZE / V3_FRAME_SIZE) as u32,
                 retire_blk_tov: RETIRE_MS,
                 sizeof_priv: 0,
                 feature_req_word: 0,
             };
             setsockopt(fd, SOL_PACKET, PACKET_RX_RING, &req)?;
-            Kind::Block {
+            let kind = Kind::Block {
                 block: 0,
                 taken: 0,
                 next: 0,
-            }
+            };
+            (kind, blocks * BLOCK_SIZE)
         }
         RxPath::FrameRing => {
             setsockopt(fd, SOL_PACKET, PACKET_VERSION, &TPACKET_V2)?;
-            // The slot header and address (~80 bytes), the Ethernet
-            // header and the largest payload, rounded to a power of two.
-            let size = (128 + ETH_HEADER_LEN + mtu).next_power_of_two().max(2048);
-            let block = size.max(64 << 10);
+            // Slots sized to the frame, not to a power of two (at MTU
+            // 9000 that would waste 44 %), packed whole into blocks.
+            let size = slot_size(mtu);
+            let block = size.next_multiple_of(page_size()).max(V2_BLOCK);
+            let per_block = block / size;
+            let blocks = (bytes / block).max(1);
             let req = TpacketReq {
                 block_size: block as u32,
-                block_nr: (RING_BYTES / block) as u32,
+                block_nr: blocks as u32,
                 frame_size: size as u32,
-                frame_nr: (RING_BYTES / size) as u32,
+                frame_nr: (blocks * per_block) as u32,
             };
             setsockopt(fd, SOL_PACKET, PACKET_RX_RING, &req)?;
-            Kind::Frame { slot: 0, size }
+            let kind = Kind::Frame {
+                slot: 0,
+                at: 0,
+                layout: Slots {
+                    size,
+                    block,
+                    per_block,
+                    slots: blocks * per_block,
+                },
+            };
+            (kind, blocks * block)
         }
         RxPath::Copy => return Err(FrameError::Unsupported("no ring on the copy path")),
     };
@@ -148,7 +220,7 @@ pub(super) fn map(fd: RawFd, rx: RxPath, mtu: usize) -> Result<Ring, FrameError>
     let base = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
-            RING_BYTES,
+            len,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_SHARED,
             fd,
@@ -160,10 +232,16 @@ pub(super) fn map(fd: RawFd, rx: RxPath, mtu: usize) -> Result<Ring, FrameError>
     }
     Ok(Ring {
         base: base.cast(),
-        len: RING_BYTES,
+        len,
         kind,
         dropped: 0,
     })
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no memory preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(p).unwrap_or(4096).max(4096)
 }
 
 fn word(b: &[u8], at: usize) -> u32 {
@@ -216,7 +294,7 @@ impl Ring {
     pub(super) fn ready(&self) -> bool {
         let at = match self.kind {
             Kind::Block { block, .. } => block * BLOCK_SIZE + BLOCK_STATUS,
-            Kind::Frame { slot, size } => slot * size + V2_STATUS,
+            Kind::Frame { at, .. } => at + V2_STATUS,
         };
         assert!(at + 4 <= self.len);
         // SAFETY: an aligned status word inside the mapping (checked
@@ -234,13 +312,17 @@ impl Ring {
     }
 
     fn recv_slots(&mut self, max: usize, each: &mut InPlace<'_>) -> usize {
-        let Kind::Frame { mut slot, size } = self.kind else {
+        let Kind::Frame {
+            mut slot,
+            mut at,
+            layout,
+        } = self.kind
+        else {
             return 0;
         };
-        let slots = self.len / size;
         let (mut n, mut dropped) = (0, 0);
         while n < max {
-            let b = self.bytes(slot * size, size);
+            let b = self.bytes(at, layout.size);
             if word(b, V2_STATUS) & TP_STATUS_USER == 0 {
                 break;
             }
@@ -255,9 +337,9 @@ impl Ring {
             // Release: our reads of the slot precede handing it back.
             fence(Ordering::Release);
             set_word(b, V2_STATUS, TP_STATUS_KERNEL);
-            slot = (slot + 1) % slots;
+            (slot, at) = layout.next(slot, at);
         }
-        self.kind = Kind::Frame { slot, size };
+        self.kind = Kind::Frame { slot, at, layout };
         self.dropped += dropped;
         n
     }
