@@ -466,3 +466,26 @@ fn ether_peer_to_peer_connect() {
         assert_eq!(f.expect_u64("peer_bytes"), 3000, "{f}");
     }
 }
+
+/// As the UDP device's test: a client that exits the moment it has the
+/// server's answer, its VI never closed, still acknowledges it (here no
+/// ICMP would end the server's wait early: it would wait for the dead
+/// time and end flushed).
+#[test]
+fn ether_exit_right_after_the_answer_still_acknowledges_it() {
+    let _g = serial();
+    if skip("ether_exit_right_after_the_answer_still_acknowledges_it") {
+        return;
+    }
+    let ns = NetnsPair::new(1500);
+    for rel in ["rd", "rr"] {
+        let (s, c) = run_pair(
+            &ns,
+            "packet",
+            &[("mode", "last"), ("rel", rel)],
+            &[("OPENVIA_PROGRESS_US", "1000000")],
+        );
+        assert_eq!(s.expect_u64("answered"), 100, "{rel}");
+        assert_eq!(c.expect_u64("last"), 100, "{rel}");
+    }
+}

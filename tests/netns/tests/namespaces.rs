@@ -347,3 +347,27 @@ fn c_examples_across_namespaces() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A client that exits the moment it has the server's answer, with its VI
+/// held by another thread (never dropped, so never closed; the progress
+/// thread may hold it so at exit): the exit still sends the
+/// acknowledgement held for a reply, so the server's send of the answer
+/// the client placed ends done, not flushed. The long progress interval
+/// keeps the client's progress thread from sending it first.
+#[test]
+fn exit_right_after_the_answer_still_acknowledges_it() {
+    let _g = serial();
+    if skip("exit_right_after_the_answer_still_acknowledges_it") {
+        return;
+    }
+    let ns = NetnsPair::new(1500);
+    for rel in ["rd", "rr"] {
+        let (s, c) = run_pair(
+            &ns,
+            &[("mode", "last"), ("rel", rel)],
+            &[("OPENVIA_PROGRESS_US", "1000000")],
+        );
+        assert_eq!(s.expect_u64("answered"), 100, "{rel}");
+        assert_eq!(c.expect_u64("last"), 100, "{rel}");
+    }
+}

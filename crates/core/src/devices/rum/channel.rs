@@ -706,6 +706,14 @@ impl<L: DatagramLink> Channel for RumChannel<L> {
         self.publish_counters();
     }
 
+    fn flush_at_exit(&mut self) {
+        // An acknowledgement held for a reply would never leave: the
+        // peer's send of a message we placed would then end flushed.
+        if !self.closed && !self.peer_gone {
+            self.flush(now());
+        }
+    }
+
     fn timer_deadline_ns(&self) -> Option<u64> {
         if self.closed {
             return None;
