@@ -85,6 +85,7 @@ fn stream_under_drop(percent: u32, count: &str) {
             ("size", "65536"),
             ("count", count),
             ("window", "8"),
+            ("lossy", "1"),
         ],
         &[],
     );
@@ -98,7 +99,11 @@ fn stream_under_drop(percent: u32, count: &str) {
     );
     assert!(dropped > 0, "the nft rule dropped nothing");
     // Sizes and RDMA under loss too, every byte checked.
-    run_pair(&ns, &[("mode", "sizes"), ("rel", "rr")], &[]);
+    run_pair(
+        &ns,
+        &[("mode", "sizes"), ("rel", "rr"), ("lossy", "1")],
+        &[],
+    );
 }
 
 #[test]
@@ -369,5 +374,21 @@ fn exit_right_after_the_answer_still_acknowledges_it() {
         );
         assert_eq!(s.expect_u64("answered"), 100, "{rel}");
         assert_eq!(c.expect_u64("last"), 100, "{rel}");
+    }
+}
+
+/// Peer-to-peer (`VipConnectPeerRequest`) across the namespaces: the end
+/// with the smaller address waits for the other's request; each end's
+/// send to the other must end done, though the other exits right after
+/// checking what it got.
+#[test]
+fn peer_to_peer_connect() {
+    let _g = serial();
+    if skip("peer_to_peer_connect") {
+        return;
+    }
+    let ns = NetnsPair::new(1500);
+    for f in pair::peer_to_peer(PEER, &ns, &env(&[])) {
+        assert_eq!(f.expect("device"), "udp", "{f}");
     }
 }
