@@ -574,6 +574,11 @@ impl<L: DatagramLink> Channel for RumChannel<L> {
             return Err(ChannelFailed("closed"));
         }
         self.readable = false;
+        // Before anything can drain the protocol's events: the flush
+        // below (an acknowledgement owed) counts the completions of what
+        // this call receives too, and they must still hold back a failure
+        // that arrives with them (see the end).
+        let completed_before = self.completed;
         let got = self.receive();
         self.idle_polls = if got.is_some() {
             0
@@ -602,7 +607,6 @@ impl<L: DatagramLink> Channel for RumChannel<L> {
         if self.flush_owed || ack_ripe {
             self.flush(now_t);
         }
-        let completed_before = self.completed;
         self.run_due_timers(now_t);
         let mut did = got.is_some();
         self.run_echo(now_t.as_nanos());
