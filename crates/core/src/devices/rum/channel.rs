@@ -330,6 +330,7 @@ impl<L: DatagramLink> RumChannel<L> {
     /// were handled at, if any came.
     fn receive(&mut self) -> Option<Time> {
         let mut at = None;
+        let mut gone_reported = false;
         loop {
             let want = self.rx_want;
             let n = match self.link.recv_batch(&mut self.rx, want) {
@@ -343,6 +344,16 @@ impl<L: DatagramLink> RumChannel<L> {
                 Err(e) => {
                     if self.link.peer_gone(&e) {
                         self.port_unreachable(crate::sys::now_ns());
+                        // The kernel reports the error ahead of what is
+                        // queued: what the peer sent before its port
+                        // closed (its final acknowledgement, its
+                        // disconnect) is still to be read, and must
+                        // complete our sends before the failure flushes
+                        // the rest.
+                        if !gone_reported {
+                            gone_reported = true;
+                            continue;
+                        }
                     }
                     0
                 }
@@ -638,7 +649,14 @@ impl<L: DatagramLink> Channel for RumChannel<L> {
             self.flush(now_t);
         }
         if let Some(why) = self.failed {
-            if !self.peer_gone {
+            if self.peer_gone {
+                // Its port closed, learnt maybe after this call read the
+                // link (a send here drew the error): what the peer sent
+                // before closing may be queued still.
+                if self.receive().is_some() {
+                    self.drain_events();
+                }
+            } else {
                 self.flush(now_t);
             }
             // The datagram that completed our last sends (the peer's final
@@ -782,6 +800,9 @@ impl<L: DatagramLink> RumChannel<L> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
 
 impl<L: DatagramLink> Drop for RumChannel<L> {
     fn drop(&mut self) {
