@@ -154,3 +154,47 @@ pub fn kill_server_and_check_break(
     assert!(c.expect_u64("completed") >= 10);
     (took, c)
 }
+
+/// Peer-to-peer (`VipConnectPeerRequest`, reliable delivery) across the
+/// namespaces, one helper in each (`role=peer`): each sends the other
+/// one message and checks the one it gets; both must end clean, their
+/// last send done.
+pub fn peer_to_peer(exe: &str, ns: &NetnsPair, env: &[(String, String)]) -> [Finished; 2] {
+    let (da, db) = (
+        format!("pa{}", std::process::id()),
+        format!("pb{}", std::process::id()),
+    );
+    let side = |me: &str, peer_ip: &str, peer_disc: &str, ifname: &str| {
+        args(&[
+            ("role", "peer"),
+            ("mode", "peer"),
+            ("rel", "rd"),
+            ("dev", &format!("/dev/via_{ifname}")),
+            ("disc", me),
+            ("peer", peer_ip),
+            ("peer_disc", peer_disc),
+        ])
+    };
+    let a = spawn_in(
+        &ns.a,
+        "peer a",
+        exe,
+        &side(&da, &ns.ip_b, &db, &ns.if_a),
+        env,
+        HELPER_TIMEOUT,
+    );
+    let b = spawn_in(
+        &ns.b,
+        "peer b",
+        exe,
+        &side(&db, &ns.ip_a, &da, &ns.if_b),
+        env,
+        HELPER_TIMEOUT,
+    );
+    let done = [a.finish(), b.finish()];
+    for f in &done {
+        f.assert_ok();
+        assert_eq!(f.expect_u64("peer_bytes"), 3000, "{f}");
+    }
+    done
+}

@@ -14,9 +14,7 @@ use std::time::Duration;
 
 use openvia_netns_tests::harness::{spawn_in, Finished, Peer};
 use openvia_netns_tests::namespaces::{nft_unavailable, NetnsPair};
-use openvia_netns_tests::pair::{
-    self, args, env, serial, server_client_args, skip, HELPER_TIMEOUT,
-};
+use openvia_netns_tests::pair::{self, env, serial, server_client_args, skip, HELPER_TIMEOUT};
 
 const PEER: &str = env!("CARGO_BIN_EXE_netns_peer");
 
@@ -126,6 +124,7 @@ fn stream_under_drop(path: &str, percent: u32, count: &str, by_nft: bool) {
             ("size", "65536"),
             ("count", count),
             ("window", "8"),
+            ("lossy", "1"),
         ],
         &extra,
     );
@@ -141,7 +140,12 @@ fn stream_under_drop(path: &str, percent: u32, count: &str, by_nft: bool) {
         assert!(ns.dropped_frames() > 0, "the nft rule dropped nothing");
     }
     // Sizes and RDMA under loss too, every byte checked.
-    run_pair(&ns, path, &[("mode", "sizes"), ("rel", "rr")], &extra);
+    run_pair(
+        &ns,
+        path,
+        &[("mode", "sizes"), ("rel", "rr"), ("lossy", "1")],
+        &extra,
+    );
 }
 
 fn nft_skip(test: &str) -> bool {
@@ -428,41 +432,30 @@ fn ether_peer_to_peer_connect() {
         return;
     }
     let ns = NetnsPair::new(1500);
-    let e = ether_env("packet", &[]);
-    let (da, db) = (
-        format!("pa{}", std::process::id()),
-        format!("pb{}", std::process::id()),
-    );
-    let side = |me: &str, peer_ip: &str, peer_disc: &str, ifname: &str| {
-        args(&[
-            ("role", "peer"),
-            ("mode", "peer"),
-            ("rel", "rd"),
-            ("dev", &format!("/dev/via_{ifname}")),
-            ("disc", me),
-            ("peer", peer_ip),
-            ("peer_disc", peer_disc),
-        ])
-    };
-    let a = spawn_in(
-        &ns.a,
-        "peer a",
-        PEER,
-        &side(&da, &ns.ip_b, &db, &ns.if_a),
-        &e,
-        HELPER_TIMEOUT,
-    );
-    let b = spawn_in(
-        &ns.b,
-        "peer b",
-        PEER,
-        &side(&db, &ns.ip_a, &da, &ns.if_b),
-        &e,
-        HELPER_TIMEOUT,
-    );
-    for f in [a.finish(), b.finish()] {
-        f.assert_ok();
+    for f in pair::peer_to_peer(PEER, &ns, &ether_env("packet", &[])) {
         assert_eq!(f.expect("device"), "ether", "{f}");
-        assert_eq!(f.expect_u64("peer_bytes"), 3000, "{f}");
+    }
+}
+
+/// As the UDP device's test: a client that exits the moment it has the
+/// server's answer, its VI never closed, still acknowledges it (here no
+/// ICMP would end the server's wait early: it would wait for the dead
+/// time and end flushed).
+#[test]
+fn ether_exit_right_after_the_answer_still_acknowledges_it() {
+    let _g = serial();
+    if skip("ether_exit_right_after_the_answer_still_acknowledges_it") {
+        return;
+    }
+    let ns = NetnsPair::new(1500);
+    for rel in ["rd", "rr"] {
+        let (s, c) = run_pair(
+            &ns,
+            "packet",
+            &[("mode", "last"), ("rel", rel)],
+            &[("OPENVIA_PROGRESS_US", "1000000")],
+        );
+        assert_eq!(s.expect_u64("answered"), 100, "{rel}");
+        assert_eq!(c.expect_u64("last"), 100, "{rel}");
     }
 }

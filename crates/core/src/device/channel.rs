@@ -101,6 +101,13 @@ pub trait Channel: Send {
     /// Tells the peer we are leaving (`broken`: because of an error).
     fn close(&mut self, broken: bool);
 
+    /// The process is exiting with the connection still open (its VI not
+    /// dropped, or dropped on a thread the exit ends): send at once what
+    /// is owed and would otherwise have waited, such as an acknowledgement
+    /// held for a reply, since nothing here runs again. The connection
+    /// stays open.
+    fn flush_at_exit(&mut self) {}
+
     /// When (CLOCK_MONOTONIC ns) `progress` must run next even if nothing
     /// arrives: protocol timers (retransmission, keepalive, dead peer).
     /// The progress thread sleeps no longer than this.

@@ -15,6 +15,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
+mod exit;
 mod notices;
 mod progress;
 use notices::NoticeTable;
@@ -223,6 +224,7 @@ impl Nic {
             progress: Mutex::new(None),
             token: AtomicU64::new(0),
         });
+        exit::track(&shared);
         let weak = Arc::downgrade(&shared);
         let handle = std::thread::Builder::new()
             .name("openvia-progress".into())

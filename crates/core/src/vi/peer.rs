@@ -51,10 +51,16 @@ pub fn start_peer(
             if r.is_err() && vi2.state() == ViState::ConnectPending {
                 vi2.set_state(ViState::Idle);
             }
+            // Let go of the VI before the outcome is known: a program that
+            // drops its own handle right after must be the one whose drop
+            // closes the connection, not this thread (which an exit stops
+            // midway).
+            let nic = vi2.nic.clone();
+            drop(vi2);
             let (m, cv) = &*result;
             *m.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
             cv.notify_all();
-            vi2.nic.doorbell.ring_local();
+            nic.doorbell.ring_local();
         })
         .map_err(|_| ViaError::Resource("thread"))?;
     Ok(())

@@ -15,7 +15,9 @@
 //! peer-to-peer connection, one message each way. `gather` (with
 //! `cq=1`) — one message gathered from three segments apart, scattered
 //! into three on the server, echoed back gathered, completions taken
-//! through a CQ.
+//! through a CQ. `last` — the server answers the client's message and
+//! its send must end done, though the client exits the moment it has the
+//! answer, its VI held by another thread (never dropped, never closed).
 
 use std::collections::HashMap;
 use std::process::exit;
@@ -38,6 +40,8 @@ const SIZES: [usize; 8] = [0, 1, 1471, 1472, 1473, 4096, 64 << 10, 1 << 20];
 const RDMA_SIZES: [usize; 4] = [8, 5000, 300_000, 1 << 20];
 /// The largest message; every buffer slot has this much room.
 const SLOT: usize = (1 << 20) + 4096;
+/// `last`: small enough that its acknowledgement is held for a reply.
+const LAST_LEN: usize = 100;
 
 fn fail(msg: String) -> ! {
     eprintln!("netns_peer: {msg}");
@@ -80,6 +84,8 @@ struct End {
     mem: Arena,
     /// With `cq=1`: one CQ for both work queues.
     cq: Option<Arc<CompletionQueue>>,
+    /// `lossy=1`: the test drops datagrams or frames.
+    lossy: bool,
 }
 
 fn open(args: &Args, slots: usize) -> End {
@@ -109,7 +115,14 @@ fn open(args: &Args, slots: usize) -> End {
         .create_vi(attrs, cq.clone(), cq.clone())
         .unwrap_or_else(|e| fail(format!("create vi: {e}")));
     let mem = Arena::new(&nic, ptag, 256, slots * SLOT);
-    End { nic, vi, mem, cq }
+    let lossy = args.num("lossy", 0) == 1;
+    End {
+        nic,
+        vi,
+        mem,
+        cq,
+        lossy,
+    }
 }
 
 impl End {
@@ -202,6 +215,7 @@ fn server(args: &Args) {
         "sizes" => serve_sizes(&end, window),
         "stream" => serve_stream(&end, args, window),
         "gather" => serve_gather(&end),
+        "last" => serve_last(&end),
         "idle" => {
             // Connected and idle until the test kills this process.
             println!("CONNECTED");
@@ -252,9 +266,12 @@ fn serve_sizes(end: &End, window: usize) {
 
 impl End {
     /// Confirms STOP so the client knows the server checked everything.
-    /// The client exits once it has the confirmation; if the network lost
-    /// its acknowledgement, this send ends flushed by the disconnect rather
-    /// than done — both are a finished run, anything else is not.
+    /// The client exits once it has the confirmation, its close (or its
+    /// exit) sending the acknowledgement: this send must end done. Only
+    /// where the test drops datagrams (`lossy=1`) may the network have
+    /// lost both that acknowledgement and the disconnect carrying it
+    /// again, and the send end flushed — both are a finished run there,
+    /// anything else is not.
     fn sent_after_stop(&self, slot: usize, d: usize) {
         self.send_from(d, slot, 0, STOP);
         let got = self
@@ -262,7 +279,12 @@ impl End {
             .send_wait(Some(WAIT))
             .unwrap_or_else(|e| fail(format!("send_wait: {e}")));
         let (st, _, _) = self.mem.result_of(got.0);
-        if st & status::ERROR_MASK & !status::DESC_FLUSHED_ERROR != 0 {
+        let allowed = if self.lossy {
+            status::DESC_FLUSHED_ERROR
+        } else {
+            0
+        };
+        if st & status::ERROR_MASK & !allowed != 0 {
             fail(format!("final send status {st:#x}"));
         }
     }
@@ -567,6 +589,65 @@ fn client_gather(args: &Args) {
     println!("RESULT gathered={PIECES_LEN}");
 }
 
+/// `last`: answers the client's message; the answer must end done (the
+/// client placed it) though the client exits at once without closing.
+fn serve_last(end: &End) {
+    let (_, len, imm) = end.received(0);
+    if len != LAST_LEN || imm != HELLO {
+        fail(format!("last: {len} bytes imm {imm:#x}"));
+    }
+    end.check(0, len, imm, "last message");
+    fill(end.mem.data(SLOT, LAST_LEN), STOP);
+    end.send_from(200, 1, LAST_LEN, STOP);
+    end.sent(200);
+    println!("RESULT answered={LAST_LEN}");
+}
+
+/// `last`: sends a message, takes the answer by polling (so the progress
+/// thread, napping `OPENVIA_PROGRESS_US` while the program polls, leaves
+/// the acknowledgement held for a reply to it) and exits at once with
+/// the VI held by another thread, as the progress thread may hold it at
+/// that moment: the VI is never dropped, so its close never runs, and
+/// only the exit can still send the acknowledgement the server's send
+/// waits for.
+fn client_last(args: &Args) {
+    let end = open(args, 2);
+    end.post_recv(1, 1);
+    client_connect(args, &end);
+    fill(end.mem.data(0, LAST_LEN), HELLO);
+    end.send_from(0, 0, LAST_LEN, HELLO);
+    let deadline = Instant::now() + WAIT;
+    let poll = |done: &dyn Fn() -> Option<openvia_core::descriptor::DescPtr>| loop {
+        if let Some(d) = done() {
+            return d;
+        }
+        if Instant::now() > deadline {
+            fail("last: no completion".into());
+        }
+    };
+    let sent = poll(&|| end.vi.send_done().ok());
+    let (st, _, _) = end.mem.result_of(sent.0);
+    if st & status::ERROR_MASK != 0 {
+        fail(format!("last: send status {st:#x}"));
+    }
+    let got = poll(&|| end.vi.recv_done().ok());
+    let (st, len, imm) = end.mem.result_of(got.0);
+    if st & status::ERROR_MASK != 0 || len as usize != LAST_LEN || imm != STOP {
+        fail(format!(
+            "last: answer status {st:#x}, {len} bytes imm {imm:#x}"
+        ));
+    }
+    end.check(1, LAST_LEN, STOP, "last answer");
+    let held = end.vi.clone();
+    std::thread::spawn(move || {
+        let _held = held;
+        loop {
+            std::thread::park();
+        }
+    });
+    println!("RESULT last={LAST_LEN}");
+}
+
 /// Peer-to-peer: both ends ask for each other (`disc`, `peer`,
 /// `peer_disc`), then each sends the other one message, checked.
 fn peer(args: &Args) {
@@ -592,17 +673,10 @@ fn peer(args: &Args) {
         fail(format!("peer message: {len} bytes imm {imm:#x}"));
     }
     end.check(1, LEN, KEY, "peer message");
-    // The other end checks what it got and may close at once: our send
-    // then ends done or, its acknowledgement overtaken by the disconnect,
-    // flushed (as `sent_after_stop`).
-    let got = end
-        .vi
-        .send_wait(Some(WAIT))
-        .unwrap_or_else(|e| fail(format!("send_wait: {e}")));
-    let (st, _, _) = end.mem.result_of(got.0);
-    if st & status::ERROR_MASK & !status::DESC_FLUSHED_ERROR != 0 {
-        fail(format!("peer send status {st:#x}"));
-    }
+    // The other end holds our message once it checked it, so our send
+    // ends done even if it closes at once: its close carries the
+    // acknowledgement.
+    end.sent(0);
     println!("RESULT peer_bytes={LEN}");
 }
 
@@ -693,6 +767,7 @@ fn main() {
         ("client", "stream") => client_stream(&args),
         ("client", "idle") => client_idle(&args),
         ("client", "gather") => client_gather(&args),
+        ("client", "last") => client_last(&args),
         // Only opens the NIC: which device served is the RESULT below.
         ("client", "open") => drop(open(&args, 1)),
         (r, m) => fail(format!("bad role={r} mode={m}")),

@@ -330,6 +330,7 @@ impl<L: DatagramLink> RumChannel<L> {
     /// were handled at, if any came.
     fn receive(&mut self) -> Option<Time> {
         let mut at = None;
+        let mut gone_reported = false;
         loop {
             let want = self.rx_want;
             let n = match self.link.recv_batch(&mut self.rx, want) {
@@ -343,6 +344,16 @@ impl<L: DatagramLink> RumChannel<L> {
                 Err(e) => {
                     if self.link.peer_gone(&e) {
                         self.port_unreachable(crate::sys::now_ns());
+                        // The kernel reports the error ahead of what is
+                        // queued: what the peer sent before its port
+                        // closed (its final acknowledgement, its
+                        // disconnect) is still to be read, and must
+                        // complete our sends before the failure flushes
+                        // the rest.
+                        if !gone_reported {
+                            gone_reported = true;
+                            continue;
+                        }
                     }
                     0
                 }
@@ -574,6 +585,11 @@ impl<L: DatagramLink> Channel for RumChannel<L> {
             return Err(ChannelFailed("closed"));
         }
         self.readable = false;
+        // Before anything can drain the protocol's events: the flush
+        // below (an acknowledgement owed) counts the completions of what
+        // this call receives too, and they must still hold back a failure
+        // that arrives with them (see the end).
+        let completed_before = self.completed;
         let got = self.receive();
         self.idle_polls = if got.is_some() {
             0
@@ -602,7 +618,6 @@ impl<L: DatagramLink> Channel for RumChannel<L> {
         if self.flush_owed || ack_ripe {
             self.flush(now_t);
         }
-        let completed_before = self.completed;
         self.run_due_timers(now_t);
         let mut did = got.is_some();
         self.run_echo(now_t.as_nanos());
@@ -634,7 +649,14 @@ impl<L: DatagramLink> Channel for RumChannel<L> {
             self.flush(now_t);
         }
         if let Some(why) = self.failed {
-            if !self.peer_gone {
+            if self.peer_gone {
+                // Its port closed, learnt maybe after this call read the
+                // link (a send here drew the error): what the peer sent
+                // before closing may be queued still.
+                if self.receive().is_some() {
+                    self.drain_events();
+                }
+            } else {
                 self.flush(now_t);
             }
             // The datagram that completed our last sends (the peer's final
@@ -706,6 +728,14 @@ impl<L: DatagramLink> Channel for RumChannel<L> {
         self.publish_counters();
     }
 
+    fn flush_at_exit(&mut self) {
+        // An acknowledgement held for a reply would never leave: the
+        // peer's send of a message we placed would then end flushed.
+        if !self.closed && !self.peer_gone {
+            self.flush(now());
+        }
+    }
+
     fn timer_deadline_ns(&self) -> Option<u64> {
         if self.closed {
             return None;
@@ -770,6 +800,9 @@ impl<L: DatagramLink> RumChannel<L> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
 
 impl<L: DatagramLink> Drop for RumChannel<L> {
     fn drop(&mut self) {

@@ -1,0 +1,211 @@
+//! The channel against a scripted link: what the kernel reports when the
+//! peer's port has closed (an ICMP port unreachable, ECONNREFUSED) comes
+//! ahead of the datagrams the peer sent before it closed, and those must
+//! still complete our sends before the failure flushes the rest; so must
+//! a disconnect read in a call that also flushes what it owed.
+
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use openvia_proto::{
+    Config, Connection, MessageInfo, MessageSink, OutgoingMessage, Payload, Placement as Placed,
+    Time, ViaOp,
+};
+use openvia_wire::handshake::ViAttrs;
+use openvia_wire::rum::{Body, Repr};
+
+use super::super::link::DatagramLink;
+use super::super::rx::RxBatch;
+use super::super::tx::TxBatch;
+use super::{now, RumChannel};
+use crate::device::Channel;
+use crate::mem::{MemoryRegistry, PtagId};
+use crate::vi::placement::Placement;
+use crate::vi::queues::{RecvQueue, SendQueue};
+
+/// What the scripted link does: reads come from `inbound` (an errno is a
+/// failed read); the next send fails with ECONNREFUSED if `refuse_send`
+/// holds datagrams, which then join `inbound` (they came meanwhile).
+#[derive(Default)]
+struct Script {
+    inbound: VecDeque<Result<Vec<u8>, i32>>,
+    sent: Vec<Vec<u8>>,
+    refuse_send: Option<Vec<Vec<u8>>>,
+}
+
+struct ScriptedLink(Arc<Mutex<Script>>);
+
+impl DatagramLink for ScriptedLink {
+    fn send(&mut self, datagram: &[u8]) -> io::Result<usize> {
+        self.0.lock().unwrap().sent.push(datagram.to_vec());
+        Ok(1)
+    }
+    fn send_batch(&mut self, tx: &TxBatch) -> io::Result<usize> {
+        let mut s = self.0.lock().unwrap();
+        if let Some(arrived) = s.refuse_send.take() {
+            s.inbound.extend(arrived.into_iter().map(Ok));
+            return Err(io::Error::from_raw_os_error(libc::ECONNREFUSED));
+        }
+        for d in tx.datagrams() {
+            s.sent.push([d.head, d.outside_bytes(), d.trailer].concat());
+        }
+        Ok(tx.len())
+    }
+    fn recv_batch(&mut self, rx: &mut RxBatch, _max: usize) -> io::Result<usize> {
+        match self.0.lock().unwrap().inbound.pop_front() {
+            None => Ok(0),
+            Some(Err(errno)) => Err(io::Error::from_raw_os_error(errno)),
+            Some(Ok(d)) => {
+                rx.bufs[0][..d.len()].copy_from_slice(&d);
+                rx.lens[0] = (d.len(), 0);
+                rx.truncated[0] = false;
+                Ok(1)
+            }
+        }
+    }
+    fn wait_readable(&self, _timeout: Duration) -> bool {
+        false
+    }
+    fn raw_fd(&self) -> RawFd {
+        -1
+    }
+    fn peer_gone(&self, e: &io::Error) -> bool {
+        e.raw_os_error() == Some(libc::ECONNREFUSED)
+    }
+}
+
+struct TakeAll;
+impl MessageSink for TakeAll {
+    fn place(&mut self, _info: &MessageInfo, _segments: &[&[u8]]) -> Placed {
+        Placed::Placed
+    }
+}
+
+/// A connected channel (reliable delivery) over a scripted link, and the
+/// peer's end of the protocol, driven by hand.
+fn connected() -> (RumChannel<ScriptedLink>, Connection, Arc<Mutex<Script>>) {
+    let t = now();
+    let mut client = Connection::connect(Config::default(), 0x11, b"", t).unwrap();
+    let mut buf = vec![0u8; client.max_datagram_len()];
+    let n = client.poll_transmit(t, &mut buf).unwrap();
+    let Body::ConnectRequest(h) = Repr::parse(&buf[..n]).unwrap().body else {
+        panic!("not a connect request");
+    };
+    let mut server = Connection::accept(Config::default(), 0x22, &h, b"", t).unwrap();
+    let n = server.poll_transmit(t, &mut buf).unwrap();
+    client.handle_datagram(t, &buf[..n]);
+    while server.poll_event().is_some() {}
+    let script = Arc::new(Mutex::new(Script::default()));
+    let ch = RumChannel::new(
+        ScriptedLink(script.clone()),
+        client,
+        ViAttrs::default(),
+        None,
+        false,
+        None,
+    );
+    (ch, server, script)
+}
+
+fn message() -> OutgoingMessage {
+    OutgoingMessage {
+        op: ViaOp::Send,
+        immediate: None,
+        mem_handle: 0,
+        remote_addr: 0,
+        data: Payload::Owned(vec![7; 100]),
+    }
+}
+
+/// The peer takes what the channel sent and closes: its DISCONNECT,
+/// carrying the acknowledgement, is returned.
+fn peer_takes_and_closes(server: &mut Connection, script: &Arc<Mutex<Script>>) -> Vec<u8> {
+    let t = now();
+    for d in std::mem::take(&mut script.lock().unwrap().sent) {
+        server.handle_datagram(t, &d);
+    }
+    assert!(server.poll_message(&mut TakeAll).is_some(), "delivered");
+    server.close();
+    let mut buf = vec![0u8; server.max_datagram_len()];
+    let n = server.poll_transmit(Time::ZERO, &mut buf).unwrap();
+    assert!(matches!(
+        Repr::parse(&buf[..n]).unwrap().body,
+        Body::Disconnect { .. }
+    ));
+    buf[..n].to_vec()
+}
+
+/// Runs one progress call with empty queues.
+fn progress(ch: &mut RumChannel<ScriptedLink>) -> Result<bool, crate::device::ChannelFailed> {
+    let registry = MemoryRegistry::new();
+    let (mut rq, mut sq, mut faults) = (RecvQueue::default(), SendQueue::default(), Vec::new());
+    let mut place = Placement {
+        registry: &registry,
+        ptag: PtagId(1),
+        rdma_write: false,
+        rdma_read: false,
+        rq: &mut rq,
+        sq: &mut sq,
+        recv_cq: None,
+        send_cq: None,
+        vi_id: 1,
+        vi_token: 0,
+        faults: &mut faults,
+        completed_any: false,
+    };
+    ch.progress(&mut place)
+}
+
+/// The read reports the closed port first, the peer's disconnect (with
+/// its acknowledgement of our send) is queued behind it.
+#[test]
+fn a_closed_port_reported_on_read_does_not_hide_the_final_acknowledgement() {
+    let (mut ch, mut server, script) = connected();
+    ch.send_message(message()).unwrap();
+    ch.flush(now());
+    let disconnect = peer_takes_and_closes(&mut server, &script);
+    script.lock().unwrap().inbound = VecDeque::from([Err(libc::ECONNREFUSED), Ok(disconnect)]);
+    assert_eq!(progress(&mut ch), Ok(true), "the failure waits a call");
+    assert_eq!(ch.sent(), 1, "the acknowledged send completed");
+    assert!(progress(&mut ch).is_err());
+}
+
+/// A send of this very call draws the error, after the read found
+/// nothing; the disconnect came meanwhile.
+#[test]
+fn a_closed_port_reported_on_send_does_not_hide_the_final_acknowledgement() {
+    let (mut ch, mut server, script) = connected();
+    ch.send_message(message()).unwrap();
+    ch.flush(now());
+    let disconnect = peer_takes_and_closes(&mut server, &script);
+    // A second send, queued: the next progress call flushes it.
+    ch.send_message(message()).unwrap();
+    ch.flush_owed = true;
+    script.lock().unwrap().refuse_send = Some(vec![disconnect]);
+    assert_eq!(progress(&mut ch), Ok(true), "the failure waits a call");
+    assert_eq!(
+        ch.sent(),
+        1,
+        "the acknowledged send completed, not the second"
+    );
+    assert!(progress(&mut ch).is_err());
+}
+
+/// The peer's disconnect acknowledges our send, in a call that also
+/// flushes something owed (which drains the protocol's events before the
+/// call would otherwise have counted its completions).
+#[test]
+fn a_disconnect_read_with_a_flush_owed_still_completes_what_it_acknowledges() {
+    let (mut ch, mut server, script) = connected();
+    ch.send_message(message()).unwrap();
+    ch.flush(now());
+    let disconnect = peer_takes_and_closes(&mut server, &script);
+    ch.flush_owed = true;
+    script.lock().unwrap().inbound = VecDeque::from([Ok(disconnect)]);
+    assert_eq!(progress(&mut ch), Ok(true), "the failure waits a call");
+    assert_eq!(ch.sent(), 1);
+    assert!(progress(&mut ch).is_err());
+}
