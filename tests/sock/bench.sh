@@ -18,11 +18,13 @@ done
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 
-# port: a random port no one listens on (others may run servers here too).
+# port: a random port no socket holds in any state (others may run servers
+# here too), below the kernel's ephemeral range (32768 up): a client port
+# of an earlier run still in TIME_WAIT there made a server's bind fail.
 port() {
     while :; do
-        p=$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 20000))
-        ss -ltn | grep -q ":$p " || { echo "$p"; return; }
+        p=$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 12000))
+        ss -tan | grep -q ":$p " || { echo "$p"; return; }
     done
 }
 # listening PORT: waits until a TCP listener holds PORT (the readiness signal).
