@@ -148,6 +148,14 @@ pub fn interface_mtu(ifname: &str) -> Option<usize> {
     }
 }
 
+/// The name `VipNSGetHostByAddr` gives a 16-byte host address of a
+/// network device: its IP address as text.
+pub fn host_name(addr: &[u8]) -> Result<String> {
+    host_ip(addr)
+        .map(|ip| ip.to_string())
+        .ok_or_else(|| ViaError::NameService("unknown host address".into()))
+}
+
 /// Resolves `name` (host name or IPv4/IPv6 literal) to a 16-byte address.
 pub fn resolve(name: &str) -> Result<[u8; 16]> {
     let name = name.trim();

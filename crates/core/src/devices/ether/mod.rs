@@ -257,9 +257,7 @@ impl Device for EtherDevice {
     }
 
     fn remote_host_name(&self, addr: &[u8]) -> Result<String> {
-        crate::sys::net::host_ip(addr)
-            .map(|ip| ip.to_string())
-            .ok_or_else(|| ViaError::NameService("unknown host address".into()))
+        crate::sys::net::host_name(addr)
     }
 
     fn close(&self, nic: &NicShared) {

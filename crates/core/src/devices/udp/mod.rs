@@ -212,9 +212,7 @@ impl Device for UdpDevice {
     }
 
     fn remote_host_name(&self, addr: &[u8]) -> Result<String> {
-        socket::host_ip(addr)
-            .map(|ip| ip.to_string())
-            .ok_or_else(|| ViaError::NameService("unknown host address".into()))
+        crate::sys::net::host_name(addr)
     }
 
     fn close(&self, nic: &NicShared) {
