@@ -18,24 +18,8 @@ done
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 
-# port: a random port no socket holds in any state (others may run servers
-# here too), below the kernel's ephemeral range (32768 up): a client port
-# of an earlier run still in TIME_WAIT there made a server's bind fail.
-port() {
-    while :; do
-        p=$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 12000))
-        ss -tan | grep -q ":$p " || { echo "$p"; return; }
-    done
-}
-# listening PORT: waits until a TCP listener holds PORT (the readiness signal).
-listening() {
-    i=0
-    until ss -ltn | grep -q ":$1 "; do
-        i=$((i + 1))
-        [ $i -lt 200 ] || { echo "bench: no listener on $1" >&2; exit 1; }
-        sleep 0.05
-    done
-}
+me=bench
+. "$(dirname "$0")/bench_lib.sh"
 # pp PREFIX ARGS...: median one-way latency (us) of one sockperf run.
 pp() {
     pre=$1
@@ -64,7 +48,6 @@ ip() {
     wait "$s" || true
     python3 -c "import json,sys; print('%.1f' % (json.load(open(sys.argv[1]))['end']['sum_received']['bits_per_second'] / 1e9))" "$dir/ip.json"
 }
-median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 
 : >"$dir/lk"; : >"$dir/lkn"; : >"$dir/lv"; : >"$dir/lvn"; : >"$dir/tk"; : >"$dir/tv"
 for r in $(seq "$rounds"); do

@@ -20,24 +20,8 @@ dir=$(mktemp -d)
 server=
 trap '[ -n "$server" ] && kill "$server" 2>/dev/null; rm -rf "$dir"' EXIT
 
-# port: a random port no socket holds in any state (others may run servers
-# here too), below the kernel's ephemeral range (32768 up): a client port
-# of an earlier run still in TIME_WAIT there made a server's bind fail.
-port() {
-    while :; do
-        p=$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 12000))
-        ss -tan | grep -q ":$p " || { echo "$p"; return; }
-    done
-}
-# listening PORT: waits until a TCP listener holds PORT (the readiness signal).
-listening() {
-    i=0
-    until ss -ltn | grep -q ":$1 "; do
-        i=$((i + 1))
-        [ $i -lt 200 ] || { echo "server_bench: no listener on $1" >&2; exit 1; }
-        sleep 0.05
-    done
-}
+me=server_bench
+. "$(dirname "$0")/bench_lib.sh"
 # one PREFIX: prints "SET GET" requests/s of one server and benchmark run.
 one() {
     pre=$1
@@ -64,7 +48,6 @@ one() {
     fi
     awk -F'"' '$2 == "SET" { s = $4 } $2 == "GET" { g = $4 } END { print s, g }' "$dir/csv"
 }
-median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 
 : >"$dir/k"
 : >"$dir/v"
