@@ -198,3 +198,18 @@ pub fn peer_to_peer(exe: &str, ns: &NetnsPair, env: &[(String, String)]) -> [Fin
     }
     done
 }
+
+/// Checks a `mode=sizes` run at reliability level `rel`: every size the
+/// client sent arrived, the four RDMA writes landed, and on the reliable
+/// levels the four RDMA reads came back. `what` names the run in messages.
+pub fn assert_sizes_run(server: &Finished, client: &Finished, rel: &str, what: &str) {
+    assert_eq!(
+        server.expect_u64("messages"),
+        client.expect_u64("sizes"),
+        "{what} {rel}"
+    );
+    assert_eq!(server.expect_u64("rdma_writes"), 4, "{what} {rel}");
+    if rel != "ur" {
+        assert_eq!(client.expect_u64("reads"), 4, "{what} {rel}");
+    }
+}

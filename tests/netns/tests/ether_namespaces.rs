@@ -54,15 +54,7 @@ fn sizes(ns: &NetnsPair, path: &str, rels: &[&str]) {
         );
         assert_eq!(s.expect_u64("scattered"), c.expect_u64("gathered"));
         let (s, c) = run_pair(ns, path, &[("mode", "sizes"), ("rel", rel)], &[]);
-        assert_eq!(
-            s.expect_u64("messages"),
-            c.expect_u64("sizes"),
-            "{path} {rel}"
-        );
-        assert_eq!(s.expect_u64("rdma_writes"), 4);
-        if *rel != "ur" {
-            assert_eq!(c.expect_u64("reads"), 4);
-        }
+        pair::assert_sizes_run(&s, &c, rel, path);
     }
 }
 
