@@ -397,11 +397,20 @@ impl NetLink {
         }
     }
 
-    /// Takes whatever completed, sends and receives.
-    fn pump(&self, st: &mut State) {
+    /// Takes the completed sends back (their slots are free again).
+    fn reap(&self, st: &mut State) {
         while let Ok(d) = self.vi.send_done() {
             self.sent_done(st, d);
         }
+        if self.vi.state() == ViState::Error {
+            st.broken = true;
+        }
+    }
+
+    /// Takes what arrived. (Each look at the VI is a system call on the
+    /// network device: a reader does not look for send completions, nor a
+    /// writer that has a free slot for them.)
+    fn pump(&self, st: &mut State) {
         while let Ok(d) = self.vi.recv_done() {
             self.received(st, d);
         }
@@ -435,7 +444,11 @@ impl NetLink {
         let (mut taken, mut seg, mut off) = (0usize, 0usize, 0usize);
         while taken < total {
             let mut st = lock(&self.state);
-            self.pump(&mut st);
+            if st.free.is_empty() {
+                self.reap(&mut st);
+            } else if self.vi.state() == ViState::Error {
+                st.broken = true;
+            }
             if st.broken {
                 return pipe(taken);
             }
@@ -712,7 +725,7 @@ impl NetLink {
         while start.elapsed() < LINGER {
             {
                 let mut st = lock(&self.state);
-                self.pump(&mut st);
+                self.reap(&mut st);
                 if st.in_flight == 0 || st.broken {
                     return;
                 }
