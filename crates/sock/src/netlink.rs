@@ -444,11 +444,11 @@ impl NetLink {
         let (mut taken, mut seg, mut off) = (0usize, 0usize, 0usize);
         while taken < total {
             let mut st = lock(&self.state);
-            if st.free.is_empty() {
-                self.reap(&mut st);
-            } else if self.vi.state() == ViState::Error {
-                st.broken = true;
-            }
+            // Taking completions runs the protocol: the acknowledgements
+            // that came open its window, so what is posted now leaves now,
+            // before its doorbell (a writer that looked only when out of
+            // slots had its message held while the doorbell went).
+            self.reap(&mut st);
             if st.broken {
                 return pipe(taken);
             }
@@ -675,6 +675,16 @@ impl NetLink {
             if nonblocking() {
                 if let Some(end) = self.ended(fd, got) {
                     return end;
+                }
+                if got == 0 && bytes_in(fd) > 0 {
+                    // A doorbell is there and its message is not: the two
+                    // travel on different sockets, and the doorbell can
+                    // win. The message was posted before it rang: wait
+                    // for it (a reader told "readable" must get data).
+                    // SAFETY: sched_yield takes nothing and cannot fail;
+                    // the writer may need this CPU.
+                    unsafe { libc::sched_yield() };
+                    continue;
                 }
                 return if got > 0 { Ok(got) } else { Err(libc::EAGAIN) };
             }
