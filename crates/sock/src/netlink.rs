@@ -679,11 +679,11 @@ impl NetLink {
                 if got == 0 && bytes_in(fd) > 0 {
                     // A doorbell is there and its message is not: the two
                     // travel on different sockets, and the doorbell can
-                    // win. The message was posted before it rang: wait
-                    // for it (a reader told "readable" must get data).
-                    // SAFETY: sched_yield takes nothing and cannot fail;
-                    // the writer may need this CPU.
-                    unsafe { libc::sched_yield() };
+                    // win (or the message waits in the writer's window).
+                    // It was posted before it rang: wait for it, asleep on
+                    // the VI's socket (a reader told "readable" must get
+                    // data; spinning here took the CPU its writer needed).
+                    nap(&self.vi, fd, 0);
                     continue;
                 }
                 return if got > 0 { Ok(got) } else { Err(libc::EAGAIN) };
@@ -726,6 +726,9 @@ impl NetLink {
                 };
                 // SAFETY: one pollfd of ours.
                 unsafe { libc::poll(&mut p, 1, SLICE.as_millis() as libc::c_int) };
+            } else {
+                // Its doorbell came first: the message is on its way.
+                nap(&self.vi, fd, 0);
             }
         }
     }
