@@ -60,6 +60,10 @@ const DESC_BYTES: usize = 128;
 /// A sleeping reader or writer looks at the kernel socket this often.
 const SLICE: Duration = Duration::from_millis(10);
 const LINGER: Duration = Duration::from_secs(10);
+/// Longest sleep of a reader whose doorbell came before its message: the
+/// datagram may have been taken off the VI's socket (by the NIC's progress
+/// thread) just before the reader went to sleep on it.
+const DOORBELL_FIRST: Duration = Duration::from_millis(1);
 
 const DATA: u8 = 1;
 /// The writer rang a doorbell for this message.
@@ -170,10 +174,10 @@ fn spin_time() -> Duration {
 
 /// Sleeps until the VI's socket has a datagram, the kernel socket shows
 /// `events` (or an error or hang-up), the VI's next protocol timer is due,
-/// or `SLICE` passed: one wake-up, by the kernel, where the VI's own Wait
+/// or `limit` passed: one wake-up, by the kernel, where the VI's own Wait
 /// goes through the NIC's progress thread (two, and on a loaded machine
 /// hundreds of microseconds more per message).
-fn nap(vi: &Vi, tcp: RawFd, events: libc::c_short) {
+fn nap(vi: &Vi, tcp: RawFd, events: libc::c_short, limit: Duration) {
     let Some((vfd, timer)) = vi.wait_hint() else {
         std::thread::sleep(Duration::from_millis(1));
         return;
@@ -182,7 +186,7 @@ fn nap(vi: &Vi, tcp: RawFd, events: libc::c_short) {
         .map_or(SLICE, |t| {
             Duration::from_nanos(t.saturating_sub(openvia_core::sys::now_ns()))
         })
-        .min(SLICE);
+        .min(limit);
     let mut p = [
         libc::pollfd {
             fd: tcp,
@@ -464,7 +468,7 @@ impl NetLink {
                 if hung_up_both(fd) {
                     return pipe(taken);
                 }
-                nap(&self.vi, fd, 0);
+                nap(&self.vi, fd, 0, SLICE);
                 continue;
             };
             let n = (total - taken).min(CHUNK);
@@ -683,7 +687,7 @@ impl NetLink {
                     // It was posted before it rang: wait for it, asleep on
                     // the VI's socket (a reader told "readable" must get
                     // data; spinning here took the CPU its writer needed).
-                    nap(&self.vi, fd, 0);
+                    nap(&self.vi, fd, 0, DOORBELL_FIRST);
                     continue;
                 }
                 return if got > 0 { Ok(got) } else { Err(libc::EAGAIN) };
@@ -728,7 +732,7 @@ impl NetLink {
                 unsafe { libc::poll(&mut p, 1, SLICE.as_millis() as libc::c_int) };
             } else {
                 // Its doorbell came first: the message is on its way.
-                nap(&self.vi, fd, 0);
+                nap(&self.vi, fd, 0, DOORBELL_FIRST);
             }
         }
     }
@@ -746,7 +750,7 @@ impl NetLink {
             if hung_up_both(fd) {
                 return;
             }
-            nap(&self.vi, fd, 0);
+            nap(&self.vi, fd, 0, SLICE);
         }
     }
 }
