@@ -530,7 +530,9 @@ impl NetLink {
                 break;
             };
             if front.number != st.consumed.wrapping_add(1) {
-                // An earlier one is being handed over by a sleeping reader.
+                // Numbers follow one another on a reliable VI; one out of
+                // order is not read (the peer does not follow the protocol).
+                st.broken = true;
                 break;
             }
             let (slot, len, belled) = (front.slot, front.len, front.belled);
@@ -659,7 +661,7 @@ impl NetLink {
                     }
                     return Ok(got);
                 }
-                st.broken && st.arrived.is_empty()
+                st.broken
             };
             if got == want || (got > 0 && !all) {
                 return Ok(self.leave(fd, got));
