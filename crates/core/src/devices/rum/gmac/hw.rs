@@ -37,9 +37,9 @@ pub struct Keys {
     /// lane) and 2k + 1 (high lane).
     h2: [__m256i; WIDE_AGG / 2],
     hk2: [__m256i; WIDE_AGG / 2],
-    /// H^ZMM_AGG..H^1 four to a register for the 512-bit path (see
-    /// `zmm`): quad k holds the powers of blocks 4k..4k + 3 of a round.
-    h4: [[__m128i; 4]; zmm::ZMM_AGG / 4],
+    /// H^ZMM_AGG..H^1 twisted, then zeros, for the 512-bit path
+    /// (`zmm::powers`).
+    rpow: [__m128i; zmm::RPOW_LEN],
     /// The widest path the CPU has (tests choose narrower ones).
     pub(super) width: Width,
 }
@@ -150,6 +150,41 @@ fn reduce_karatsuba(lo: __m128i, hi: __m128i, mid: __m128i) -> __m128i {
     )
 }
 
+/// GCM's polynomial for [`reduce_mont`]: x^128 + x^127 + x^126 + x^121 + 1
+/// in the byte-reversed, bit-reflected order of the blocks.
+#[inline]
+#[target_feature(enable = "sse2")]
+fn poly() -> __m128i {
+    _mm_set_epi64x(0xc200_0000_0000_0000_u64 as i64, 1)
+}
+
+/// A power of H made ready for [`reduce_mont`]: shifted left by one and
+/// reduced, the shift that [`reduce`] applies to every product applied
+/// once to the key instead.
+#[target_feature(enable = "sse2")]
+fn twist(h: __m128i) -> __m128i {
+    // The top bit, spread over the register, selects the polynomial.
+    let top = _mm_srai_epi32::<31>(_mm_shuffle_epi32::<0xff>(h));
+    let carries = _mm_slli_si128::<4>(_mm_srli_epi32::<31>(h));
+    let shifted = _mm_or_si128(_mm_slli_epi32::<1>(h), carries);
+    _mm_xor_si128(shifted, _mm_and_si128(top, poly()))
+}
+
+/// The reduction of a product with a twisted power ([`twist`]): two
+/// carry-less multiplications by the polynomial fold the low half into
+/// the high one (a Montgomery reduction), shorter than [`reduce`]'s
+/// chain of shifts.
+#[inline]
+#[target_feature(enable = "sse2,pclmulqdq")]
+fn reduce_mont(lo: __m128i, hi: __m128i) -> __m128i {
+    let p = poly();
+    let t = _mm_clmulepi64_si128::<0x01>(p, lo);
+    let lo = _mm_xor_si128(_mm_shuffle_epi32::<0x4e>(lo), t);
+    let t = _mm_clmulepi64_si128::<0x01>(p, lo);
+    let lo = _mm_xor_si128(_mm_shuffle_epi32::<0x4e>(lo), t);
+    _mm_xor_si128(lo, hi)
+}
+
 #[target_feature(enable = "sse2,pclmulqdq")]
 fn gf_mul(a: __m128i, b: __m128i) -> __m128i {
     let (lo, hi) = mul_wide(a, b);
@@ -179,7 +214,7 @@ impl Keys {
             hk: [_mm_setzero_si128(); WIDE_AGG],
             h2: [_mm256_setzero_si256(); WIDE_AGG / 2],
             hk2: [_mm256_setzero_si256(); WIDE_AGG / 2],
-            h4: [[_mm_setzero_si128(); 4]; zmm::ZMM_AGG / 4],
+            rpow: [_mm_setzero_si128(); zmm::RPOW_LEN],
             width: Width::detect(),
         };
         let h = bswap(keys.encrypt(_mm_setzero_si128()));
@@ -188,7 +223,7 @@ impl Keys {
             powers[i] = gf_mul(powers[i - 1], h);
         }
         keys.h.copy_from_slice(&powers[..WIDE_AGG]);
-        keys.h4 = zmm::quads(&powers);
+        keys.rpow = zmm::powers(&powers);
         for i in 0..WIDE_AGG {
             keys.hk[i] = _mm_xor_si128(keys.h[i], _mm_shuffle_epi32::<0x4e>(keys.h[i]));
         }
@@ -241,9 +276,27 @@ impl Keys {
             acc = reduce_karatsuba(lo, hi, mid);
             i += AGG;
         }
-        while i < n {
-            acc = gf_mul(_mm_xor_si128(load(i), acc), self.h[0]);
-            i += 1;
+        // The blocks left (fewer than AGG) as one shorter round, by
+        // H^(n−i)..H^1.
+        let left = n - i;
+        if left > 0 {
+            let (mut lo, mut hi, mut mid) = (
+                _mm_setzero_si128(),
+                _mm_setzero_si128(),
+                _mm_setzero_si128(),
+            );
+            for j in 0..left {
+                let mut x = load(i + j);
+                if j == 0 {
+                    x = _mm_xor_si128(x, acc);
+                }
+                let h = self.h[left - 1 - j];
+                lo = _mm_xor_si128(lo, _mm_clmulepi64_si128::<0x00>(x, h));
+                hi = _mm_xor_si128(hi, _mm_clmulepi64_si128::<0x11>(x, h));
+                let xk = _mm_xor_si128(x, _mm_shuffle_epi32::<0x4e>(x));
+                mid = _mm_xor_si128(mid, _mm_clmulepi64_si128::<0x00>(xk, self.hk[left - 1 - j]));
+            }
+            acc = reduce_karatsuba(lo, hi, mid);
         }
         acc
     }
