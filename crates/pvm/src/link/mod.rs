@@ -96,11 +96,19 @@ pub enum LinkEvent {
 /// Whatever a link's threads wake when they have news.
 pub trait WakeUp: Send + Sync {
     fn wake(&self);
+
+    /// A message was written into a task's pool pages (and its doorbell
+    /// rung). The task will likely answer at once: a daemon loop that is
+    /// asleep may want to start spinning for that answer.
+    fn delivered(&self) {}
 }
 
 /// Wakes the daemon's poll loop: an eventfd it polls.
 pub struct Waker {
     fd: OwnedFd,
+    /// The loop is awake and driving the links itself (spinning): a
+    /// delivery needs no kick.
+    driving: std::sync::atomic::AtomicBool,
 }
 
 impl Waker {
@@ -113,6 +121,7 @@ impl Waker {
         // SAFETY: a fresh descriptor owned only here.
         Ok(Arc::new(Waker {
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            driving: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 
@@ -126,6 +135,11 @@ impl Waker {
         unsafe { libc::write(self.fd(), one.as_ptr().cast(), 8) };
     }
 
+    /// The loop drives the links itself (true) or sleeps (false).
+    pub fn set_driving(&self, on: bool) {
+        self.driving.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Clears the counter after a wake-up.
     pub fn drain(&self) {
         let mut v = [0u8; 8];
@@ -137,6 +151,15 @@ impl Waker {
 impl WakeUp for Waker {
     fn wake(&self) {
         Waker::wake(self);
+    }
+
+    /// Wakes a sleeping loop so that it spins for the task's answer: the
+    /// loop's wake-up then runs beside the task's, instead of after the
+    /// task's send (one wake-up off each message's path).
+    fn delivered(&self) {
+        if !self.driving.load(std::sync::atomic::Ordering::Relaxed) {
+            Waker::wake(self);
+        }
     }
 }
 
