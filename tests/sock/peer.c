@@ -6,7 +6,10 @@
  *   peer client PORT N writes N checksummed bytes, reads them back, checks
  *   peer survivor PORT writes one byte to a server in MODE die, then
  *                      expects EOF/ECONNRESET on read and EPIPE on write,
- *                      each within 1 s. */
+ *                      each within 1 s.
+ * PEER_ADDR (an IPv4 address, default 127.0.0.1) is where the server
+ * listens and the clients dial: another host's (namespace's) address
+ * for the tests between hosts. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -24,12 +27,21 @@ static double now(void) {
     return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
+static void peer_addr(struct sockaddr_in *a) {
+    const char *s = getenv("PEER_ADDR");
+    a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (s && inet_pton(AF_INET, s, &a->sin_addr) != 1) {
+        fprintf(stderr, "PEER_ADDR: not an IPv4 address: %s\n", s);
+        exit(2);
+    }
+}
+
 static int dial(int port) {
     struct sockaddr_in a;
     memset(&a, 0, sizeof a);
     a.sin_family = AF_INET;
     a.sin_port = htons((unsigned short)port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    peer_addr(&a);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a)) { perror("connect"); exit(1); }
     return fd;
@@ -40,7 +52,7 @@ static int server(const char *mode) {
     struct sockaddr_in a;
     memset(&a, 0, sizeof a);
     a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    peer_addr(&a);
     socklen_t len = sizeof a;
     if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof a) || listen(lfd, 4) ||
         getsockname(lfd, (struct sockaddr *)&a, &len)) { perror("listen"); return 1; }

@@ -58,6 +58,12 @@ done
 "$bin/viarun" --stats "$dir/echo" 3000000 2>"$dir/stats"
 cat "$dir/stats"
 grep -qx 'viarun: 1 connections over shm, 0 over kernel TCP' "$dir/stats"
+# Between hosts (network namespaces: root only, as in CI).
+if [ "$(id -u)" = 0 ] && command -v ip >/dev/null; then
+    VIARUN_LIB="$bin/libviarun.so" "$here/hosts.sh" "$bin" "$dir/peer"
+else
+    echo "sock tests between hosts: skipped (need root for network namespaces)"
+fi
 shm_after=$(ls /dev/shm | wc -l)
 [ "$shm_after" -le "$shm_before" ] || { echo "left in /dev/shm:"; ls /dev/shm; exit 1; }
 echo "sock tests: ok"

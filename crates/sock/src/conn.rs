@@ -10,10 +10,12 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::carried::Carried;
 use crate::control::{Control, Side};
-use crate::link::{HandshakeEnd, Link};
+use crate::link::{HandshakeEnd, Link, Medium};
+use crate::netlink::NetLink;
 use crate::real::real;
-use crate::{rendezvous, stats};
+use crate::{remote, rendezvous, stats};
 
 /// Descriptors at or past this are never carried (they stay on the kernel).
 pub const MAX_FD: usize = 65536;
@@ -28,10 +30,18 @@ thread_local! {
     /// This thread's last carried descriptor, the epoch it was seen in, and
     /// its link: a program reading or writing one socket in a loop finds
     /// its link without the table's lock.
-    static LAST: RefCell<Option<(RawFd, u64, Arc<Link>)>> = const { RefCell::new(None) };
+    static LAST: RefCell<Option<(RawFd, u64, Arc<dyn Carried>)>> = const { RefCell::new(None) };
 }
-/// Listening TCP sockets under viarun → their registry Unix socket.
-static LISTENERS: Mutex<Option<HashMap<RawFd, RawFd>>> = Mutex::new(None);
+/// A listening TCP socket's registrations: its Unix socket for
+/// connectors on this host, its UDP agent for those on others.
+#[derive(Clone)]
+pub struct Listener {
+    pub local: Option<RawFd>,
+    pub remote: Option<Arc<remote::Registry>>,
+}
+
+/// Listening TCP sockets under viarun → their registrations.
+static LISTENERS: Mutex<Option<HashMap<RawFd, Listener>>> = Mutex::new(None);
 
 pub enum Setup {
     /// Connector: the acceptor's answer comes on this Unix listener.
@@ -40,13 +50,22 @@ pub enum Setup {
         dst_port: u16,
         dst: String,
     },
+    /// Connector to another host: the acceptor's decision comes here.
+    AwaitNet { offer: remote::Offer, dst: String },
     /// Both ends said yes; the VI is made on first use.
     Agreed {
         side: Side,
         token: u64,
         control: Arc<Control>,
     },
-    Via(Arc<Link>),
+    /// Both ends said yes between hosts (the connector knows the
+    /// acceptor's network address); the VI is made on first use.
+    AgreedNet {
+        side: Side,
+        token: u64,
+        peer_host: Vec<u8>,
+    },
+    Via(Arc<dyn Carried>),
     Kernel,
     /// Committed to openvia and then lost: reads reset, writes EPIPE.
     Broken,
@@ -59,7 +78,7 @@ pub struct Conn {
 /// Where a call on a descriptor goes.
 pub enum Route {
     Kernel,
-    Via(Arc<Link>),
+    Via(Arc<dyn Carried>),
     Fail(i32),
 }
 
@@ -121,8 +140,7 @@ pub fn forget(fd: RawFd) {
         l.as_mut().and_then(|m| m.remove(&fd))
     };
     if let Some(r) = registry {
-        // SAFETY: closing the registry socket we opened for this listener.
-        unsafe { (real().close)(r) };
+        release(r);
     }
 }
 
@@ -130,7 +148,7 @@ fn finish(conn: &Conn) {
     let mut g = conn.setup.lock().unwrap_or_else(|e| e.into_inner());
     match std::mem::replace(&mut *g, Setup::Kernel) {
         Setup::Via(link) => {
-            if link.owner_pid == crate::process::id() {
+            if link.owner_pid() == crate::process::id() {
                 link.flush();
                 link.shut();
                 drop(link);
@@ -155,7 +173,7 @@ pub fn route(fd: RawFd) -> Route {
     let epoch = EPOCH.load(Ordering::Acquire);
     let pid = crate::process::id();
     let remembered = LAST.try_with(|l| match &*l.borrow() {
-        Some((f, e, link)) if *f == fd && *e == epoch && link.owner_pid == pid => {
+        Some((f, e, link)) if *f == fd && *e == epoch && link.owner_pid() == pid => {
             Some(link.clone())
         }
         _ => None,
@@ -183,7 +201,7 @@ fn settle(fd: RawFd) -> Route {
             Setup::Kernel => return Route::Kernel,
             Setup::Broken => return Route::Fail(libc::ECONNRESET),
             Setup::Via(link) => {
-                if link.owner_pid == crate::process::id() {
+                if link.owner_pid() == crate::process::id() {
                     return Route::Via(link.clone());
                 }
                 // Carried by the parent before a fork: not usable here.
@@ -200,7 +218,7 @@ fn settle(fd: RawFd) -> Route {
                 let key = stats::key_of(fd, Some(dst.clone()));
                 match answer {
                     Some((token, page)) => {
-                        stats::record(crate::link::device_short_name(), &key);
+                        stats::record(crate::link::device_short_name(Medium::Local), &key);
                         let control = Control::map(page);
                         // SAFETY: the received page's descriptor, ours to close.
                         unsafe { (real().close)(page) };
@@ -229,6 +247,35 @@ fn settle(fd: RawFd) -> Route {
                 Err(HandshakeEnd::PeerNeverCame) => Setup::Kernel,
                 Err(HandshakeEnd::Broken) => Setup::Broken,
             },
+            Setup::AwaitNet { offer, dst } => {
+                let key = stats::key_of(fd, Some(dst.clone()));
+                match offer.decision(fd) {
+                    Some(yes) => {
+                        stats::record(crate::link::device_short_name(Medium::Network), &key);
+                        Setup::AgreedNet {
+                            side: Side::Connector,
+                            token: yes.token,
+                            peer_host: yes.host().to_vec(),
+                        }
+                    }
+                    None => {
+                        stats::record("tcp", &key);
+                        Setup::Kernel
+                    }
+                }
+            }
+            Setup::AgreedNet {
+                side,
+                token,
+                peer_host,
+            } => {
+                let host = matches!(side, Side::Connector).then_some(&peer_host[..]);
+                match NetLink::handshake(fd, *side, *token, host) {
+                    Ok(link) => Setup::Via(Arc::new(link)),
+                    Err(HandshakeEnd::PeerNeverCame) => Setup::Kernel,
+                    Err(HandshakeEnd::Broken) => Setup::Broken,
+                }
+            }
         };
         *g = next;
     }
@@ -236,27 +283,36 @@ fn settle(fd: RawFd) -> Route {
 
 /// The link of a connection already carried by this process, without
 /// settling one that is not yet (for calls that only change its state).
-pub fn carried(fd: RawFd) -> Option<Arc<Link>> {
+pub fn carried(fd: RawFd) -> Option<Arc<dyn Carried>> {
     let conn = lookup(fd)?;
     let g = conn.setup.lock().unwrap_or_else(|e| e.into_inner());
     match &*g {
-        Setup::Via(link) if link.owner_pid == crate::process::id() => Some(link.clone()),
+        Setup::Via(link) if link.owner_pid() == crate::process::id() => Some(link.clone()),
         _ => None,
     }
 }
 
-pub fn add_listener(fd: RawFd, registry: RawFd) {
+pub fn add_listener(fd: RawFd, listener: Listener) {
     let mut l = LISTENERS.lock().unwrap_or_else(|e| e.into_inner());
     let m = l.get_or_insert_with(HashMap::new);
-    if let Some(old) = m.insert(fd, registry) {
-        // SAFETY: a registry socket of ours, replaced.
-        unsafe { (real().close)(old) };
+    if let Some(old) = m.insert(fd, listener) {
+        release(old);
     }
 }
 
-pub fn registry_of(fd: RawFd) -> Option<RawFd> {
+fn release(old: Listener) {
+    if let Some(r) = old.local {
+        // SAFETY: a registry socket of ours, no longer used.
+        unsafe { (real().close)(r) };
+    }
+    if let Some(r) = old.remote {
+        r.stop();
+    }
+}
+
+pub fn registry_of(fd: RawFd) -> Option<Listener> {
     let l = LISTENERS.lock().unwrap_or_else(|e| e.into_inner());
-    l.as_ref()?.get(&fd).copied()
+    l.as_ref()?.get(&fd).cloned()
 }
 
 /// Before exit: every connection carried here hands over what it sent.
@@ -270,7 +326,7 @@ pub fn flush_all() {
     for c in conns {
         let g = c.setup.lock().unwrap_or_else(|e| e.into_inner());
         if let Setup::Via(link) = &*g {
-            if link.owner_pid == crate::process::id() {
+            if link.owner_pid() == crate::process::id() {
                 link.flush();
             }
         }

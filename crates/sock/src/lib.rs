@@ -3,29 +3,35 @@
 //! other descriptor to the kernel untouched.
 //!
 //! - `real`: the C library's calls (`dlsym(RTLD_NEXT)`).
-//! - `rendezvous`: agreeing per connection, out of band, on openvia.
-//! - `conn`: descriptor → connection state; `link` (setup, writes) and
-//!   `reader`: the VI data path; `control`: the shared page that decides
-//!   when a doorbell is needed; `kernel`: the doorbell bytes on the
-//!   program's own TCP socket.
+//! - `rendezvous`: agreeing per connection, out of band, on openvia with
+//!   a peer on this host; `remote`: with a peer on another host.
+//! - `conn`: descriptor → connection state; `carried`: what a carried
+//!   connection offers the hooks; `link` (setup, writes) and `reader`: the
+//!   VI data path on one host; `control`: its shared page that decides
+//!   when a doorbell is needed; `netlink`: the data path between hosts;
+//!   `kernel`: the doorbell bytes on the program's own TCP socket.
 //! - `stats`: the lines `viarun --stats` counts.
 //!
 //! The hooks below decide per call: not ours → the real call, unchanged.
 //! No panic leaves a hook: one becomes -1/EIO.
 
+mod carried;
 mod conn;
 mod control;
 mod kernel;
 mod link;
+mod netlink;
 mod process;
 mod reader;
 mod real;
+mod remote;
 mod rendezvous;
 mod stats;
 
 use libc::{c_int, c_void, iovec, msghdr, size_t, sockaddr, socklen_t, ssize_t};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+use carried::Carried;
 use conn::{Route, Setup};
 use real::real;
 
@@ -91,7 +97,7 @@ fn iov_slices<'a>(iov: *const iovec, cnt: c_int) -> Vec<&'a mut [u8]> {
     }
 }
 
-fn via_read(link: &link::Link, fd: c_int, bufs: &mut [&mut [u8]], flags: c_int) -> ssize_t {
+fn via_read(link: &dyn Carried, fd: c_int, bufs: &mut [&mut [u8]], flags: c_int) -> ssize_t {
     if flags & libc::MSG_OOB != 0 {
         return result(Err(libc::EINVAL));
     }
@@ -105,7 +111,7 @@ fn via_read(link: &link::Link, fd: c_int, bufs: &mut [&mut [u8]], flags: c_int) 
     ))
 }
 
-fn via_write(link: &link::Link, fd: c_int, bufs: &[&[u8]], flags: c_int) -> ssize_t {
+fn via_write(link: &dyn Carried, fd: c_int, bufs: &[&[u8]], flags: c_int) -> ssize_t {
     if flags & libc::MSG_OOB != 0 {
         return result(Err(libc::EOPNOTSUPP));
     }
@@ -323,7 +329,7 @@ pub unsafe extern "C" fn sendfile(
     data_hook!(
         out,
         (real().sendfile)(out, input, offset, count),
-        |l: &link::Link| {
+        |l: &dyn Carried| {
             // Read the file into a bounce buffer, then write it as the program would.
             let mut buf = vec![0u8; count.min(link::SLOT_BYTES)];
             let n = if offset.is_null() {
@@ -471,6 +477,17 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: libc::c_ulong, arg: *mut c_vo
     })
 }
 
+/// Whether a listener bound to `a` can be reached from another host (not
+/// bound to a loopback address).
+fn reachable_from_afar(a: &std::net::SocketAddr) -> bool {
+    match a.ip() {
+        std::net::IpAddr::V4(v4) => !v4.is_loopback(),
+        std::net::IpAddr::V6(v6) => {
+            !v6.is_loopback() && v6.to_ipv4_mapped().is_none_or(|v4| !v4.is_loopback())
+        }
+    }
+}
+
 /// # Safety
 /// The C prototype of listen(2).
 #[no_mangle]
@@ -479,9 +496,16 @@ pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
         let r = (real().listen)(fd, backlog);
         if r == 0 && conn::registry_of(fd).is_none() && is_tcp(fd) {
             let e = errno();
-            let port = rendezvous::name_of(fd, false).and_then(|a| rendezvous::port_of(&a));
-            if let Some(reg) = port.and_then(rendezvous::register_listener) {
-                conn::add_listener(fd, reg);
+            let name = rendezvous::name_of(fd, false);
+            let port = name.as_ref().and_then(rendezvous::port_of);
+            let local = port.and_then(rendezvous::register_listener);
+            let remote = name
+                .as_ref()
+                .and_then(remote::socket_addr)
+                .filter(reachable_from_afar)
+                .and_then(remote::Registry::start);
+            if local.is_some() || remote.is_some() {
+                conn::add_listener(fd, conn::Listener { local, remote });
             }
             set_errno(e);
         }
@@ -489,51 +513,94 @@ pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
     })
 }
 
+/// An accepted connection from another host: the listener's agent
+/// decides with the connector (module `remote`).
+fn accepted_from_afar(reg: &remote::Registry, fd: c_int, peer: &libc::sockaddr_storage, key: &str) {
+    let Some(peer) = remote::socket_addr(peer) else {
+        return;
+    };
+    let offer = (reg.committed(peer) && (fd as usize) < conn::MAX_FD)
+        .then(|| link::process_nic(link::Medium::Network).ok())
+        .flatten()
+        .map(|(nic, _)| nic.query().address.to_vec());
+    let token = openvia_core::sys::random_u64() | 1;
+    match reg.decide(peer, offer.as_deref().map(|host| (token, host))) {
+        Some(token) => {
+            conn::insert(
+                fd,
+                Setup::AgreedNet {
+                    side: control::Side::Acceptor,
+                    token,
+                    peer_host: Vec::new(),
+                },
+            );
+            stats::record(link::device_short_name(link::Medium::Network), key);
+        }
+        None => stats::record("tcp", key),
+    }
+}
+
 fn accepted(listener: c_int, fd: c_int) {
     let Some(reg) = conn::registry_of(listener) else {
         return;
     };
     let e = errno();
-    rendezvous::drain_probes(reg);
+    if let Some(local) = reg.local {
+        rendezvous::drain_probes(local);
+    }
     let peer = rendezvous::name_of(fd, true);
     let local = rendezvous::name_of(fd, false);
     if let (Some(peer), Some(local)) = (peer, local) {
         let key = stats::key(rendezvous::text_of(&local), rendezvous::text_of(&peer));
-        let ports = rendezvous::port_of(&peer).zip(rendezvous::port_of(&local));
-        // A connection we can carry gets its control page, sent with the yes.
-        let mut control = None;
-        let mut page_fd = None;
-        let answer = ports.and_then(|(p, l)| {
-            rendezvous::answer(p, l, || {
-                if fd as usize >= conn::MAX_FD {
-                    return None;
-                }
-                let (page, memfd) = control::Control::create()?;
-                control = Some(page);
-                page_fd = Some(memfd);
-                page_fd
-            })
-        });
-        if let Some(memfd) = page_fd {
-            // SAFETY: the page's descriptor: mapped and handed on, ours to close.
-            unsafe { (real().close)(memfd) };
-        }
-        match answer.zip(control) {
-            Some((token, control)) => {
-                conn::insert(
-                    fd,
-                    Setup::Agreed {
-                        side: control::Side::Acceptor,
-                        token,
-                        control: std::sync::Arc::new(control),
-                    },
-                );
-                stats::record(link::device_short_name(), &key);
-            }
-            None => stats::record("tcp", &key),
+        let from_here = rendezvous::is_local(
+            (&peer as *const libc::sockaddr_storage).cast(),
+            std::mem::size_of::<libc::sockaddr_storage>() as socklen_t,
+        );
+        match (&reg.remote, from_here) {
+            (Some(remote), false) => accepted_from_afar(remote, fd, &peer, &key),
+            (_, true) if reg.local.is_some() => accepted_here(fd, &peer, &local, &key),
+            _ => stats::record("tcp", &key),
         }
     }
     set_errno(e);
+}
+
+/// An accepted connection from this host: answered over the connector's
+/// Unix socket (module `rendezvous`).
+fn accepted_here(fd: c_int, peer: &libc::sockaddr_storage, local: &libc::sockaddr_storage, key: &str) {
+    let ports = rendezvous::port_of(peer).zip(rendezvous::port_of(local));
+    // A connection we can carry gets its control page, sent with the yes.
+    let mut control = None;
+    let mut page_fd = None;
+    let answer = ports.and_then(|(p, l)| {
+        rendezvous::answer(p, l, || {
+            if fd as usize >= conn::MAX_FD {
+                return None;
+            }
+            let (page, memfd) = control::Control::create()?;
+            control = Some(page);
+            page_fd = Some(memfd);
+            page_fd
+        })
+    });
+    if let Some(memfd) = page_fd {
+        // SAFETY: the page's descriptor: mapped and handed on, ours to close.
+        unsafe { (real().close)(memfd) };
+    }
+    match answer.zip(control) {
+        Some((token, control)) => {
+            conn::insert(
+                fd,
+                Setup::Agreed {
+                    side: control::Side::Acceptor,
+                    token,
+                    control: std::sync::Arc::new(control),
+                },
+            );
+            stats::record(link::device_short_name(link::Medium::Local), key);
+        }
+        None => stats::record("tcp", key),
+    }
 }
 
 /// # Safety
@@ -608,9 +675,12 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, alen: socklen
             Some(p) => (p, rendezvous::text_of(&dst)),
             None => return (real().connect)(fd, addr, alen),
         };
-        // Only a listener on this host can answer; only one under viarun will.
+        // A listener on this host answers over Unix sockets, one on another
+        // host over UDP; only one under viarun will.
         let mut answer_socket = None;
-        if rendezvous::is_local(addr, alen) && rendezvous::listener_exists(dst_port) {
+        let mut offer = None;
+        let here = rendezvous::is_local(addr, alen);
+        if !here || rendezvous::listener_exists(dst_port) {
             let mut local = rendezvous::name_of(fd, false).and_then(|a| rendezvous::port_of(&a));
             if local == Some(0) {
                 let family =
@@ -619,13 +689,17 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, alen: socklen
                     .then(|| rendezvous::name_of(fd, false).and_then(|a| rendezvous::port_of(&a)))
                     .flatten();
             }
-            answer_socket = local.and_then(rendezvous::connector_socket);
+            if here {
+                answer_socket = local.and_then(rendezvous::connector_socket);
+            } else if let (Some(cport), Some(to)) = (local, remote::socket_addr(&dst)) {
+                offer = remote::Offer::make(to, cport);
+            }
         }
         let r = (real().connect)(fd, addr, alen);
         let e = errno();
         let started = r == 0 || e == libc::EINPROGRESS;
-        match answer_socket {
-            Some(listener) if started => conn::insert(
+        match (answer_socket, offer) {
+            (Some(listener), _) if started => conn::insert(
                 fd,
                 Setup::AwaitAnswer {
                     listener,
@@ -633,11 +707,18 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, alen: socklen
                     dst: dst_text,
                 },
             ),
-            Some(listener) => {
+            (Some(listener), _) => {
                 (real().close)(listener);
             }
-            None if started => stats::record("tcp", &stats::key_of(fd, Some(dst_text))),
-            None => {}
+            (None, Some(offer)) if started => conn::insert(
+                fd,
+                Setup::AwaitNet {
+                    offer,
+                    dst: dst_text,
+                },
+            ),
+            (None, None) if started => stats::record("tcp", &stats::key_of(fd, Some(dst_text))),
+            _ => {}
         }
         set_errno(e);
         r

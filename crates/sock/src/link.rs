@@ -45,33 +45,53 @@ const LINGER: Duration = Duration::from_secs(10);
 pub const DOORBELL: u8 = b'D';
 pub const HELLO: u8 = b'H';
 
-/// The device named by `VIARUN_DEVICE` (default the one-host device).
-fn device_name() -> String {
-    std::env::var("VIARUN_DEVICE").unwrap_or_else(|_| String::from("/dev/via_lo"))
+/// Which device a link runs on: the one-host device (`VIARUN_DEVICE`,
+/// default `/dev/via_lo`) or the network device between hosts
+/// (`VIARUN_NET_DEVICE`, default `/dev/via_udp`). The core picks the device
+/// by name (its registry); the library names only these defaults.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Medium {
+    Local,
+    Network,
 }
 
-/// This process's NIC (a forked child opens its own).
+fn device_name(medium: Medium) -> String {
+    let (var, default) = match medium {
+        Medium::Local => ("VIARUN_DEVICE", "/dev/via_lo"),
+        Medium::Network => ("VIARUN_NET_DEVICE", "/dev/via_udp"),
+    };
+    std::env::var(var).unwrap_or_else(|_| String::from(default))
+}
+
+/// This process's NIC on one medium (a forked child opens its own).
 struct ProcessNic {
     pid: u32,
     nic: Nic,
     ptag: PtagId,
 }
 
-static NIC: Mutex<Option<ProcessNic>> = Mutex::new(None);
+static NICS: Mutex<[Option<ProcessNic>; 2]> = Mutex::new([None, None]);
 
-fn process_nic() -> Result<(Nic, PtagId), ViaError> {
-    let mut g = NIC.lock().unwrap_or_else(|e| e.into_inner());
+pub(crate) fn process_nic(medium: Medium) -> Result<(Nic, PtagId), ViaError> {
+    let mut g = NICS.lock().unwrap_or_else(|e| e.into_inner());
+    let slot = &mut g[medium as usize];
     let pid = crate::process::id();
-    if let Some(p) = g.as_ref().filter(|p| p.pid == pid) {
+    if let Some(p) = slot.as_ref().filter(|p| p.pid == pid) {
         return Ok((p.nic.clone(), p.ptag));
     }
     // The parent's NIC (if any) is left alone in a child: it is not ours.
-    if let Some(old) = g.take() {
+    if let Some(old) = slot.take() {
         std::mem::forget(old);
     }
-    let nic = Nic::open(Some(&device_name()))?;
+    let nic = Nic::open(Some(&device_name(medium)))?;
+    if medium == Medium::Network {
+        // A failed VI shows as a broken link (EOF/ECONNRESET from the
+        // kernel socket); the core's default report would print on the
+        // program's stderr.
+        nic.set_error_handler(Some(Arc::new(|_: &openvia_core::nic::AsyncError| {})))?;
+    }
     let ptag = nic.create_ptag()?;
-    *g = Some(ProcessNic {
+    *slot = Some(ProcessNic {
         pid,
         nic: nic.clone(),
         ptag,
@@ -79,9 +99,13 @@ fn process_nic() -> Result<(Nic, PtagId), ViaError> {
     Ok((nic, ptag))
 }
 
-/// Short name of this process's device for the statistics.
-pub fn device_short_name() -> &'static str {
-    process_nic().map_or("shm", |(n, _)| n.shared().device().info().short_name)
+/// Short name of this process's device on `medium`, for the statistics.
+pub fn device_short_name(medium: Medium) -> &'static str {
+    let fallback = match medium {
+        Medium::Local => "shm",
+        Medium::Network => "udp",
+    };
+    process_nic(medium).map_or(fallback, |(n, _)| n.shared().device().info().short_name)
 }
 
 /// Mapped, registered memory: descriptor slots, then send then receive
@@ -157,7 +181,7 @@ pub struct Link {
     nic: Nic,
     pub(crate) vi: Arc<Vi>,
     region: Region,
-    pub owner_pid: u32,
+    owner_pid: u32,
     side: Side,
     control: Arc<Control>,
     tx: Mutex<Tx>,
@@ -186,6 +210,61 @@ fn disc(role_char: char, token: u64) -> Vec<u8> {
     format!("viarun-{role_char}-{token:016x}").into_bytes()
 }
 
+/// Connects `vi` to the peer's VI of the connection named by `token`, the
+/// connector at the acceptor's `peer_host` (None: this host), while the
+/// kernel socket shows the peer coming (its hello) or gone; then takes the
+/// peer's hello, which heads our kernel stream. Our own hello is sent.
+pub(crate) fn meet(
+    fd: RawFd,
+    nic: &Nic,
+    vi: &Arc<Vi>,
+    side: Side,
+    token: u64,
+    peer_host: Option<&[u8]>,
+) -> Result<(), HandshakeEnd> {
+    let host = nic.query().address.to_vec();
+    let (mine, theirs) = match side {
+        Side::Connector => ('c', 'a'),
+        Side::Acceptor => ('a', 'c'),
+    };
+    let local = Address {
+        host: host.clone(),
+        discriminator: disc(mine, token),
+    };
+    let remote = Address {
+        host: peer_host.map_or(host, <[u8]>::to_vec),
+        discriminator: disc(theirs, token),
+    };
+    loop {
+        let r = match side {
+            Side::Connector => {
+                openvia_core::connect_request(vi, &local, &remote, Some(SLICE)).map(|_| ())
+            }
+            Side::Acceptor => openvia_core::connect_wait(nic.shared(), &local, Some(SLICE))
+                .and_then(|req| req.accept(vi)),
+        };
+        match r {
+            Ok(()) => break,
+            Err(ViaError::Timeout) => match kernel::peek_state(fd) {
+                // The peer's hello is there: it is on its way.
+                kernel::Peek::Byte(HELLO) => {
+                    if kernel::peer_hung_up(fd) {
+                        return Err(HandshakeEnd::Broken);
+                    }
+                }
+                kernel::Peek::Empty => {}
+                kernel::Peek::Eof => return Err(HandshakeEnd::PeerNeverCame),
+                _ => return Err(HandshakeEnd::Broken),
+            },
+            Err(_) => return Err(HandshakeEnd::Broken),
+        }
+    }
+    match kernel::take_byte(fd) {
+        Ok(HELLO) => Ok(()),
+        _ => Err(HandshakeEnd::Broken),
+    }
+}
+
 impl Link {
     /// Sets up and connects the VI of a connection both ends agreed on.
     pub fn handshake(
@@ -197,55 +276,12 @@ impl Link {
         kernel::send_byte(fd, HELLO).map_err(|_| HandshakeEnd::Broken)?;
         let link = Link::create(side, control).map_err(|_| HandshakeEnd::Broken)?;
         link.set_nonblocking(kernel::is_nonblocking(fd));
-        let host = link.nic.query().address.to_vec();
-        let (mine, theirs) = match side {
-            Side::Connector => ('c', 'a'),
-            Side::Acceptor => ('a', 'c'),
-        };
-        let local = Address {
-            host: host.clone(),
-            discriminator: disc(mine, token),
-        };
-        let remote = Address {
-            host,
-            discriminator: disc(theirs, token),
-        };
-        loop {
-            let r = match side {
-                Side::Connector => {
-                    openvia_core::connect_request(&link.vi, &local, &remote, Some(SLICE))
-                        .map(|_| ())
-                }
-                Side::Acceptor => {
-                    openvia_core::connect_wait(link.nic.shared(), &local, Some(SLICE))
-                        .and_then(|req| req.accept(&link.vi))
-                }
-            };
-            match r {
-                Ok(()) => break,
-                Err(ViaError::Timeout) => match kernel::peek_state(fd) {
-                    // The peer's hello is there: it is on its way.
-                    kernel::Peek::Byte(HELLO) => {
-                        if kernel::peer_hung_up(fd) {
-                            return Err(HandshakeEnd::Broken);
-                        }
-                    }
-                    kernel::Peek::Empty => {}
-                    kernel::Peek::Eof => return Err(HandshakeEnd::PeerNeverCame),
-                    _ => return Err(HandshakeEnd::Broken),
-                },
-                Err(_) => return Err(HandshakeEnd::Broken),
-            }
-        }
-        // The peer's hello heads our kernel stream.
-        match kernel::take_byte(fd) {
-            Ok(HELLO) => Ok(link),
-            _ => Err(HandshakeEnd::Broken),
-        }
+        meet(fd, &link.nic, &link.vi, side, token, None)?;
+        Ok(link)
     }
 
     fn create(side: Side, control: Arc<Control>) -> Result<Link, ViaError> {
-        let (nic, ptag) = process_nic()?;
+        let (nic, ptag) = process_nic(Medium::Local)?;
         let len = (SEND_SLOTS + RECV_SLOTS) * (DESC_BYTES + MSG_BYTES);
         // SAFETY: an anonymous private mapping owned by the link until Drop.
         let p = unsafe {
@@ -545,6 +581,40 @@ impl Link {
     /// kernel from now on.
     pub fn shut(&self) {
         self.tx_word().shut();
+    }
+}
+
+impl crate::carried::Carried for Link {
+    fn read(
+        &self,
+        fd: RawFd,
+        out: &mut [&mut [u8]],
+        dontwait: bool,
+        peek: bool,
+        all: bool,
+    ) -> Result<usize, i32> {
+        Link::read(self, fd, out, dontwait, peek, all)
+    }
+    fn write(
+        &self,
+        fd: RawFd,
+        data: &[&[u8]],
+        dontwait: bool,
+        nosignal: bool,
+    ) -> Result<usize, i32> {
+        Link::write(self, fd, data, dontwait, nosignal)
+    }
+    fn flush(&self) {
+        Link::flush(self)
+    }
+    fn shut(&self) {
+        Link::shut(self)
+    }
+    fn set_nonblocking(&self, on: bool) {
+        Link::set_nonblocking(self, on)
+    }
+    fn owner_pid(&self) -> u32 {
+        self.owner_pid
     }
 }
 

@@ -1,0 +1,772 @@
+//! One connection's VI between hosts, over the network device. No memory
+//! is shared, so the bytes travel in the VI's messages: a write is copied
+//! into pre-registered send buffers (a 16-byte header, then up to 64 KiB),
+//! each buffer one message of a reliable VI; the reader copies out of its
+//! posted receive buffers and posts them again (SDP's buffer-copy).
+//!
+//! Flow control is by credits: a writer has at most `SEND_SLOTS` messages
+//! in flight, and the network device's receiver-driven flow control holds
+//! a message until the reader has a receive posted for it (`RECV_SLOTS`,
+//! each posted again only once the program has read it), so nothing is
+//! dropped and a reader that stops reading stops its writer.
+//!
+//! Readiness: as on one host, the program's kernel TCP socket stays its
+//! descriptor and holds doorbell bytes `D` while data is unread — here one
+//! per message that needs one ("belled"), taken by the reader once it has
+//! used the message up. A blocking read with nothing unread sends the
+//! writer a token (a small message: the number of the message it waits
+//! for and the room in its buffer); that message, if it fits, goes with
+//! no doorbell. A blocking read never returns without data, EOF or an
+//! error, and a token names one message number, so a token needs no
+//! taking back: the message it covers is read by the read that offered it
+//! (the one-host design's revoke needs a shared word; here it would cost
+//! a round trip). A token that comes after its message was sent is stale
+//! and dropped: that message rang.
+//!
+//! The kernel stream carries only the hellos and doorbells, then the FIN:
+//! a peer that closes flushes first (every message acknowledged), so EOF
+//! comes after the last byte; a killed peer's kernel closes its socket,
+//! which the reader sees within one sleep slice.
+
+use std::collections::VecDeque;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::time::{Duration, Instant};
+
+use openvia_core::descriptor::{status, DataSegment, DescPtr, Descriptor};
+use openvia_core::nic::Nic;
+use openvia_core::vi::{reliability, Vi, ViAttributes, ViState};
+use openvia_core::ViaError;
+
+use crate::control::Side;
+use crate::kernel::{self, Peek};
+use crate::link::{meet, process_nic, HandshakeEnd, Medium, HELLO};
+use crate::reader::spin_time;
+
+/// Header in front of each message: kind, flags, pad, number, length.
+const HDR: usize = 16;
+/// Most bytes of a write per message: with the header, a send of 64 KiB
+/// or more, which the network device sends without copying it at post.
+pub const CHUNK: usize = 64 << 10;
+const BUF: usize = HDR + CHUNK;
+const SEND_SLOTS: usize = 16;
+const RECV_SLOTS: usize = 32;
+const DESC_BYTES: usize = 128;
+/// A sleeping reader or writer looks at the kernel socket this often.
+const SLICE: Duration = Duration::from_millis(10);
+const LINGER: Duration = Duration::from_secs(10);
+
+const DATA: u8 = 1;
+const TOKEN: u8 = 2;
+/// The writer rang a doorbell for this message.
+const BELLED: u8 = 1;
+
+/// Registered memory: descriptors (send slots, then receive slots), then
+/// one buffer per slot.
+struct Region {
+    base: usize,
+    len: usize,
+    handle: u32,
+}
+
+impl Region {
+    fn desc(&self, i: usize) -> DescPtr {
+        DescPtr((self.base + i * DESC_BYTES) as *mut Descriptor)
+    }
+    fn slot_of(&self, d: DescPtr) -> usize {
+        (d.0 as usize - self.base) / DESC_BYTES
+    }
+    fn buffer(&self, i: usize) -> *mut u8 {
+        (self.base + (SEND_SLOTS + RECV_SLOTS) * DESC_BYTES + i * BUF) as *mut u8
+    }
+}
+
+/// A message received and not yet used up.
+struct Arrived {
+    number: u32,
+    slot: usize,
+    len: usize,
+    belled: bool,
+}
+
+struct State {
+    /// Free send slots and how many are in flight.
+    free: Vec<usize>,
+    in_flight: usize,
+    /// Data messages sent (they are numbered from 1).
+    sent: u32,
+    /// The peer's token: (the message number it waits for, its room).
+    token: Option<(u32, usize)>,
+    /// Messages arrived, by number; bytes of the first already read.
+    arrived: VecDeque<Arrived>,
+    taken: usize,
+    /// Data messages used up; belled ones among them whose doorbell byte
+    /// is still in the socket; the number our last token named.
+    consumed: u32,
+    owed: u32,
+    offered: u32,
+    broken: bool,
+}
+
+pub struct NetLink {
+    nic: Nic,
+    vi: Arc<Vi>,
+    region: Region,
+    owner_pid: u32,
+    state: Mutex<State>,
+    /// Held by the thread reading (blocking ones sleep holding it).
+    reading: Mutex<()>,
+    /// A reader sleeps in the VI's wait: a writer leaves the receive queue
+    /// to it (else the reader might not see what it waits for).
+    reader_waits: AtomicBool,
+    nonblocking: AtomicBool,
+}
+
+// SAFETY: the region is plain memory owned by the link; its slots are
+// handed out under the state mutex.
+unsafe impl Send for NetLink {}
+// SAFETY: as above.
+unsafe impl Sync for NetLink {}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether `a` comes after `b` in message numbers (which wrap).
+fn after(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) > 0
+}
+
+/// Whether the connection is reset or closed both ways (a write must fail).
+fn hung_up_both(fd: RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: 0,
+        revents: 0,
+    };
+    // SAFETY: one pollfd of ours.
+    unsafe { libc::poll(&mut p, 1, 0) };
+    p.revents & (libc::POLLERR | libc::POLLHUP) != 0
+}
+
+/// Bytes waiting in the kernel socket.
+fn bytes_in(fd: RawFd) -> usize {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int.
+    let r = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) };
+    if r == 0 {
+        n.max(0) as usize
+    } else {
+        0
+    }
+}
+
+impl NetLink {
+    /// Sets up and connects the VI of a connection both ends agreed on;
+    /// the connector names the acceptor's network address.
+    pub fn handshake(
+        fd: RawFd,
+        side: Side,
+        token: u64,
+        peer_host: Option<&[u8]>,
+    ) -> Result<NetLink, HandshakeEnd> {
+        kernel::send_byte(fd, HELLO).map_err(|_| HandshakeEnd::Broken)?;
+        let link = NetLink::create().map_err(|_| HandshakeEnd::Broken)?;
+        link.nonblocking
+            .store(kernel::is_nonblocking(fd), Ordering::Relaxed);
+        meet(fd, &link.nic, &link.vi, side, token, peer_host)?;
+        Ok(link)
+    }
+
+    fn create() -> Result<NetLink, ViaError> {
+        let (nic, ptag) = process_nic(Medium::Network)?;
+        let slots = SEND_SLOTS + RECV_SLOTS;
+        let len = slots * (DESC_BYTES + BUF);
+        // SAFETY: an anonymous private mapping owned by the link until Drop.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(ViaError::Resource("memory"));
+        }
+        let base = p as usize;
+        let unmap = || {
+            // SAFETY: the mapping just made, not registered.
+            unsafe { libc::munmap(p, len) };
+        };
+        let handle = match nic.register_mem(base as u64, len as u64, ptag, false, false) {
+            Ok(h) => h,
+            Err(e) => {
+                unmap();
+                return Err(e);
+            }
+        };
+        let attrs = ViAttributes {
+            reliability: reliability::RELIABLE_DELIVERY,
+            max_transfer: BUF as u64,
+            ptag,
+            rdma_write: false,
+            rdma_read: false,
+        };
+        let vi = match nic.create_vi(attrs, None, None) {
+            Ok(v) => v,
+            Err(e) => {
+                let _ = nic.deregister_mem(base as u64, handle);
+                unmap();
+                return Err(e);
+            }
+        };
+        let link = NetLink {
+            nic,
+            vi,
+            region: Region { base, len, handle },
+            owner_pid: crate::process::id(),
+            state: Mutex::new(State {
+                free: (0..SEND_SLOTS).collect(),
+                in_flight: 0,
+                sent: 0,
+                token: None,
+                arrived: VecDeque::with_capacity(RECV_SLOTS),
+                taken: 0,
+                consumed: 0,
+                owed: 0,
+                offered: 0,
+                broken: false,
+            }),
+            reading: Mutex::new(()),
+            reader_waits: AtomicBool::new(false),
+            nonblocking: AtomicBool::new(false),
+        };
+        for i in SEND_SLOTS..slots {
+            link.post_recv(i)?;
+        }
+        Ok(link)
+    }
+
+    fn fill(&self, slot: usize, len: usize) -> DescPtr {
+        let d = self.region.desc(slot);
+        // SAFETY: `d` is slot `slot`'s 128-byte descriptor in our region,
+        // not posted (its slot is free or just completed).
+        unsafe {
+            std::ptr::write_bytes(d.0 as *mut u8, 0, DESC_BYTES);
+            (*d.0).cs.seg_count = 1;
+            (*d.0).ds[0] = DataSegment {
+                data: self.region.buffer(slot) as u64,
+                handle: self.region.handle,
+                length: len as u32,
+            };
+        }
+        d
+    }
+
+    fn post_recv(&self, slot: usize) -> Result<(), ViaError> {
+        let d = self.fill(slot, BUF);
+        self.vi.post_recv(d.0, self.region.handle)
+    }
+
+    /// Posts a message of kind `kind` in send slot `slot`, whose payload
+    /// (`len` bytes) is already in place.
+    fn post_send(&self, slot: usize, kind: u8, flags: u8, number: u32, len: usize) -> bool {
+        let buf = self.region.buffer(slot);
+        // SAFETY: the slot's buffer is ours (free) and HDR bytes long at least.
+        unsafe {
+            *buf = kind;
+            *buf.add(1) = flags;
+            std::ptr::write_unaligned(buf.add(4) as *mut u32, number);
+            std::ptr::write_unaligned(buf.add(8) as *mut u32, len as u32);
+        }
+        let d = self.fill(slot, HDR + len);
+        self.vi.post_send(d.0, self.region.handle).is_ok()
+    }
+
+    /// A completed send: its slot is free again.
+    fn sent_done(&self, st: &mut State, d: DescPtr) {
+        if d.status() & status::ERROR_MASK != 0 {
+            st.broken = true;
+        }
+        st.free.push(self.region.slot_of(d));
+        st.in_flight -= 1;
+    }
+
+    /// A completed receive: a message to read, or a token for the writer.
+    fn received(&self, st: &mut State, d: DescPtr) {
+        let slot = self.region.slot_of(d);
+        if d.status() & status::ERROR_MASK != 0 {
+            // Flushed: the VI is gone.
+            st.broken = true;
+            return;
+        }
+        // SAFETY: the descriptor is ours and completed.
+        let got = unsafe { (*d.0).cs.length as usize };
+        let buf = self.region.buffer(slot);
+        // SAFETY: the buffer holds `got` ≥ HDR bytes (checked first).
+        let (kind, flags, number, len) = if got >= HDR {
+            unsafe {
+                (
+                    *buf,
+                    *buf.add(1),
+                    std::ptr::read_unaligned(buf.add(4) as *const u32),
+                    std::ptr::read_unaligned(buf.add(8) as *const u32) as usize,
+                )
+            }
+        } else {
+            (0, 0, 0, 0)
+        };
+        match kind {
+            DATA if len <= got - HDR && len <= CHUNK => {
+                let at = st
+                    .arrived
+                    .iter()
+                    .position(|a| after(a.number, number))
+                    .unwrap_or(st.arrived.len());
+                st.arrived.insert(
+                    at,
+                    Arrived {
+                        number,
+                        slot,
+                        len,
+                        belled: flags & BELLED != 0,
+                    },
+                );
+            }
+            _ => {
+                if kind == TOKEN && after(number, st.sent) {
+                    st.token = Some((number, len));
+                }
+                if self.post_recv(slot).is_err() {
+                    st.broken = true;
+                }
+            }
+        }
+    }
+
+    /// Takes whatever completed: sends (always) and receives (unless a
+    /// reader sleeps on them and `writer` asks).
+    fn pump(&self, st: &mut State, writer: bool) {
+        while let Ok(d) = self.vi.send_done() {
+            self.sent_done(st, d);
+        }
+        if writer && self.reader_waits.load(Ordering::Acquire) {
+            return;
+        }
+        while let Ok(d) = self.vi.recv_done() {
+            self.received(st, d);
+        }
+        if self.vi.state() == ViState::Error {
+            st.broken = true;
+        }
+    }
+
+    fn is_nonblocking(&self) -> bool {
+        self.nonblocking.load(Ordering::Relaxed)
+    }
+
+    fn write_all(
+        &self,
+        fd: RawFd,
+        data: &[&[u8]],
+        dontwait: bool,
+        nosignal: bool,
+    ) -> Result<usize, i32> {
+        let pipe = |taken: usize| {
+            if taken > 0 {
+                return Ok(taken);
+            }
+            if !nosignal {
+                // SAFETY: raising a signal in this thread, as the kernel would.
+                unsafe { libc::raise(libc::SIGPIPE) };
+            }
+            Err(libc::EPIPE)
+        };
+        let total: usize = data.iter().map(|d| d.len()).sum();
+        let (mut taken, mut seg, mut off) = (0usize, 0usize, 0usize);
+        while taken < total {
+            let mut st = lock(&self.state);
+            self.pump(&mut st, true);
+            if st.broken {
+                return pipe(taken);
+            }
+            let Some(slot) = st.free.pop() else {
+                drop(st);
+                if dontwait || self.is_nonblocking() {
+                    return if taken > 0 {
+                        Ok(taken)
+                    } else {
+                        Err(libc::EAGAIN)
+                    };
+                }
+                match self.vi.send_wait(Some(SLICE)) {
+                    Ok(d) => self.sent_done(&mut lock(&self.state), d),
+                    Err(ViaError::Timeout) if !hung_up_both(fd) => {}
+                    Err(_) => return pipe(taken),
+                }
+                continue;
+            };
+            let n = (total - taken).min(CHUNK);
+            // SAFETY: the free slot's buffer has CHUNK bytes after its header.
+            let dst = unsafe { self.region.buffer(slot).add(HDR) };
+            let mut len = 0usize;
+            while len < n {
+                let part = &data[seg][off..];
+                let k = part.len().min(n - len);
+                // SAFETY: `len + k` ≤ n ≤ CHUNK: inside the buffer.
+                unsafe { std::ptr::copy_nonoverlapping(part.as_ptr(), dst.add(len), k) };
+                len += k;
+                off += k;
+                if off == data[seg].len() {
+                    seg += 1;
+                    off = 0;
+                }
+            }
+            let number = st.sent.wrapping_add(1);
+            let tokened = matches!(st.token, Some((t, room)) if t == number && n <= room);
+            if st.token.is_some_and(|(t, _)| !after(t, number)) {
+                st.token = None;
+            }
+            let flags = if tokened { 0 } else { BELLED };
+            if !self.post_send(slot, DATA, flags, number, n) {
+                st.free.push(slot);
+                st.broken = true;
+                return pipe(taken);
+            }
+            st.in_flight += 1;
+            st.sent = number;
+            drop(st);
+            taken += n;
+            // Rung after the post: a reader woken by it finds the message.
+            if !tokened && kernel::send_doorbell(fd, nosignal).is_err() {
+                return Ok(taken);
+            }
+        }
+        Ok(taken)
+    }
+
+    /// Copies what has arrived into `out` from `*got` on; uses messages up
+    /// (a peek does not). Whether a peek copied.
+    fn copy_out(&self, st: &mut State, out: &mut [&mut [u8]], got: &mut usize, peek: bool) -> bool {
+        let want: usize = out.iter().map(|o| o.len()).sum();
+        let (mut seg, mut off) = (0usize, 0usize);
+        let mut skip = *got;
+        while skip > 0 && seg < out.len() {
+            let k = skip.min(out[seg].len());
+            skip -= k;
+            off = k;
+            if off == out[seg].len() {
+                seg += 1;
+                off = 0;
+            }
+        }
+        while *got < want {
+            let Some(front) = st.arrived.front() else {
+                break;
+            };
+            if front.number != st.consumed.wrapping_add(1) {
+                // An earlier one is being handed over by a sleeping reader.
+                break;
+            }
+            let (slot, len, belled) = (front.slot, front.len, front.belled);
+            let mut at = st.taken;
+            while at < len && seg < out.len() {
+                let k = (len - at).min(out[seg].len() - off);
+                // SAFETY: the receive buffer holds the message's `len`
+                // bytes after its header; it stays ours until posted again.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        self.region.buffer(slot).add(HDR + at),
+                        out[seg][off..].as_mut_ptr(),
+                        k,
+                    )
+                };
+                at += k;
+                off += k;
+                *got += k;
+                if off == out[seg].len() {
+                    seg += 1;
+                    off = 0;
+                }
+            }
+            if peek {
+                return true;
+            }
+            if at < len {
+                st.taken = at;
+                break;
+            }
+            st.arrived.pop_front();
+            st.taken = 0;
+            st.consumed = st.consumed.wrapping_add(1);
+            if belled {
+                st.owed += 1;
+            }
+            if self.post_recv(slot).is_err() {
+                st.broken = true;
+            }
+        }
+        false
+    }
+
+    /// Before a read returns: takes the doorbell bytes of the messages it
+    /// used up, and, if data stays unread, waits until the socket shows it.
+    fn leave(&self, fd: RawFd, got: usize) -> usize {
+        let (mut owed, unread) = {
+            let mut st = lock(&self.state);
+            (std::mem::take(&mut st.owed), !st.arrived.is_empty())
+        };
+        let mut buf = [0u8; 64];
+        while owed > 0 {
+            let k = (owed as usize).min(buf.len());
+            // SAFETY: up to 64 bytes into our own buffer.
+            let n = unsafe {
+                (crate::real::real().recv)(fd, buf.as_mut_ptr().cast(), k, libc::MSG_DONTWAIT)
+            };
+            match n {
+                n if n > 0 => owed -= n as u32,
+                // EOF or reset: the writer died after posting; the next read hears it.
+                0 => break,
+                _ if std::io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN) => {
+                    kernel::wait_readable(fd)
+                }
+                _ => break,
+            }
+        }
+        if unread && bytes_in(fd) == 0 {
+            kernel::wait_readable(fd);
+        }
+        got
+    }
+
+    /// What the kernel says of a stream with nothing left to read: Some(end)
+    /// for EOF or an error, None while it lives.
+    fn ended(&self, fd: RawFd, got: usize) -> Option<Result<usize, i32>> {
+        match kernel::peek_state(fd) {
+            Peek::Eof => Some(Ok(got)),
+            Peek::Error(e) => Some(if got > 0 { Ok(got) } else { Err(e) }),
+            // A doorbell for a message on its way; or, from a peer that
+            // hung up meanwhile, for one that will never come.
+            Peek::Byte(_) if kernel::peer_hung_up(fd) => {
+                std::thread::sleep(Duration::from_millis(1));
+                let mut st = lock(&self.state);
+                self.pump(&mut st, false);
+                st.arrived.is_empty().then_some(Ok(got))
+            }
+            _ => None,
+        }
+    }
+
+    fn read_some(
+        &self,
+        fd: RawFd,
+        out: &mut [&mut [u8]],
+        dontwait: bool,
+        peek: bool,
+        all: bool,
+    ) -> Result<usize, i32> {
+        let nonblocking = || dontwait || self.is_nonblocking();
+        let _reading = match self.reading.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(TryLockError::WouldBlock) if nonblocking() => return Err(libc::EAGAIN),
+            Err(TryLockError::WouldBlock) => lock(&self.reading),
+        };
+        let want: usize = out.iter().map(|o| o.len()).sum();
+        if want == 0 {
+            return Ok(0);
+        }
+        let mut got = 0usize;
+        loop {
+            let broken = {
+                let mut st = lock(&self.state);
+                self.pump(&mut st, false);
+                if self.copy_out(&mut st, out, &mut got, peek) {
+                    drop(st);
+                    if got > 0 {
+                        self.leave(fd, 0);
+                    }
+                    return Ok(got);
+                }
+                st.broken && st.arrived.is_empty()
+            };
+            if got == want || (got > 0 && !all) {
+                return Ok(self.leave(fd, got));
+            }
+            if broken {
+                // The VI is gone: the kernel says how the stream ended.
+                self.leave(fd, 0);
+                let start = Instant::now();
+                while start.elapsed() < Duration::from_secs(1) {
+                    if let Some(end) = self.ended(fd, got) {
+                        return end;
+                    }
+                    std::thread::sleep(SLICE);
+                }
+                return Err(libc::ECONNRESET);
+            }
+            if nonblocking() {
+                if let Some(end) = self.ended(fd, got) {
+                    return end;
+                }
+                return if got > 0 { Ok(got) } else { Err(libc::EAGAIN) };
+            }
+            if !peek {
+                self.offer_token(want - got);
+            }
+            if let Some(end) = self.wait_for_data(fd, got) {
+                return end;
+            }
+        }
+    }
+
+    /// A blocking read with nothing unread tells the writer (see module).
+    fn offer_token(&self, room: usize) {
+        let mut st = lock(&self.state);
+        let number = st.consumed.wrapping_add(1);
+        if st.offered == number {
+            return;
+        }
+        self.pump(&mut st, false);
+        if !st.arrived.is_empty() {
+            return;
+        }
+        let Some(slot) = st.free.pop() else {
+            return;
+        };
+        if self.post_send(slot, TOKEN, 0, number, room.min(u32::MAX as usize)) {
+            st.in_flight += 1;
+            st.offered = number;
+        } else {
+            st.free.push(slot);
+        }
+    }
+
+    /// Spins for `VIARUN_SPIN_US`, then sleeps in the VI's wait, until a
+    /// message arrives (None) or the kernel says the stream ended.
+    fn wait_for_data(&self, fd: RawFd, got: usize) -> Option<Result<usize, i32>> {
+        let start = Instant::now();
+        let limit = spin_time();
+        let mut turns = 0u32;
+        loop {
+            {
+                let mut st = lock(&self.state);
+                self.pump(&mut st, false);
+                if !st.arrived.is_empty() || st.broken {
+                    return None;
+                }
+            }
+            turns = turns.wrapping_add(1);
+            if turns % 64 == 0 && start.elapsed() >= limit {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        self.reader_waits.store(true, Ordering::Release);
+        let end = loop {
+            match self.vi.recv_wait(Some(SLICE)) {
+                Ok(d) => {
+                    self.received(&mut lock(&self.state), d);
+                    break None;
+                }
+                Err(ViaError::Timeout) => {
+                    if let Some(end) = self.ended(fd, got) {
+                        break Some(end);
+                    }
+                }
+                Err(_) => {
+                    lock(&self.state).broken = true;
+                    break None;
+                }
+            }
+        };
+        self.reader_waits.store(false, Ordering::Release);
+        end
+    }
+
+    fn flush_all(&self) {
+        let start = Instant::now();
+        while start.elapsed() < LINGER {
+            {
+                let mut st = lock(&self.state);
+                self.pump(&mut st, true);
+                if st.in_flight == 0 || st.broken {
+                    return;
+                }
+            }
+            if let Ok(d) = self.vi.send_wait(Some(SLICE)) {
+                self.sent_done(&mut lock(&self.state), d);
+            }
+        }
+    }
+}
+
+impl crate::carried::Carried for NetLink {
+    fn read(
+        &self,
+        fd: RawFd,
+        out: &mut [&mut [u8]],
+        dontwait: bool,
+        peek: bool,
+        all: bool,
+    ) -> Result<usize, i32> {
+        self.read_some(fd, out, dontwait, peek, all)
+    }
+    fn write(
+        &self,
+        fd: RawFd,
+        data: &[&[u8]],
+        dontwait: bool,
+        nosignal: bool,
+    ) -> Result<usize, i32> {
+        self.write_all(fd, data, dontwait, nosignal)
+    }
+    fn flush(&self) {
+        self.flush_all()
+    }
+    /// Nothing to mark: the reader learns of the end from the kernel's FIN,
+    /// which follows every doorbell.
+    fn shut(&self) {}
+    fn set_nonblocking(&self, on: bool) {
+        self.nonblocking.store(on, Ordering::Relaxed);
+    }
+    fn owner_pid(&self) -> u32 {
+        self.owner_pid
+    }
+}
+
+impl Drop for NetLink {
+    fn drop(&mut self) {
+        if self.owner_pid != crate::process::id() {
+            return;
+        }
+        let _ = self.vi.disconnect();
+        let _ = self.nic.destroy_vi(&self.vi);
+        if self
+            .nic
+            .deregister_mem(self.region.base as u64, self.region.handle)
+            .is_ok()
+        {
+            // SAFETY: unmapping the mapping made in `create`, no longer
+            // registered (the device never touches it again).
+            unsafe { libc::munmap(self.region.base as *mut libc::c_void, self.region.len) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::after;
+
+    #[test]
+    fn message_numbers_compare_across_the_wrap() {
+        assert!(after(2, 1));
+        assert!(!after(1, 1));
+        assert!(!after(1, 2));
+        assert!(after(0, u32::MAX), "0 follows the last number");
+    }
+}

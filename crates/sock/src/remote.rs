@@ -1,0 +1,600 @@
+//! Agreeing on openvia with a peer on another host, without a byte in the
+//! TCP stream. The one-host rendezvous (`rendezvous`) uses abstract Unix
+//! sockets, which do not cross hosts; here the out-of-band channel is UDP
+//! on the listener's own port number:
+//!
+//! - a TCP listener under viarun also binds UDP on its address and port
+//!   `P`, and a thread of the listening process (its *agent*) answers
+//!   there. A host where nothing under viarun listens on `P` has no such
+//!   UDP socket, so its kernel answers a probe with ICMP port unreachable
+//!   at once: a connector to a plain server learns "no" within a round
+//!   trip (or, where ICMP is filtered, after `VIARUN_PROBE_MS`), and
+//!   remembers it for that address for a while (`NEGATIVE`);
+//! - the connector binds its TCP socket (learning its port `P'`), binds
+//!   UDP on `P'` too and sends `PROBE`; the agent notes (connector address,
+//!   `P'`, `P`) in a table shared with the processes that accept (a shared
+//!   mapping made at listen, so a server that forks after listen shares
+//!   it) and answers `HERE`. The connector then sends `COMMIT`: from then
+//!   on it follows whatever the acceptor decides. `COMMITTED` back lets it
+//!   connect knowing the note is there;
+//! - whichever process accepts the TCP connection from `P'` decides: yes
+//!   only if the note says committed (a connector whose `HERE` was lost
+//!   and went to the kernel never committed). The decision (with a token
+//!   and the acceptor's network address) is kept in the table and sent to
+//!   the connector's UDP port; a connector that has not heard it asks
+//!   again (`QUERY`, which also counts as its commit) until it does, as
+//!   long as its TCP connection lives. A query for a connection the table
+//!   does not know is answered no, and that is kept, so an acceptor
+//!   coming later says no as well.
+//!
+//! So no side commits to openvia without the other, and a peer without
+//! viarun is never sent anything but (at most) one UDP probe to a closed
+//! port. What stays open (docs/sockets.md): a decision never heard
+//! because every answer and query was lost while the TCP connection
+//! lives; a listening process that exits while its forked children still
+//! accept (nobody answers probes: connections go to the kernel).
+
+use std::collections::HashMap;
+use std::io::ErrorKind;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+const MAGIC: [u8; 4] = *b"OVH1";
+const PROBE: u8 = 1;
+const HERE: u8 = 2;
+const COMMIT: u8 = 3;
+const COMMITTED: u8 = 4;
+const QUERY: u8 = 5;
+const ANSWER: u8 = 6;
+/// Bytes of every datagram of this protocol.
+const MSG_LEN: usize = 64;
+/// Most bytes of a network address carried in an answer.
+const HOST_MAX: usize = 32;
+/// How long a "no viarun there" is remembered per address and port.
+const NEGATIVE_FOR: Duration = Duration::from_secs(5);
+/// Resend interval of probes, commits and queries.
+const RESEND: Duration = Duration::from_millis(10);
+/// Notes older than this may be reused.
+const NOTE_LIFE_MS: u64 = 30_000;
+const ENTRIES: usize = 256;
+
+/// How long a probe waits for an answer before it says no (default 200 ms;
+/// a closed port answers at once).
+fn probe_time() -> Duration {
+    static T: OnceLock<Duration> = OnceLock::new();
+    *T.get_or_init(|| {
+        let ms = std::env::var("VIARUN_PROBE_MS")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(200);
+        Duration::from_millis(ms)
+    })
+}
+
+/// One datagram: magic (4), kind (1), yes (1), listen port (2), connector
+/// port (2), host length (1), pad (5), token (8), host (up to 32).
+#[derive(Clone, Copy, Default, PartialEq, Debug)]
+pub struct Msg {
+    kind: u8,
+    pub yes: bool,
+    lport: u16,
+    cport: u16,
+    pub token: u64,
+    host_len: u8,
+    host: [u8; HOST_MAX],
+}
+
+impl Msg {
+    fn new(kind: u8, lport: u16, cport: u16) -> Msg {
+        Msg {
+            kind,
+            lport,
+            cport,
+            ..Msg::default()
+        }
+    }
+
+    fn encode(&self) -> [u8; MSG_LEN] {
+        let mut b = [0u8; MSG_LEN];
+        b[0..4].copy_from_slice(&MAGIC);
+        b[4] = self.kind;
+        b[5] = u8::from(self.yes);
+        b[6..8].copy_from_slice(&self.lport.to_le_bytes());
+        b[8..10].copy_from_slice(&self.cport.to_le_bytes());
+        b[10] = self.host_len;
+        b[16..24].copy_from_slice(&self.token.to_le_bytes());
+        b[24..24 + HOST_MAX].copy_from_slice(&self.host);
+        b
+    }
+
+    fn decode(b: &[u8]) -> Option<Msg> {
+        if b.len() != MSG_LEN || b[0..4] != MAGIC || b[10] as usize > HOST_MAX {
+            return None;
+        }
+        let mut host = [0u8; HOST_MAX];
+        host.copy_from_slice(&b[24..24 + HOST_MAX]);
+        Some(Msg {
+            kind: b[4],
+            yes: b[5] == 1,
+            lport: u16::from_le_bytes([b[6], b[7]]),
+            cport: u16::from_le_bytes([b[8], b[9]]),
+            token: u64::from_le_bytes(b[16..24].try_into().ok()?),
+            host_len: b[10],
+            host,
+        })
+    }
+
+    /// The acceptor's network address, from a yes.
+    pub fn host(&self) -> &[u8] {
+        &self.host[..self.host_len as usize]
+    }
+}
+
+/// An address as 16 bytes (IPv4 mapped), the table's key.
+fn ip16(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    }
+}
+
+fn now_ms() -> u64 {
+    // SAFETY: clock_gettime into our own timespec; CLOCK_MONOTONIC is one
+    // clock for every process of the host (the table is shared).
+    unsafe {
+        let mut t: libc::timespec = std::mem::zeroed();
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t);
+        t.tv_sec as u64 * 1000 + t.tv_nsec as u64 / 1_000_000
+    }
+}
+
+const FREE: u32 = 0;
+const PROBED: u32 = 1;
+const NOTED_COMMIT: u32 = 2;
+const DECIDED: u32 = 3;
+
+/// One connection's note.
+#[repr(C)]
+struct Note {
+    state: u32,
+    lport: u16,
+    cport: u16,
+    ip: [u8; 16],
+    stamp_ms: u64,
+    answer: [u8; MSG_LEN],
+}
+
+#[repr(C)]
+struct Table {
+    lock: AtomicU32,
+    notes: [Note; ENTRIES],
+}
+
+/// The notes of one listener, in a shared anonymous mapping (forked
+/// acceptors share it), behind a spin lock held for a few loads and stores.
+struct Notes {
+    table: *mut Table,
+}
+
+// SAFETY: the mapping is only touched with its lock held (or its lock word,
+// atomically).
+unsafe impl Send for Notes {}
+// SAFETY: as above.
+unsafe impl Sync for Notes {}
+
+struct Locked<'a> {
+    notes: &'a mut [Note; ENTRIES],
+    lock: &'a AtomicU32,
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        self.lock.store(0, Ordering::Release);
+    }
+}
+
+impl Locked<'_> {
+    fn find(&mut self, ip: &[u8; 16], cport: u16, lport: u16) -> Option<&mut Note> {
+        self.notes
+            .iter_mut()
+            .find(|n| n.state != FREE && n.ip == *ip && n.cport == cport && n.lport == lport)
+    }
+
+    /// A note for the key: the existing one, a free or stale one, else the
+    /// oldest.
+    fn claim(&mut self, ip: &[u8; 16], cport: u16, lport: u16) -> &mut Note {
+        let now = now_ms();
+        let i = self
+            .notes
+            .iter()
+            .position(|n| n.state != FREE && n.ip == *ip && n.cport == cport && n.lport == lport)
+            .or_else(|| {
+                self.notes.iter().position(|n| {
+                    n.state == FREE || now.saturating_sub(n.stamp_ms) > NOTE_LIFE_MS
+                })
+            })
+            .unwrap_or_else(|| {
+                (0..ENTRIES)
+                    .min_by_key(|&i| self.notes[i].stamp_ms)
+                    .unwrap_or(0)
+            });
+        let n = &mut self.notes[i];
+        n.ip = *ip;
+        n.cport = cport;
+        n.lport = lport;
+        n.stamp_ms = now;
+        n
+    }
+}
+
+impl Notes {
+    fn new() -> Option<Notes> {
+        // SAFETY: a fresh shared anonymous mapping (zeroed: every note
+        // FREE, lock open), owned by the Notes until Drop.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                std::mem::size_of::<Table>(),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        (p != libc::MAP_FAILED).then(|| Notes { table: p.cast() })
+    }
+
+    fn lock(&self) -> Locked<'_> {
+        // SAFETY: the lock word lies in our mapping and is used atomically.
+        let lock = unsafe { &(*self.table).lock };
+        while lock
+            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            std::hint::spin_loop();
+        }
+        // SAFETY: the lock is ours: no other thread or process touches the
+        // notes until `Locked` drops it.
+        let notes = unsafe { &mut (*self.table).notes };
+        Locked { notes, lock }
+    }
+}
+
+impl Drop for Notes {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the mapping made in `new`.
+        unsafe { libc::munmap(self.table.cast(), std::mem::size_of::<Table>()) };
+    }
+}
+
+/// A listener's registration for peers on other hosts: its UDP socket
+/// (shared with forked children), its notes and its agent thread.
+pub struct Registry {
+    udp: UdpSocket,
+    notes: Notes,
+    port: u16,
+    stop: AtomicBool,
+}
+
+impl Registry {
+    /// Registers a TCP listener bound to `addr` (its port included); None
+    /// if that UDP port is taken or no thread can be made.
+    pub fn start(addr: SocketAddr) -> Option<Arc<Registry>> {
+        let udp = UdpSocket::bind(addr).ok()?;
+        let port = udp.local_addr().ok()?.port();
+        let notes = Notes::new()?;
+        let reg = Arc::new(Registry {
+            udp,
+            notes,
+            port,
+            stop: AtomicBool::new(false),
+        });
+        let agent = reg.clone();
+        std::thread::Builder::new()
+            .name("viarun-agent".into())
+            .spawn(move || agent.serve())
+            .ok()?;
+        Some(reg)
+    }
+
+    /// The listener closed: its agent ends within one poll.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+    }
+
+    fn serve(&self) {
+        let mut buf = [0u8; 256];
+        while !self.stop.load(Ordering::Acquire) {
+            let mut p = libc::pollfd {
+                fd: self.udp.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one pollfd of ours.
+            if unsafe { libc::poll(&mut p, 1, 200) } <= 0 {
+                continue;
+            }
+            while let Ok((n, from)) = recv_from_now(&self.udp, &mut buf) {
+                if let Some(m) = Msg::decode(&buf[..n]).filter(|m| m.lport == self.port) {
+                    self.handle(m, from);
+                }
+            }
+        }
+    }
+
+    fn handle(&self, m: Msg, from: SocketAddr) {
+        let ip = ip16(from.ip());
+        let reply = {
+            let mut t = self.notes.lock();
+            match m.kind {
+                PROBE => {
+                    t.claim(&ip, m.cport, m.lport).state = PROBED;
+                    Some(Msg::new(HERE, m.lport, m.cport).encode())
+                }
+                COMMIT => match t.find(&ip, m.cport, m.lport) {
+                    Some(n) if n.state == PROBED || n.state == NOTED_COMMIT => {
+                        n.state = NOTED_COMMIT;
+                        Some(Msg::new(COMMITTED, m.lport, m.cport).encode())
+                    }
+                    _ => None,
+                },
+                QUERY => match t.find(&ip, m.cport, m.lport) {
+                    Some(n) if n.state == DECIDED => Some(n.answer),
+                    Some(n) => {
+                        // Not accepted yet; a query is a commit too.
+                        n.state = NOTED_COMMIT;
+                        None
+                    }
+                    None => {
+                        // Unknown: no, and kept so, for an acceptor to come.
+                        let no = Msg::new(ANSWER, m.lport, m.cport).encode();
+                        let n = t.claim(&ip, m.cport, m.lport);
+                        n.state = DECIDED;
+                        n.answer = no;
+                        Some(no)
+                    }
+                },
+                _ => None,
+            }
+        };
+        if let Some(r) = reply {
+            let _ = self.udp.send_to(&r, from);
+        }
+    }
+
+    /// Acceptor: whether the connector at `peer` committed (so a yes is
+    /// worth preparing).
+    pub fn committed(&self, peer: SocketAddr) -> bool {
+        let mut t = self.notes.lock();
+        t.find(&ip16(peer.ip()), peer.port(), self.port)
+            .is_some_and(|n| n.state == NOTED_COMMIT)
+    }
+
+    /// Acceptor of a connection from `peer`: decides (yes only if the
+    /// connector committed and `offer` is given: (token, our network
+    /// address)), keeps the decision, and tells the connector. Some(token)
+    /// for yes.
+    pub fn decide(&self, peer: SocketAddr, offer: Option<(u64, &[u8])>) -> Option<u64> {
+        let ip = ip16(peer.ip());
+        let answer = {
+            let mut t = self.notes.lock();
+            let note = t.find(&ip, peer.port(), self.port)?;
+            if note.state != DECIDED {
+                let mut a = Msg::new(ANSWER, self.port, peer.port());
+                if let Some((token, host)) = offer.filter(|(_, h)| h.len() <= HOST_MAX) {
+                    if note.state == NOTED_COMMIT {
+                        a.yes = true;
+                        a.token = token;
+                        a.host_len = host.len() as u8;
+                        a.host[..host.len()].copy_from_slice(host);
+                    }
+                }
+                note.answer = a.encode();
+                note.state = DECIDED;
+                note.stamp_ms = now_ms();
+            }
+            note.answer
+        };
+        let _ = self.udp.send_to(&answer, peer);
+        Msg::decode(&answer)
+            .filter(|a| a.yes)
+            .map(|a| a.token)
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn recv_from_now(s: &UdpSocket, buf: &mut [u8]) -> std::io::Result<(usize, SocketAddr)> {
+    s.set_nonblocking(true)?;
+    s.recv_from(buf)
+}
+
+/// Addresses where a probe found no viarun, and when.
+static NEGATIVE: Mutex<Option<HashMap<SocketAddr, Instant>>> = Mutex::new(None);
+
+fn known_plain(dst: SocketAddr) -> bool {
+    let g = NEGATIVE.lock().unwrap_or_else(|e| e.into_inner());
+    g.as_ref()
+        .and_then(|m| m.get(&dst))
+        .is_some_and(|t| t.elapsed() < NEGATIVE_FOR)
+}
+
+fn note_plain(dst: SocketAddr) {
+    let mut g = NEGATIVE.lock().unwrap_or_else(|e| e.into_inner());
+    let m = g.get_or_insert_with(HashMap::new);
+    m.retain(|_, t| t.elapsed() < NEGATIVE_FOR);
+    m.insert(dst, Instant::now());
+}
+
+/// Connector with a committed offer: its UDP socket (bound to its TCP
+/// port, connected to the listener's) awaits the acceptor's decision.
+pub struct Offer {
+    udp: UdpSocket,
+    lport: u16,
+    cport: u16,
+}
+
+/// Sends `ask` until a datagram of kind `want` (for our ports) comes, for
+/// at most `limit`; Err(()) when the port is closed (ICMP refused).
+fn exchange(udp: &UdpSocket, ask: &Msg, want: u8, limit: Duration) -> Result<Option<Msg>, ()> {
+    let start = Instant::now();
+    let mut buf = [0u8; 256];
+    while start.elapsed() < limit {
+        match udp.send(&ask.encode()) {
+            Err(e) if e.kind() == ErrorKind::ConnectionRefused => return Err(()),
+            _ => {}
+        }
+        let slice = RESEND.min(limit.saturating_sub(start.elapsed()));
+        let until = Instant::now() + slice;
+        while Instant::now() < until {
+            let _ = udp.set_read_timeout(Some(until.saturating_duration_since(Instant::now())
+                .max(Duration::from_micros(100))));
+            match udp.recv(&mut buf) {
+                Ok(n) => {
+                    if let Some(m) = Msg::decode(&buf[..n])
+                        .filter(|m| m.kind == want && m.lport == ask.lport && m.cport == ask.cport)
+                    {
+                        return Ok(Some(m));
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::ConnectionRefused => return Err(()),
+                Err(_) => break,
+            }
+        }
+    }
+    Ok(None)
+}
+
+impl Offer {
+    /// Connector of TCP socket `fd` (bound to port `cport`) to `dst`:
+    /// probes for viarun there and commits if it answers. None: stay on
+    /// the kernel (nobody there will wait for us).
+    pub fn make(dst: SocketAddr, cport: u16) -> Option<Offer> {
+        if known_plain(dst) {
+            return None;
+        }
+        let any = match dst {
+            SocketAddr::V4(_) => SocketAddr::from(([0, 0, 0, 0], cport)),
+            SocketAddr::V6(_) => SocketAddr::from((Ipv6Addr::UNSPECIFIED, cport)),
+        };
+        let udp = UdpSocket::bind(any).ok()?;
+        udp.connect(dst).ok()?;
+        let (lport, limit) = (dst.port(), probe_time());
+        match exchange(&udp, &Msg::new(PROBE, lport, cport), HERE, limit) {
+            Ok(Some(_)) => {}
+            _ => {
+                note_plain(dst);
+                return None;
+            }
+        }
+        // Committed from here on, heard or not (a lost COMMIT costs a
+        // "no"; QUERY commits again).
+        let _ = exchange(&udp, &Msg::new(COMMIT, lport, cport), COMMITTED, limit);
+        Some(Offer { udp, lport, cport })
+    }
+
+    /// Waits for the acceptor's decision (asking again every few ms) while
+    /// TCP socket `tcp` lives; Some(answer) for yes.
+    pub fn decision(&self, tcp: RawFd) -> Option<Msg> {
+        loop {
+            let q = Msg::new(QUERY, self.lport, self.cport);
+            match exchange(&self.udp, &q, ANSWER, Duration::from_millis(50)) {
+                Ok(Some(a)) => return a.yes.then_some(a),
+                Err(()) => return None,
+                Ok(None) => {}
+            }
+            let mut p = libc::pollfd {
+                fd: tcp,
+                events: 0,
+                revents: 0,
+            };
+            // SAFETY: one pollfd of ours.
+            unsafe { libc::poll(&mut p, 1, 0) };
+            if p.revents & (libc::POLLERR | libc::POLLHUP) != 0 {
+                return None;
+            }
+        }
+    }
+}
+
+/// A socket address as std's type (IPv4 and IPv6 only).
+pub fn socket_addr(a: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    match libc::c_int::from(a.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says this is a sockaddr_in.
+            let s = unsafe { &*(a as *const libc::sockaddr_storage as *const libc::sockaddr_in) };
+            let ip = std::net::Ipv4Addr::from(u32::from_be(s.sin_addr.s_addr));
+            Some(SocketAddr::from((ip, u16::from_be(s.sin_port))))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says this is a sockaddr_in6.
+            let s = unsafe { &*(a as *const libc::sockaddr_storage as *const libc::sockaddr_in6) };
+            let ip = Ipv6Addr::from(s.sin6_addr.s6_addr);
+            Some(SocketAddr::from((ip, u16::from_be(s.sin6_port))))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_round_trip_and_nonsense_is_refused() {
+        let mut m = Msg::new(ANSWER, 5201, 40000);
+        m.yes = true;
+        m.token = 0x1234_5678_9abc_def1;
+        m.host_len = 16;
+        m.host[..16].copy_from_slice(&[7; 16]);
+        assert_eq!(Msg::decode(&m.encode()), Some(m));
+        assert_eq!(Msg::decode(&m.encode()).unwrap().host(), &[7; 16]);
+        let mut bad = m.encode();
+        bad[0] = b'X';
+        assert_eq!(Msg::decode(&bad), None);
+        assert_eq!(Msg::decode(&m.encode()[..10]), None);
+    }
+
+    /// The whole exchange against a real agent over loopback: a
+    /// committed connector gets yes with the acceptor's token and address;
+    /// a connection nobody noted gets no.
+    #[test]
+    fn only_a_committed_connector_gets_yes() {
+        let reg = Registry::start(SocketAddr::from(([127, 0, 0, 1], 0))).expect("registry");
+        let dst = SocketAddr::from(([127, 0, 0, 1], reg.port));
+        let cport = UdpSocket::bind("127.0.0.1:0")
+            .and_then(|s| s.local_addr())
+            .expect("a free port")
+            .port();
+        let offer = Offer::make(dst, cport).expect("the agent answers");
+        let peer = SocketAddr::from(([127, 0, 0, 1], cport));
+        assert!(reg.committed(peer));
+        assert_eq!(reg.decide(peer, Some((99, &[1, 2, 3]))), Some(99));
+        let a = offer.decision(-1).expect("yes");
+        assert_eq!((a.token, a.host()), (99, &[1u8, 2, 3][..]));
+        let other = SocketAddr::from(([127, 0, 0, 1], cport.wrapping_add(1)));
+        assert!(!reg.committed(other));
+        assert_eq!(reg.decide(other, Some((5, &[1]))), None);
+        reg.stop();
+    }
+
+    #[test]
+    fn a_closed_port_says_no_at_once() {
+        let port = UdpSocket::bind("127.0.0.1:0")
+            .and_then(|s| s.local_addr())
+            .expect("a free port")
+            .port();
+        let start = Instant::now();
+        let dst = SocketAddr::from(([127, 0, 0, 1], port));
+        assert!(Offer::make(dst, 0).is_none());
+        assert!(start.elapsed() < Duration::from_millis(100), "ICMP refused is fast");
+        assert!(known_plain(dst), "remembered");
+    }
+}
