@@ -22,10 +22,11 @@ use std::time::{Duration, Instant};
 
 use crate::counters::{Counters, Drop};
 use crate::discovery::Discovery;
-use crate::link::{Fabric, Mode, RecvFailure, RxLink, SendFailure, TxLink};
+use crate::link::{Fabric, Form, Mode, RecvFailure, RxLink, SendFailure, TxLink};
 use crate::packet::{ipv4_destination, Refusal};
 use crate::peers::{host_addr, host_text, HostAddr};
 use crate::tun::Tun;
+use crate::vnet::{self, VnetHeader};
 
 /// How long one connect attempt may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -46,6 +47,8 @@ pub struct UpConfig {
     /// The underlay interface, if known: neighbours are then also found
     /// by asking the link (`discovery.rs`).
     pub link: Option<String>,
+    /// TUN checksum and segmentation offloads (connected mode only).
+    pub offload: bool,
 }
 
 const DOWN: u8 = 0;
@@ -134,10 +137,11 @@ impl Interface {
     /// What `viaip show` prints for this interface.
     pub fn report(&self) -> String {
         let mut s = format!(
-            "{}: {} mode, mtu {}, {}/{} over {} (host {}), pid {}\n    {}\n",
+            "{}: {} mode, mtu {}, offloads {}, {}/{} over {} (host {}), pid {}\n    {}\n",
             self.tun.name(),
             self.fabric.mode.name(),
             self.fabric.mtu,
+            if self.tun.vnet() { "on" } else { "off" },
             self.addr,
             self.prefix,
             self.fabric.device,
@@ -181,8 +185,9 @@ impl Interface {
 /// Opens the device and the TUN and configures the interface; the caller
 /// then runs [`run`].
 pub fn open(cfg: UpConfig) -> Result<Arc<Interface>, String> {
-    let fabric = Fabric::open(&cfg.device, cfg.mode, cfg.mtu)?;
-    let tun = Tun::create(&cfg.ifname).map_err(|e| format!("TUN {}: {e}", cfg.ifname))?;
+    let offload = cfg.offload && cfg.mode == Mode::Connected;
+    let fabric = Fabric::open(&cfg.device, cfg.mode, cfg.mtu, offload)?;
+    let tun = Tun::create(&cfg.ifname, offload).map_err(|e| format!("TUN {}: {e}", cfg.ifname))?;
     tun.configure(cfg.addr, cfg.prefix, fabric.mtu as u32)
         .map_err(|e| format!("configuring {}: {e}", cfg.ifname))?;
     let peers = cfg
@@ -296,27 +301,17 @@ fn recv_loop(ifc: &Interface, link: RxLink) {
             .unwrap_or_else(|e| e.into_inner())
             .push(link.peer),
     }
-    let mut deliver = |pkt: &[u8]| {
-        let verdict = match ipv4_destination(pkt) {
-            Ok(_) => match ifc.tun.write(pkt) {
-                Ok(()) => None,
-                Err(_) => Some(Drop::TunWrite),
-            },
-            Err(Refusal::Unsupported) => Some(Drop::Unsupported),
-            Err(Refusal::Malformed) => Some(Drop::Malformed),
-        };
-        match verdict {
-            None => {
-                ifc.counters.received(pkt.len());
-                if let Some(p) = &peer {
-                    p.counters.received(pkt.len());
-                }
+    let mut deliver = |msg: &mut [u8], form: Form| match to_kernel(&ifc.tun, msg, form) {
+        Ok((bytes, gso)) => {
+            ifc.counters.received(bytes, gso);
+            if let Some(p) = &peer {
+                p.counters.received(bytes, gso);
             }
-            Some(why) => {
-                ifc.counters.drop(why);
-                if let Some(p) = &peer {
-                    p.counters.drop(why);
-                }
+        }
+        Err(why) => {
+            ifc.counters.drop(why);
+            if let Some(p) = &peer {
+                p.counters.drop(why);
             }
         }
     };
@@ -342,6 +337,52 @@ fn recv_loop(ifc: &Interface, link: RxLink) {
             .unwrap_or_else(|e| e.into_inner())
             .retain(|h| h != &link.peer),
     }
+}
+
+/// Writes a message from a peer to the TUN, in the form the TUN takes:
+/// with an offload header (a plain one for a bare packet), or bare (an
+/// owed checksum finished here first). The IPv4 bytes and whether it was
+/// a super-packet; the drop reason if it is not a packet for the kernel.
+fn to_kernel(tun: &Tun, msg: &mut [u8], form: Form) -> Result<(usize, bool), Drop> {
+    let refused = |r| match r {
+        Refusal::Unsupported => Drop::Unsupported,
+        Refusal::Malformed => Drop::Malformed,
+    };
+    let hdr = match form {
+        Form::Bare => None,
+        Form::Vnet => Some(VnetHeader::parse(
+            msg.first_chunk::<{ vnet::LEN }>().ok_or(Drop::Malformed)?,
+        )),
+    };
+    let at = if hdr.is_some() { vnet::LEN } else { 0 };
+    let pkt = &msg[at..];
+    ipv4_destination(pkt).map_err(refused)?;
+    if let Some(h) = &hdr {
+        h.check(pkt).map_err(refused)?;
+    }
+    let bytes = pkt.len();
+    let written = match (hdr, tun.vnet()) {
+        (None, false) => tun.write(&[], msg),
+        (None, true) => tun.write(&vnet::PLAIN, msg),
+        (Some(_), true) => tun.write(&[], msg),
+        (Some(h), false) => {
+            vnet::complete_checksum(&h, &mut msg[at..]);
+            tun.write(&[], &msg[at..])
+        }
+    };
+    written.map_err(|_| Drop::TunWrite)?;
+    Ok((bytes, hdr.is_some_and(|h| h.is_gso())))
+}
+
+/// A packet on its way to one or more peers.
+struct Sent<'a> {
+    /// The message: the packet, behind its header in [`Form::Vnet`].
+    msg: &'a [u8],
+    form: Form,
+    /// The IPv4 packet's bytes.
+    bytes: usize,
+    /// A TCP super-packet.
+    gso: bool,
 }
 
 /// The sending loop's state: a link per connected peer.
@@ -371,7 +412,7 @@ impl Sender {
     }
 
     fn run(mut self) -> String {
-        let mut buf = vec![0u8; 65536];
+        let mut buf = vec![0u8; self.ifc.fabric.max_message.max(vnet::LEN + 65535)];
         loop {
             self.maintain();
             match self.ifc.tun.readable(100) {
@@ -380,7 +421,8 @@ impl Sender {
                 Err(e) => return format!("TUN: {e}"),
             }
             let n = match self.ifc.tun.read(&mut buf) {
-                Ok(n) => n,
+                Ok(Some(n)) => n,
+                Ok(None) => continue,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => return format!("TUN: {e}"),
             };
@@ -452,24 +494,40 @@ impl Sender {
         self.retry_at[i] = Instant::now();
     }
 
-    fn forward(&mut self, pkt: &[u8]) {
+    /// Sends what the TUN gave (a packet, behind its offload header if
+    /// the TUN has them) to the peer holding its destination.
+    fn forward(&mut self, msg: &[u8]) {
         let ifc = self.ifc.clone();
+        let (form, pkt, gso) = if ifc.tun.vnet() {
+            let Some((h, p)) = msg.split_first_chunk::<{ vnet::LEN }>() else {
+                return ifc.counters.drop(Drop::Malformed);
+            };
+            (Form::Vnet, p, VnetHeader::parse(h).is_gso())
+        } else {
+            (Form::Bare, msg, false)
+        };
         let dst = match ipv4_destination(pkt) {
             Ok(d) => d,
             Err(Refusal::Unsupported) => return ifc.counters.drop(Drop::Unsupported),
             Err(Refusal::Malformed) => return ifc.counters.drop(Drop::Malformed),
         };
-        if pkt.len() > ifc.fabric.mtu {
+        if msg.len() > ifc.fabric.max_message {
             return ifc.counters.drop(Drop::TooBig);
         }
+        let sent = Sent {
+            msg,
+            form,
+            bytes: pkt.len(),
+            gso,
+        };
         if dst.is_multicast() || dst.is_broadcast() || dst == ifc.broadcast() {
             for i in 0..self.peers.len() {
-                self.send_to(i, pkt);
+                self.send_to(i, &sent);
             }
             return;
         }
         match self.peers.iter().position(|p| p.overlay == dst) {
-            Some(i) => self.send_to(i, pkt),
+            Some(i) => self.send_to(i, &sent),
             None => {
                 // As a packet waiting for ARP would be: dropped, and the
                 // link asked who holds the address.
@@ -481,11 +539,11 @@ impl Sender {
         }
     }
 
-    fn send_to(&mut self, i: usize, pkt: &[u8]) {
+    fn send_to(&mut self, i: usize, m: &Sent) {
         let peer = self.peers[i].clone();
         let verdict = match self.links.get_mut(&i) {
             None => Err(Drop::PeerDown),
-            Some(link) => match link.send(pkt, SLOT_WAIT) {
+            Some(link) => match link.send(m.msg, m.form, SLOT_WAIT) {
                 Ok(()) => Ok(()),
                 Err(SendFailure::QueueFull) => Err(Drop::QueueFull),
                 Err(SendFailure::Down) => {
@@ -496,8 +554,8 @@ impl Sender {
         };
         match verdict {
             Ok(()) => {
-                self.ifc.counters.sent(pkt.len());
-                peer.counters.sent(pkt.len());
+                self.ifc.counters.sent(m.bytes, m.gso);
+                peer.counters.sent(m.bytes, m.gso);
             }
             Err(why) => {
                 self.ifc.counters.drop(why);

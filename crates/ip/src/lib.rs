@@ -3,8 +3,8 @@
 //! core, one message per packet, to the peer holding the destination
 //! address.
 //!
-//! Layers: `tun` (the kernel's interface), `packet` (the IPv4 header
-//! checks), `peers` (the peers file), `link` (VIs and registered buffers),
+//! Layers: `tun` (the kernel's interface), `vnet` (its offload header),
+//! `packet` (the IPv4 header checks), `peers` (the peers file), `link` (VIs and registered buffers),
 //! `daemon` (the threads that move packets), `control` (`viaip show`).
 
 pub mod control;
@@ -15,3 +15,4 @@ pub mod link;
 pub mod packet;
 pub mod peers;
 pub mod tun;
+pub mod vnet;

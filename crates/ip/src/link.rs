@@ -9,7 +9,10 @@
 //!
 //! One IP packet is one VIA message. Connected mode: a reliable VI, the
 //! overlay MTU up to 64 KiB. Datagram mode: an unreliable VI, the overlay
-//! MTU what one datagram of the device carries.
+//! MTU what one datagram of the device carries. The message's immediate
+//! data says its form: a bare IPv4 packet ([`Form::Bare`]), or the
+//! packet behind its TUN offload header ([`Form::Vnet`], connected mode
+//! with offloads; see `vnet.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,9 +36,37 @@ pub const MAX_MTU: usize = 65535;
 pub const CONNECTED_MTU: usize = 65520;
 /// IPv4 and UDP headers of the underlay's datagrams.
 const IPV4_UDP_OVERHEAD: usize = 28;
-/// The immediate data every viaip message carries: a receiver drops a
-/// message without it as garbage.
-const MAGIC: u32 = u32::from_be_bytes(*b"vIP4");
+/// The immediate data of a bare IPv4 packet: a receiver drops a message
+/// with neither mark as garbage.
+const MAGIC_BARE: u32 = u32::from_be_bytes(*b"vIP4");
+/// The immediate data of a packet behind its offload header.
+const MAGIC_VNET: u32 = u32::from_be_bytes(*b"vIPv");
+
+/// What a message holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Form {
+    /// An IPv4 packet.
+    Bare,
+    /// A `virtio_net_hdr` (`vnet::LEN` bytes), then an IPv4 packet.
+    Vnet,
+}
+
+impl Form {
+    fn magic(self) -> u32 {
+        match self {
+            Form::Bare => MAGIC_BARE,
+            Form::Vnet => MAGIC_VNET,
+        }
+    }
+
+    fn of(imm: u32) -> Option<Form> {
+        match imm {
+            MAGIC_BARE => Some(Form::Bare),
+            MAGIC_VNET => Some(Form::Vnet),
+            _ => None,
+        }
+    }
+}
 
 /// How packets travel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,14 +114,23 @@ pub struct Fabric {
     ptag: PtagId,
     pub mode: Mode,
     pub mtu: usize,
+    /// The largest message: the MTU, or with offloads a 64 KiB
+    /// super-packet and its header whatever the MTU.
+    pub max_message: usize,
     pub host: HostAddr,
     pub device: String,
 }
 
 impl Fabric {
     /// Opens `device`; the MTU is `mtu` or the mode's default, checked
-    /// against what the mode carries.
-    pub fn open(device: &str, mode: Mode, mtu: Option<usize>) -> Result<Fabric, String> {
+    /// against what the mode carries. `offload`: messages may carry TUN
+    /// offload headers and super-packets (connected mode only).
+    pub fn open(
+        device: &str,
+        mode: Mode,
+        mtu: Option<usize>,
+        offload: bool,
+    ) -> Result<Fabric, String> {
         let nic = Nic::open(Some(device)).map_err(|e| format!("{device}: {e}"))?;
         if std::env::var_os("OPENVIA_SPIN_NS").is_none() {
             // A daemon beside the programs it serves: wait, do not spin.
@@ -113,6 +153,17 @@ impl Fabric {
                 mode.name()
             ));
         }
+        let max_message = if offload {
+            MAX_MTU + crate::vnet::LEN
+        } else {
+            mtu
+        };
+        if max_message as u64 > attrs.max_transfer_size {
+            return Err(format!(
+                "{device} carries at most {} bytes a message; offloads need {max_message}",
+                attrs.max_transfer_size
+            ));
+        }
         let ptag = nic.create_ptag().map_err(|e| e.to_string())?;
         Ok(Fabric {
             host: attrs.address,
@@ -120,14 +171,16 @@ impl Fabric {
             ptag,
             mode,
             mtu,
+            max_message,
             device: device.to_string(),
         })
     }
 
-    fn new_vi(&self) -> Result<Arc<Vi>, ViaError> {
+    /// A VI for messages of up to `max_message` bytes.
+    fn new_vi(&self, max_message: usize) -> Result<Arc<Vi>, ViaError> {
         let attrs = ViAttributes {
             reliability: self.mode.reliability(),
-            max_transfer: self.mtu as u64,
+            max_transfer: max_message as u64,
             ptag: self.ptag,
             rdma_write: false,
             rdma_read: false,
@@ -144,9 +197,9 @@ impl Fabric {
 
     /// Connects a sending link to the instance on `peer`.
     pub fn connect(&self, peer: &HostAddr, timeout: Duration) -> Result<TxLink, ViaError> {
-        let vi = self.new_vi()?;
+        let vi = self.new_vi(self.max_message)?;
         let link = TxLink {
-            slots: Slots::new(&self.nic, self.ptag, TX_SLOTS, self.mtu, false)?,
+            slots: Slots::new(&self.nic, self.ptag, TX_SLOTS, self.max_message, false)?,
             free: (0..TX_SLOTS).rev().collect(),
             nic: self.nic.clone(),
             vi,
@@ -171,7 +224,9 @@ impl Fabric {
             Err(e) => return Err(e),
         };
         let theirs = req.remote_attrs();
-        if theirs.reliability != self.mode.reliability() || theirs.max_transfer > MAX_MTU as u64 {
+        if theirs.reliability != self.mode.reliability()
+            || theirs.max_transfer > (MAX_MTU + crate::vnet::LEN) as u64
+        {
             let _ = req.reject();
             return Ok(None);
         }
@@ -180,10 +235,12 @@ impl Fabric {
         if host.len() == 16 {
             peer.copy_from_slice(host);
         }
-        let vi = self.new_vi()?;
-        let slots = Slots::new(&self.nic, self.ptag, RX_SLOTS, self.mtu, false)?;
+        // Room for what the peer may send, which may be more than we would.
+        let size = self.max_message.max(theirs.max_transfer as usize);
+        let vi = self.new_vi(size)?;
+        let slots = Slots::new(&self.nic, self.ptag, RX_SLOTS, size, false)?;
         for i in 0..RX_SLOTS {
-            slots.prepare(i, self.mtu, None);
+            slots.prepare(i, size, None);
             vi.post_recv(slots.desc(i), slots.desc_handle())?;
         }
         let link = RxLink {
@@ -241,10 +298,10 @@ impl TxLink {
         }
     }
 
-    /// Copies `pkt` into a free slot and posts it, waiting up to `wait`
-    /// for a slot.
-    pub fn send(&mut self, pkt: &[u8], wait: Duration) -> Result<(), SendFailure> {
-        debug_assert!(pkt.len() <= self.slots.size());
+    /// Copies `msg` (a packet of the given form) into a free slot and
+    /// posts it, waiting up to `wait` for a slot.
+    pub fn send(&mut self, msg: &[u8], form: Form, wait: Duration) -> Result<(), SendFailure> {
+        debug_assert!(msg.len() <= self.slots.size());
         self.reap()?;
         if self.free.is_empty() {
             match self.vi.send_wait(Some(wait)) {
@@ -259,9 +316,9 @@ impl TxLink {
             }
         }
         let i = self.free.pop().ok_or(SendFailure::QueueFull)?;
-        // SAFETY: slot i is not posted and holds `size` >= pkt.len() bytes.
-        unsafe { std::ptr::copy_nonoverlapping(pkt.as_ptr(), self.slots.data(i), pkt.len()) };
-        self.slots.prepare(i, pkt.len(), Some(MAGIC));
+        // SAFETY: slot i is not posted and holds `size` >= msg.len() bytes.
+        unsafe { std::ptr::copy_nonoverlapping(msg.as_ptr(), self.slots.data(i), msg.len()) };
+        self.slots.prepare(i, msg.len(), Some(form.magic()));
         self.vi
             .post_send(self.slots.desc(i), self.slots.desc_handle())
             .map_err(|_| SendFailure::Down)
@@ -298,20 +355,26 @@ pub struct RxLink {
 unsafe impl Send for RxLink {}
 
 impl RxLink {
-    /// Waits for the next message and hands its bytes to `deliver`; the
-    /// receive is posted again afterwards.
-    pub fn next(&self, deliver: &mut dyn FnMut(&[u8])) -> Result<(), RecvFailure> {
+    /// Waits for the next message and hands its bytes and form to
+    /// `deliver` (which may change the bytes: the slot is ours until it
+    /// returns); the receive is posted again afterwards.
+    pub fn next(&self, deliver: &mut dyn FnMut(&mut [u8], Form)) -> Result<(), RecvFailure> {
         let d = self
             .vi
             .recv_wait(None)
             .map_err(|e| RecvFailure::Down(e.to_string()))?;
         let i = self.slots.index_of(d);
         let (st, len, imm) = completion(d);
-        let ok = st & status::ERROR_MASK == 0 && imm == MAGIC && len <= self.slots.size();
-        if ok {
+        let form =
+            Form::of(imm).filter(|_| st & status::ERROR_MASK == 0 && len <= self.slots.size());
+        let ok = form.is_some();
+        if let Some(form) = form {
             // SAFETY: the completed receive wrote `len` bytes into slot i,
             // which is not posted again until `deliver` returns.
-            deliver(unsafe { std::slice::from_raw_parts(self.slots.data(i), len) });
+            deliver(
+                unsafe { std::slice::from_raw_parts_mut(self.slots.data(i), len) },
+                form,
+            );
         } else if self.reliable && st & status::ERROR_MASK != 0 {
             return Err(RecvFailure::Down(format!("receive status {st:#x}")));
         }
