@@ -22,11 +22,12 @@ use std::time::{Duration, Instant};
 
 use crate::counters::{Counters, Drop};
 use crate::discovery::Discovery;
-use crate::link::{Fabric, Form, Mode, RecvFailure, RxLink, SendFailure, TxLink};
+use crate::link::{Arrival, Fabric, Form, Mode, RxLink, SendFailure, TxLink};
 use crate::packet::{ipv4_destination, Refusal};
 use crate::peers::{host_addr, host_text, HostAddr};
 use crate::tun::Tun;
 use crate::vnet::{self, VnetHeader};
+use crate::wait::Sleep;
 
 /// How long one connect attempt may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -34,6 +35,11 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const RETRY_AFTER: Duration = Duration::from_millis(300);
 /// How long a packet waits for a free send slot before it is dropped.
 const SLOT_WAIT: Duration = Duration::from_millis(20);
+/// Packets taken per look at the TUN or a link before the loop goes on
+/// (to its other links, connects, counters).
+const BATCH: usize = 64;
+/// The longest sleep: bounds how late a loop sees a new peer or link.
+const IDLE_SLEEP: Duration = Duration::from_millis(100);
 
 /// What `viaip up` asks for.
 pub struct UpConfig {
@@ -301,31 +307,40 @@ fn recv_loop(ifc: &Interface, link: RxLink) {
             .unwrap_or_else(|e| e.into_inner())
             .push(link.peer),
     }
-    let mut deliver = |msg: &mut [u8], form: Form| match to_kernel(&ifc.tun, msg, form) {
-        Ok((bytes, gso)) => {
-            ifc.counters.received(bytes, gso);
-            if let Some(p) = &peer {
-                p.counters.received(bytes, gso);
+    let mut deliver = |a: Arrival<'_>| {
+        let verdict = match a {
+            Arrival::Packet(msg, form) => to_kernel(&ifc.tun, msg, form),
+            Arrival::Garbage => Err(Drop::Malformed),
+        };
+        match verdict {
+            Ok((bytes, gso)) => {
+                ifc.counters.received(bytes, gso);
+                if let Some(p) = &peer {
+                    p.counters.received(bytes, gso);
+                }
             }
-        }
-        Err(why) => {
-            ifc.counters.drop(why);
-            if let Some(p) = &peer {
-                p.counters.drop(why);
+            Err(why) => {
+                ifc.counters.drop(why);
+                if let Some(p) = &peer {
+                    p.counters.drop(why);
+                }
             }
         }
     };
+    // Everything that has arrived, then asleep on the VI until more does
+    // or its timer is due (an acknowledgement owed): one wake-up a batch,
+    // and no thread of the core in between.
+    let mut sleep = Sleep::new();
     loop {
-        match link.next(&mut deliver) {
-            Ok(()) => {}
-            Err(RecvFailure::Garbage) => {
-                ifc.counters.drop(Drop::Malformed);
-                if let Some(p) = &peer {
-                    p.counters.drop(Drop::Malformed);
-                }
-            }
-            Err(RecvFailure::Down(_)) => break,
+        match link.drain(BATCH, &mut deliver) {
+            Ok(n) if n == BATCH => continue,
+            Ok(_) => {}
+            Err(_) => break,
         }
+        let Some(hint) = link.wait_hint() else { break };
+        sleep.clear();
+        sleep.hint(hint);
+        sleep.sleep(IDLE_SLEEP);
     }
     match &peer {
         Some(p) => {
@@ -411,22 +426,44 @@ impl Sender {
         }
     }
 
+    /// Asleep in one `ppoll` on the TUN and the links' VIs: takes every
+    /// packet the TUN holds (up to [`BATCH`]) and posts each on its
+    /// peer's link from this thread, and drives a link itself when its
+    /// peer answered or its timer is due.
     fn run(mut self) -> String {
         let mut buf = vec![0u8; self.ifc.fabric.max_message.max(vnet::LEN + 65535)];
+        let mut sleep = Sleep::new();
+        let mut watched: Vec<(usize, usize)> = Vec::new();
         loop {
             self.maintain();
-            match self.ifc.tun.readable(100) {
-                Ok(true) => {}
-                Ok(false) => continue,
-                Err(e) => return format!("TUN: {e}"),
+            sleep.clear();
+            watched.clear();
+            let tun = sleep.watch(self.ifc.tun.fd());
+            for (&i, link) in &self.links {
+                if let Some(h) = link.wait_hint() {
+                    watched.push((i, sleep.hint(h)));
+                }
             }
-            let n = match self.ifc.tun.read(&mut buf) {
-                Ok(Some(n)) => n,
-                Ok(None) => continue,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return format!("TUN: {e}"),
-            };
-            self.forward(&buf[..n]);
+            let due = sleep.sleep(IDLE_SLEEP);
+            if sleep.ready(tun) {
+                for _ in 0..BATCH {
+                    match self.ifc.tun.read(&mut buf) {
+                        Ok(Some(n)) => self.forward(&buf[..n]),
+                        Ok(None) => break,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => break,
+                        Err(e) => return format!("TUN: {e}"),
+                    }
+                }
+            }
+            for &(i, k) in &watched {
+                if !(due || sleep.ready(k)) {
+                    continue;
+                }
+                let failed = self.links.get_mut(&i).is_some_and(|l| l.drive().is_err());
+                if failed {
+                    self.link_down(i);
+                }
+            }
         }
     }
 

@@ -16,3 +16,4 @@ pub mod packet;
 pub mod peers;
 pub mod tun;
 pub mod vnet;
+pub mod wait;

@@ -14,6 +14,7 @@
 //! packet behind its TUN offload header ([`Form::Vnet`], connected mode
 //! with offloads; see `vnet.rs`).
 
+use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,6 +26,7 @@ use openvia_core::vi::{reliability, Vi, ViAttributes, ViState};
 use openvia_core::{Address, ViaError};
 
 use crate::peers::HostAddr;
+use crate::wait::{now_ns, Sleep};
 
 /// Sends in flight per link.
 const TX_SLOTS: usize = 64;
@@ -282,7 +284,10 @@ impl TxLink {
         self.vi.state() == ViState::Connected
     }
 
-    fn reap(&mut self) -> Result<(), SendFailure> {
+    /// Drives the VI from the calling thread: takes the peer's
+    /// acknowledgements, sends what the window held back, runs due
+    /// protocol timers, and frees the slots of finished sends.
+    pub fn drive(&mut self) -> Result<(), SendFailure> {
         loop {
             match self.vi.send_done() {
                 Ok(d) => {
@@ -298,22 +303,30 @@ impl TxLink {
         }
     }
 
+    /// What the sending loop sleeps on for this link: the VI's descriptor
+    /// (acknowledgements) and its next protocol timer. None once the VI
+    /// is not connected.
+    pub fn wait_hint(&self) -> Option<(RawFd, Option<u64>)> {
+        self.vi.wait_hint()
+    }
+
     /// Copies `msg` (a packet of the given form) into a free slot and
-    /// posts it, waiting up to `wait` for a slot.
+    /// posts it, waiting up to `wait` for a slot: asleep on the VI,
+    /// driving it whenever the peer answers.
     pub fn send(&mut self, msg: &[u8], form: Form, wait: Duration) -> Result<(), SendFailure> {
         debug_assert!(msg.len() <= self.slots.size());
-        self.reap()?;
-        if self.free.is_empty() {
-            match self.vi.send_wait(Some(wait)) {
-                Ok(d) => {
-                    self.free.push(self.slots.index_of(d));
-                    if completion(d).0 & status::ERROR_MASK != 0 {
-                        return Err(SendFailure::Down);
-                    }
-                }
-                Err(ViaError::Timeout) => return Err(SendFailure::QueueFull),
-                Err(_) => return Err(SendFailure::Down),
+        self.drive()?;
+        let deadline = now_ns() + wait.as_nanos() as u64;
+        let mut sleep = Sleep::new();
+        while self.free.is_empty() {
+            if now_ns() >= deadline {
+                return Err(SendFailure::QueueFull);
             }
+            sleep.clear();
+            sleep.hint(self.wait_hint().ok_or(SendFailure::Down)?);
+            sleep.until(deadline);
+            sleep.sleep(wait);
+            self.drive()?;
         }
         let i = self.free.pop().ok_or(SendFailure::QueueFull)?;
         // SAFETY: slot i is not posted and holds `size` >= msg.len() bytes.
@@ -332,14 +345,18 @@ impl Drop for TxLink {
     }
 }
 
-/// Why a received message is not an IP packet for the kernel.
+/// The link failed, and why.
 #[derive(Debug, PartialEq, Eq)]
-pub enum RecvFailure {
+pub struct LinkDown(pub String);
+
+/// A message taken from a link.
+pub enum Arrival<'a> {
+    /// A packet of the given form, in the receive's slot (the receiver
+    /// may change the bytes: the slot is its own until it returns).
+    Packet(&'a mut [u8], Form),
     /// A message without viaip's mark or with an error status, on a link
     /// that goes on (datagram mode).
     Garbage,
-    /// The link failed.
-    Down(String),
 }
 
 /// A peer's sending VI, accepted by us.
@@ -355,38 +372,50 @@ pub struct RxLink {
 unsafe impl Send for RxLink {}
 
 impl RxLink {
-    /// Waits for the next message and hands its bytes and form to
-    /// `deliver` (which may change the bytes: the slot is ours until it
-    /// returns); the receive is posted again afterwards.
-    pub fn next(&self, deliver: &mut dyn FnMut(&mut [u8], Form)) -> Result<(), RecvFailure> {
-        let d = self
-            .vi
-            .recv_wait(None)
-            .map_err(|e| RecvFailure::Down(e.to_string()))?;
-        let i = self.slots.index_of(d);
-        let (st, len, imm) = completion(d);
-        let form =
-            Form::of(imm).filter(|_| st & status::ERROR_MASK == 0 && len <= self.slots.size());
-        let ok = form.is_some();
-        if let Some(form) = form {
-            // SAFETY: the completed receive wrote `len` bytes into slot i,
-            // which is not posted again until `deliver` returns.
-            deliver(
-                unsafe { std::slice::from_raw_parts_mut(self.slots.data(i), len) },
-                form,
-            );
-        } else if self.reliable && st & status::ERROR_MASK != 0 {
-            return Err(RecvFailure::Down(format!("receive status {st:#x}")));
+    /// Takes up to `max` messages that have arrived, without waiting,
+    /// driving the VI from the calling thread; hands each to `deliver`
+    /// and posts its receive again afterwards. How many there were.
+    pub fn drain(
+        &self,
+        max: usize,
+        deliver: &mut dyn FnMut(Arrival<'_>),
+    ) -> Result<usize, LinkDown> {
+        for n in 0..max {
+            let d = match self.vi.recv_done() {
+                Ok(d) => d,
+                Err(ViaError::NotDone) => return Ok(n),
+                Err(e) => return Err(LinkDown(e.to_string())),
+            };
+            let i = self.slots.index_of(d);
+            let (st, len, imm) = completion(d);
+            let failed = st & status::ERROR_MASK != 0;
+            let form = Form::of(imm).filter(|_| !failed && len <= self.slots.size());
+            match form {
+                // SAFETY: the completed receive wrote `len` bytes into
+                // slot i, which is not posted again until `deliver`
+                // returns.
+                Some(form) => deliver(Arrival::Packet(
+                    unsafe { std::slice::from_raw_parts_mut(self.slots.data(i), len) },
+                    form,
+                )),
+                None if self.reliable && failed => {
+                    return Err(LinkDown(format!("receive status {st:#x}")));
+                }
+                None => deliver(Arrival::Garbage),
+            }
+            self.slots.prepare(i, self.slots.size(), None);
+            self.vi
+                .post_recv(self.slots.desc(i), self.slots.desc_handle())
+                .map_err(|e| LinkDown(e.to_string()))?;
         }
-        self.slots.prepare(i, self.slots.size(), None);
-        self.vi
-            .post_recv(self.slots.desc(i), self.slots.desc_handle())
-            .map_err(|e| RecvFailure::Down(e.to_string()))?;
-        if ok {
-            Ok(())
-        } else {
-            Err(RecvFailure::Garbage)
-        }
+        Ok(max)
+    }
+
+    /// What the receiving thread sleeps on: the VI's descriptor and its
+    /// next protocol timer (an acknowledgement owed). None once the VI is
+    /// not connected.
+    pub fn wait_hint(&self) -> Option<(RawFd, Option<u64>)> {
+        self.vi.wait_hint()
     }
 }
 

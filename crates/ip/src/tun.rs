@@ -198,23 +198,4 @@ impl Tun {
             Ok(())
         }
     }
-
-    /// Waits up to `ms` for a packet to read; true when one is there.
-    pub fn readable(&self, ms: i32) -> io::Result<bool> {
-        let mut p = libc::pollfd {
-            fd: self.fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one live pollfd.
-        let n = unsafe { libc::poll(&mut p, 1, ms) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                return Ok(false);
-            }
-            return Err(e);
-        }
-        Ok(n > 0)
-    }
 }
