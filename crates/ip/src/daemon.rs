@@ -1,45 +1,33 @@
 //! A running interface: the threads that move packets.
 //!
-//! - the sending loop (the calling thread) reads packets from the TUN,
-//!   finds the peer holding each destination and posts the packet on that
-//!   peer's [`TxLink`]; it also (re)connects links, each connect on a
-//!   short-lived thread so a missing peer never stalls the others;
+//! - the sending loop (the calling thread, `sender.rs`) reads packets
+//!   from the TUN, finds the peer holding each destination and posts the
+//!   packet on that peer's link; it also (re)connects links;
 //! - the accepting thread takes the peers' connections, and one receiving
-//!   thread per accepted link writes its packets to the TUN;
+//!   thread per accepted link takes its packets straight from the VI
+//!   (asleep on the VI's descriptor, a batch a wake-up) and writes them to
+//!   the TUN;
 //! - the control thread answers `viaip show`.
 //!
 //! A packet for a peer whose link is down is dropped and counted
 //! (`peer_down`); the link is reconnected in the background, so traffic
 //! resumes by itself when the peer comes back.
 
-use std::collections::HashMap;
 use std::fmt::Write;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
-use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::counters::{Counters, Drop};
 use crate::discovery::Discovery;
-use crate::link::{Arrival, Fabric, Form, Mode, RxLink, SendFailure, TxLink};
+use crate::link::{Arrival, Fabric, Form, Mode, RxLink};
 use crate::packet::{ipv4_destination, Refusal};
 use crate::peers::{host_addr, host_text, HostAddr};
+use crate::sender::{Sender, BATCH, IDLE_SLEEP, RETRY_AFTER};
 use crate::tun::Tun;
 use crate::vnet::{self, VnetHeader};
 use crate::wait::Sleep;
-
-/// How long one connect attempt may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-/// Pause after a failed connect before the next.
-const RETRY_AFTER: Duration = Duration::from_millis(300);
-/// How long a packet waits for a free send slot before it is dropped.
-const SLOT_WAIT: Duration = Duration::from_millis(20);
-/// Packets taken per look at the TUN or a link before the loop goes on
-/// (to its other links, connects, counters).
-const BATCH: usize = 64;
-/// The longest sleep: bounds how late a loop sees a new peer or link.
-const IDLE_SLEEP: Duration = Duration::from_millis(100);
 
 /// What `viaip up` asks for.
 pub struct UpConfig {
@@ -57,16 +45,20 @@ pub struct UpConfig {
     pub offload: bool,
 }
 
-const DOWN: u8 = 0;
-const CONNECTING: u8 = 1;
-const UP: u8 = 2;
+/// A peer's sending link.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkState {
+    Down = 0,
+    Connecting = 1,
+    Up = 2,
+}
 
 impl Peer {
     fn new(overlay: Ipv4Addr, host: HostAddr) -> Peer {
         Peer {
             overlay,
             host,
-            state: AtomicU8::new(DOWN),
+            state: AtomicU8::new(LinkState::Down as u8),
             connects: AtomicU64::new(0),
             rx_links: AtomicU32::new(0),
             counters: Counters::default(),
@@ -79,9 +71,23 @@ pub struct Peer {
     pub overlay: Ipv4Addr,
     pub host: HostAddr,
     state: AtomicU8,
-    connects: AtomicU64,
+    pub(crate) connects: AtomicU64,
     rx_links: AtomicU32,
     pub counters: Counters,
+}
+
+impl Peer {
+    pub fn state(&self) -> LinkState {
+        match self.state.load(Ordering::Relaxed) {
+            2 => LinkState::Up,
+            1 => LinkState::Connecting,
+            _ => LinkState::Down,
+        }
+    }
+
+    pub(crate) fn set_state(&self, s: LinkState) {
+        self.state.store(s as u8, Ordering::Relaxed);
+    }
 }
 
 /// What every thread of an interface shares.
@@ -110,6 +116,11 @@ impl Interface {
         self.peers.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// How many peers are known now.
+    pub(crate) fn peer_count(&self) -> usize {
+        self.peers.lock().map_or(0, |p| p.len())
+    }
+
     fn peer_by_host(&self, host: &HostAddr) -> Option<Arc<Peer>> {
         self.peers().into_iter().find(|p| &p.host == host)
     }
@@ -122,7 +133,7 @@ impl Interface {
         }
     }
 
-    fn in_subnet(&self, a: Ipv4Addr) -> bool {
+    pub(crate) fn in_subnet(&self, a: Ipv4Addr) -> bool {
         let mask = if self.prefix == 0 {
             0
         } else {
@@ -131,7 +142,7 @@ impl Interface {
         u32::from(a) & mask == u32::from(self.addr) & mask
     }
 
-    fn broadcast(&self) -> Ipv4Addr {
+    pub(crate) fn broadcast(&self) -> Ipv4Addr {
         let host_bits = if self.prefix >= 32 {
             0
         } else {
@@ -160,10 +171,10 @@ impl Interface {
             let _ = writeln!(s, "    discovery: malformed={junk}");
         }
         for p in &self.peers() {
-            let state = match p.state.load(Ordering::Relaxed) {
-                UP => "up",
-                CONNECTING => "connecting",
-                _ => "down",
+            let state = match p.state() {
+                LinkState::Up => "up",
+                LinkState::Connecting => "connecting",
+                LinkState::Down => "down",
             };
             let _ = writeln!(
                 s,
@@ -387,217 +398,4 @@ fn to_kernel(tun: &Tun, msg: &mut [u8], form: Form) -> Result<(usize, bool), Dro
     };
     written.map_err(|_| Drop::TunWrite)?;
     Ok((bytes, hdr.is_some_and(|h| h.is_gso())))
-}
-
-/// A packet on its way to one or more peers.
-struct Sent<'a> {
-    /// The message: the packet, behind its header in [`Form::Vnet`].
-    msg: &'a [u8],
-    form: Form,
-    /// The IPv4 packet's bytes.
-    bytes: usize,
-    /// A TCP super-packet.
-    gso: bool,
-}
-
-/// The sending loop's state: a link per connected peer.
-struct Sender {
-    ifc: Arc<Interface>,
-    /// The interface's peers as this loop last saw them (only added to).
-    peers: Vec<Arc<Peer>>,
-    discovery: Option<Discovery>,
-    links: HashMap<usize, TxLink>,
-    retry_at: Vec<Instant>,
-    done_tx: mpsc::Sender<(usize, Option<TxLink>)>,
-    done_rx: mpsc::Receiver<(usize, Option<TxLink>)>,
-}
-
-impl Sender {
-    fn new(ifc: Arc<Interface>, discovery: Option<Discovery>) -> Sender {
-        let (done_tx, done_rx) = mpsc::channel();
-        Sender {
-            retry_at: Vec::new(),
-            peers: Vec::new(),
-            discovery,
-            ifc,
-            links: HashMap::new(),
-            done_tx,
-            done_rx,
-        }
-    }
-
-    /// Asleep in one `ppoll` on the TUN and the links' VIs: takes every
-    /// packet the TUN holds (up to [`BATCH`]) and posts each on its
-    /// peer's link from this thread, and drives a link itself when its
-    /// peer answered or its timer is due.
-    fn run(mut self) -> String {
-        let mut buf = vec![0u8; self.ifc.fabric.max_message.max(vnet::LEN + 65535)];
-        let mut sleep = Sleep::new();
-        let mut watched: Vec<(usize, usize)> = Vec::new();
-        loop {
-            self.maintain();
-            sleep.clear();
-            watched.clear();
-            let tun = sleep.watch(self.ifc.tun.fd());
-            for (&i, link) in &self.links {
-                if let Some(h) = link.wait_hint() {
-                    watched.push((i, sleep.hint(h)));
-                }
-            }
-            let due = sleep.sleep(IDLE_SLEEP);
-            if sleep.ready(tun) {
-                for _ in 0..BATCH {
-                    match self.ifc.tun.read(&mut buf) {
-                        Ok(Some(n)) => self.forward(&buf[..n]),
-                        Ok(None) => break,
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => break,
-                        Err(e) => return format!("TUN: {e}"),
-                    }
-                }
-            }
-            for &(i, k) in &watched {
-                if !(due || sleep.ready(k)) {
-                    continue;
-                }
-                let failed = self.links.get_mut(&i).is_some_and(|l| l.drive().is_err());
-                if failed {
-                    self.link_down(i);
-                }
-            }
-        }
-    }
-
-    /// Takes finished connects, drops failed links and starts the connects
-    /// that are due.
-    fn maintain(&mut self) {
-        if self.peers.len() != self.ifc.peers.lock().map_or(0, |p| p.len()) {
-            self.peers = self.ifc.peers();
-            self.retry_at.resize(self.peers.len(), Instant::now());
-        }
-        while let Ok((i, link)) = self.done_rx.try_recv() {
-            let peer = &self.peers[i];
-            match link {
-                Some(l) => {
-                    peer.connects.fetch_add(1, Ordering::Relaxed);
-                    peer.state.store(UP, Ordering::Relaxed);
-                    self.links.insert(i, l);
-                }
-                None => {
-                    peer.state.store(DOWN, Ordering::Relaxed);
-                    self.retry_at[i] = Instant::now() + RETRY_AFTER;
-                }
-            }
-        }
-        let dead: Vec<usize> = self
-            .links
-            .iter()
-            .filter(|(_, l)| !l.alive())
-            .map(|(&i, _)| i)
-            .collect();
-        for i in dead {
-            self.link_down(i);
-        }
-        let now = Instant::now();
-        for i in 0..self.peers.len() {
-            let peer = &self.peers[i];
-            if peer.state.load(Ordering::Relaxed) == DOWN && now >= self.retry_at[i] {
-                peer.state.store(CONNECTING, Ordering::Relaxed);
-                let ifc = self.ifc.clone();
-                let host = peer.host;
-                let done = self.done_tx.clone();
-                let spawned = std::thread::Builder::new()
-                    .name("viaip-connect".into())
-                    .spawn(move || {
-                        let link = ifc.fabric.connect(&host, CONNECT_TIMEOUT).ok();
-                        let _ = done.send((i, link));
-                    });
-                if spawned.is_err() {
-                    peer.state.store(DOWN, Ordering::Relaxed);
-                    self.retry_at[i] = now + RETRY_AFTER;
-                }
-            }
-        }
-    }
-
-    /// Forgets peer i's link; a thread of its own closes it, since a close
-    /// may linger for the peer's acknowledgements.
-    fn link_down(&mut self, i: usize) {
-        if let Some(link) = self.links.remove(&i) {
-            let _ = std::thread::Builder::new()
-                .name("viaip-close".into())
-                .spawn(move || drop(link));
-        }
-        self.peers[i].state.store(DOWN, Ordering::Relaxed);
-        self.retry_at[i] = Instant::now();
-    }
-
-    /// Sends what the TUN gave (a packet, behind its offload header if
-    /// the TUN has them) to the peer holding its destination.
-    fn forward(&mut self, msg: &[u8]) {
-        let ifc = self.ifc.clone();
-        let (form, pkt, gso) = if ifc.tun.vnet() {
-            let Some((h, p)) = msg.split_first_chunk::<{ vnet::LEN }>() else {
-                return ifc.counters.drop(Drop::Malformed);
-            };
-            (Form::Vnet, p, VnetHeader::parse(h).is_gso())
-        } else {
-            (Form::Bare, msg, false)
-        };
-        let dst = match ipv4_destination(pkt) {
-            Ok(d) => d,
-            Err(Refusal::Unsupported) => return ifc.counters.drop(Drop::Unsupported),
-            Err(Refusal::Malformed) => return ifc.counters.drop(Drop::Malformed),
-        };
-        if msg.len() > ifc.fabric.max_message {
-            return ifc.counters.drop(Drop::TooBig);
-        }
-        let sent = Sent {
-            msg,
-            form,
-            bytes: pkt.len(),
-            gso,
-        };
-        if dst.is_multicast() || dst.is_broadcast() || dst == ifc.broadcast() {
-            for i in 0..self.peers.len() {
-                self.send_to(i, &sent);
-            }
-            return;
-        }
-        match self.peers.iter().position(|p| p.overlay == dst) {
-            Some(i) => self.send_to(i, &sent),
-            None => {
-                // As a packet waiting for ARP would be: dropped, and the
-                // link asked who holds the address.
-                if let (Some(d), true) = (&mut self.discovery, ifc.in_subnet(dst)) {
-                    d.ask(ifc.fabric.mode.name(), dst, ifc.addr);
-                }
-                ifc.counters.drop(Drop::NoRoute)
-            }
-        }
-    }
-
-    fn send_to(&mut self, i: usize, m: &Sent) {
-        let peer = self.peers[i].clone();
-        let verdict = match self.links.get_mut(&i) {
-            None => Err(Drop::PeerDown),
-            Some(link) => match link.send(m.msg, m.form, SLOT_WAIT) {
-                Ok(()) => Ok(()),
-                Err(SendFailure::QueueFull) => Err(Drop::QueueFull),
-                Err(SendFailure::Down) => {
-                    self.link_down(i);
-                    Err(Drop::PeerDown)
-                }
-            },
-        };
-        match verdict {
-            Ok(()) => {
-                self.ifc.counters.sent(m.bytes, m.gso);
-                peer.counters.sent(m.bytes, m.gso);
-            }
-            Err(why) => {
-                self.ifc.counters.drop(why);
-                peer.counters.drop(why);
-            }
-        }
-    }
 }

@@ -5,7 +5,7 @@
 //!
 //! Layers: `tun` (the kernel's interface), `vnet` (its offload header),
 //! `packet` (the IPv4 header checks), `peers` (the peers file), `link` (VIs and registered buffers),
-//! `daemon` (the threads that move packets), `control` (`viaip show`).
+//! `daemon` (the threads that move packets, the sending loop in `sender`), `control` (`viaip show`).
 
 pub mod control;
 pub mod counters;
@@ -14,6 +14,7 @@ pub mod discovery;
 pub mod link;
 pub mod packet;
 pub mod peers;
+pub mod sender;
 pub mod tun;
 pub mod vnet;
 pub mod wait;

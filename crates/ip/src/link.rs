@@ -310,6 +310,39 @@ impl TxLink {
         self.vi.wait_hint()
     }
 
+    /// Whether the sending loop should wake when the peer acknowledges:
+    /// only once many sends are in flight (slots running short, or the
+    /// protocol's window holding messages back). With few in flight the
+    /// next send takes the acknowledgements in, and a wake-up for each
+    /// would only take the CPU from the programs (the protocol's timers
+    /// still wake the loop: a lost datagram is resent on time).
+    pub fn wants_acks(&self) -> bool {
+        TX_SLOTS - self.free.len() >= TX_SLOTS / 4
+    }
+
+    /// The free slot the next packet may be read into, to be posted from
+    /// there ([`TxLink::post_staged`]) without a copy; None when no slot
+    /// is free.
+    pub fn staging(&mut self) -> Option<&mut [u8]> {
+        if self.free.is_empty() {
+            // A failure shows on the next send.
+            let _ = self.drive();
+        }
+        let i = *self.free.last()?;
+        // SAFETY: slot i is free (not posted): its `size` bytes are ours.
+        Some(unsafe { std::slice::from_raw_parts_mut(self.slots.data(i), self.slots.size()) })
+    }
+
+    /// Posts the first `len` bytes of the slot [`TxLink::staging`] gave,
+    /// a packet of the given form.
+    pub fn post_staged(&mut self, len: usize, form: Form) -> Result<(), SendFailure> {
+        let i = self.free.pop().ok_or(SendFailure::QueueFull)?;
+        self.slots.prepare(i, len, Some(form.magic()));
+        self.vi
+            .post_send(self.slots.desc(i), self.slots.desc_handle())
+            .map_err(|_| SendFailure::Down)
+    }
+
     /// Copies `msg` (a packet of the given form) into a free slot and
     /// posts it, waiting up to `wait` for a slot: asleep on the VI,
     /// driving it whenever the peer answers.
