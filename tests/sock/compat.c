@@ -7,6 +7,11 @@
  *                       dup threads sendfile stress reconnect hangup
  *                       hangup-exit hangup-kill hangup-et wake nonblock
  *
+ * Between hosts (tests/sock/hosts.sh): COMPAT_ADDR (IPv4) is where the
+ * server listens instead of 127.0.0.1, and a child that dials first
+ * enters the network namespace COMPAT_CLIENT_NETNS (a path such as
+ * /var/run/netns/NAME), so the connection crosses a veth pair.
+ *
  * Readiness is checked both ways: readable while data is unread, and NOT
  * readable once it is all read (a 100 ms poll must time out). The peers
  * sequence themselves with one-byte acks, never with sleeps; an alarm
@@ -23,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/select.h>
 #include <sys/sendfile.h>
@@ -36,6 +42,15 @@
                        fprintf(stderr, "\n"); exit(1); } while (0)
 static const char *mode;
 #define ROUNDS 30
+
+/* A dialing child: into the client's namespace, if one is named. */
+static void client_side(void) {
+    const char *ns = getenv("COMPAT_CLIENT_NETNS");
+    if (!ns) return;
+    int f = open(ns, O_RDONLY | O_CLOEXEC);
+    if (f < 0 || setns(f, CLONE_NEWNET)) FAIL("setns %s: %s", ns, strerror(errno));
+    close(f);
+}
 
 static uint64_t rng(uint64_t *s) {
     *s ^= *s << 13; *s ^= *s >> 7; *s ^= *s << 17;
@@ -294,6 +309,7 @@ static int stress(int lfd, struct sockaddr_in *a) {
     for (int i = 0; i < CONNS; i++) {
         if (fork() == 0) {
             close(lfd);
+            client_side();
             int fd = socket(AF_INET, SOCK_STREAM, 0);
             if (connect(fd, (struct sockaddr *)a, sizeof *a)) FAIL("connect");
             unsigned char id = (unsigned char)i;
@@ -477,6 +493,8 @@ int main(int argc, char **argv) {
     alarm(60);
     int lfd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    const char *addr = getenv("COMPAT_ADDR");
+    if (addr && inet_pton(AF_INET, addr, &a.sin_addr) != 1) FAIL("COMPAT_ADDR %s", addr);
     socklen_t len = sizeof a;
     if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof a) || listen(lfd, 8) ||
         getsockname(lfd, (struct sockaddr *)&a, &len)) FAIL("listen");
@@ -487,6 +505,7 @@ int main(int argc, char **argv) {
     pid_t pid = fork();
     if (pid == 0) {
         close(lfd);
+        client_side();
         int fd = socket(AF_INET, SOCK_STREAM, 0);
         if (reconnect) {
             reconnect_client(fd, &a);

@@ -1,9 +1,10 @@
 #!/bin/sh
 # viarun between hosts: two network namespaces joined by a veth pair
 # (MTU 1500), the network device carrying what both ends run under viarun.
-# Needs root (CI is). Usage: tests/sock/hosts.sh BINDIR PEER_BINARY
+# Needs root (CI is).
+# Usage: tests/sock/hosts.sh BINDIR PEER_BINARY COMPAT_BINARY (run.sh builds them)
 set -eu
-bin=$1 peer=$2
+bin=$1 peer=$2 compat=$3
 here=$(dirname "$0")
 dir=$(mktemp -d)
 export OV_NS_A="sockhA$$" OV_NS_B="sockhB$$" OV_VETH="sockh$$"
@@ -54,4 +55,17 @@ expect server "$TCP1"
 # Peer death: EOF/ECONNRESET on read, EPIPE on write, within 1 s (peer.c).
 pair "$V" die "$VS" survivor
 expect client "$UDP1"
+# Each socket feature (compat.c), the dialing child in the other
+# namespace: kernel TCP first (the reference), then both under viarun,
+# where the connections must have gone over udp.
+for mode in poll select epoll-lt epoll-et epoll-nested peek dup threads sendfile stress \
+    reconnect hangup hangup-exit hangup-kill hangup-et wake nonblock; do
+    export COMPAT_ADDR=10.77.0.2 COMPAT_CLIENT_NETNS="/var/run/netns/$OV_NS_A"
+    ip netns exec "$OV_NS_B" "$compat" "$mode" >/dev/null
+    ip netns exec "$OV_NS_B" $VS "$compat" "$mode" >/dev/null 2>"$dir/compat.err" ||
+        { cat "$dir/compat.err"; exit 1; }
+    n=1
+    [ "$mode" = stress ] && n=3
+    expect compat "viarun: $n connections over udp, 0 over kernel TCP"
+done
 echo "sock tests between hosts: ok"

@@ -60,7 +60,7 @@ cat "$dir/stats"
 grep -qx 'viarun: 1 connections over shm, 0 over kernel TCP' "$dir/stats"
 # Between hosts (network namespaces: root only, as in CI).
 if [ "$(id -u)" = 0 ] && command -v ip >/dev/null; then
-    VIARUN_LIB="$bin/libviarun.so" "$here/hosts.sh" "$bin" "$dir/peer"
+    "$here/hosts.sh" "$bin" "$dir/peer" "$dir/compat"
 else
     echo "sock tests between hosts: skipped (need root for network namespaces)"
 fi

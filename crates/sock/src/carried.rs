@@ -17,8 +17,13 @@ pub trait Carried: Send + Sync {
         all: bool,
     ) -> Result<usize, i32>;
     /// write/send: Ok(bytes taken) or Err(errno); `nosignal`: no SIGPIPE.
-    fn write(&self, fd: RawFd, data: &[&[u8]], dontwait: bool, nosignal: bool)
-        -> Result<usize, i32>;
+    fn write(
+        &self,
+        fd: RawFd,
+        data: &[&[u8]],
+        dontwait: bool,
+        nosignal: bool,
+    ) -> Result<usize, i32>;
     /// Waits (bounded) until the peer holds everything sent.
     fn flush(&self);
     /// After flush, before the kernel's FIN.

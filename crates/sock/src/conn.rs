@@ -26,11 +26,14 @@ static TABLE: Mutex<Option<HashMap<RawFd, Arc<Conn>>>> = Mutex::new(None);
 /// thread's remembered route (`LAST`) holds only while it is unchanged.
 static EPOCH: AtomicU64 = AtomicU64::new(0);
 
+/// A thread's remembered route: descriptor, epoch, link.
+type Remembered = (RawFd, u64, Arc<dyn Carried>);
+
 thread_local! {
     /// This thread's last carried descriptor, the epoch it was seen in, and
     /// its link: a program reading or writing one socket in a loop finds
     /// its link without the table's lock.
-    static LAST: RefCell<Option<(RawFd, u64, Arc<dyn Carried>)>> = const { RefCell::new(None) };
+    static LAST: RefCell<Option<Remembered>> = const { RefCell::new(None) };
 }
 /// A listening TCP socket's registrations: its Unix socket for
 /// connectors on this host, its UDP agent for those on others.
@@ -51,7 +54,10 @@ pub enum Setup {
         dst: String,
     },
     /// Connector to another host: the acceptor's decision comes here.
-    AwaitNet { offer: remote::Offer, dst: String },
+    AwaitNet {
+        offer: remote::Offer,
+        dst: String,
+    },
     /// Both ends said yes; the VI is made on first use.
     Agreed {
         side: Side,

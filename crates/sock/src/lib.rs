@@ -483,7 +483,7 @@ fn reachable_from_afar(a: &std::net::SocketAddr) -> bool {
     match a.ip() {
         std::net::IpAddr::V4(v4) => !v4.is_loopback(),
         std::net::IpAddr::V6(v6) => {
-            !v6.is_loopback() && v6.to_ipv4_mapped().is_none_or(|v4| !v4.is_loopback())
+            !v6.is_loopback() && v6.to_ipv4_mapped().map_or(true, |v4| !v4.is_loopback())
         }
     }
 }
@@ -567,7 +567,12 @@ fn accepted(listener: c_int, fd: c_int) {
 
 /// An accepted connection from this host: answered over the connector's
 /// Unix socket (module `rendezvous`).
-fn accepted_here(fd: c_int, peer: &libc::sockaddr_storage, local: &libc::sockaddr_storage, key: &str) {
+fn accepted_here(
+    fd: c_int,
+    peer: &libc::sockaddr_storage,
+    local: &libc::sockaddr_storage,
+    key: &str,
+) {
     let ports = rendezvous::port_of(peer).zip(rendezvous::port_of(local));
     // A connection we can carry gets its control page, sent with the yes.
     let mut control = None;

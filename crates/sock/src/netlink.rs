@@ -12,16 +12,21 @@
 //!
 //! Readiness: as on one host, the program's kernel TCP socket stays its
 //! descriptor and holds doorbell bytes `D` while data is unread — here one
-//! per message that needs one ("belled"), taken by the reader once it has
-//! used the message up. A blocking read with nothing unread sends the
-//! writer a token (a small message: the number of the message it waits
-//! for and the room in its buffer); that message, if it fits, goes with
-//! no doorbell. A blocking read never returns without data, EOF or an
-//! error, and a token names one message number, so a token needs no
-//! taking back: the message it covers is read by the read that offered it
-//! (the one-host design's revoke needs a shared word; here it would cost
-//! a round trip). A token that comes after its message was sent is stale
-//! and dropped: that message rang.
+//! per write call (on its last message, or on one after which the call
+//! may stop or wait for a free send slot), taken by the reader once it has
+//! used that message up. A blocking read with nothing unread spins on the
+//! VI for `VIARUN_NET_SPIN_US` (default 0, see `spin_time`), then sleeps
+//! in poll on the kernel socket, which the doorbell wakes: one wake-up
+//! per message, by the kernel, as for kernel TCP.
+//!
+//! The one-host link lets a spinning reader spare its writer the doorbell
+//! (a token in a shared word, taken back before it sleeps). Between hosts
+//! a token must travel as a message, and a reader that cannot take it
+//! back cheaply must then sleep on the VI's own socket, where every
+//! acknowledgement and protocol timer wakes it: measured between two
+//! namespaces on the loaded 2-vCPU box (a blocking 14-byte ping-pong),
+//! 80–160 µs one way with tokens against 17–19 µs with a doorbell per
+//! message (kernel TCP 8–17 µs). So there are no tokens here.
 //!
 //! The kernel stream carries only the hellos and doorbells, then the FIN:
 //! a peer that closes flushes first (every message acknowledged), so EOF
@@ -30,7 +35,7 @@
 
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
@@ -42,7 +47,6 @@ use openvia_core::ViaError;
 use crate::control::Side;
 use crate::kernel::{self, Peek};
 use crate::link::{meet, process_nic, HandshakeEnd, Medium, HELLO};
-use crate::reader::spin_time;
 
 /// Header in front of each message: kind, flags, pad, number, length.
 const HDR: usize = 16;
@@ -58,7 +62,6 @@ const SLICE: Duration = Duration::from_millis(10);
 const LINGER: Duration = Duration::from_secs(10);
 
 const DATA: u8 = 1;
-const TOKEN: u8 = 2;
 /// The writer rang a doorbell for this message.
 const BELLED: u8 = 1;
 
@@ -96,16 +99,13 @@ struct State {
     in_flight: usize,
     /// Data messages sent (they are numbered from 1).
     sent: u32,
-    /// The peer's token: (the message number it waits for, its room).
-    token: Option<(u32, usize)>,
     /// Messages arrived, by number; bytes of the first already read.
     arrived: VecDeque<Arrived>,
     taken: usize,
     /// Data messages used up; belled ones among them whose doorbell byte
-    /// is still in the socket; the number our last token named.
+    /// is still in the socket.
     consumed: u32,
     owed: u32,
-    offered: u32,
     broken: bool,
 }
 
@@ -117,10 +117,10 @@ pub struct NetLink {
     state: Mutex<State>,
     /// Held by the thread reading (blocking ones sleep holding it).
     reading: Mutex<()>,
-    /// A reader sleeps in the VI's wait: a writer leaves the receive queue
-    /// to it (else the reader might not see what it waits for).
-    reader_waits: AtomicBool,
     nonblocking: AtomicBool,
+    /// The descriptor of the last read or write, for a flush at close or
+    /// exit (which come without one) to notice a peer gone.
+    last_fd: AtomicI32,
 }
 
 // SAFETY: the region is plain memory owned by the link; its slots are
@@ -138,7 +138,8 @@ fn after(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) > 0
 }
 
-/// Whether the connection is reset or closed both ways (a write must fail).
+/// Whether the connection is reset or closed both ways (a write must fail),
+/// or `fd` no longer names it.
 fn hung_up_both(fd: RawFd) -> bool {
     let mut p = libc::pollfd {
         fd,
@@ -147,7 +148,59 @@ fn hung_up_both(fd: RawFd) -> bool {
     };
     // SAFETY: one pollfd of ours.
     unsafe { libc::poll(&mut p, 1, 0) };
-    p.revents & (libc::POLLERR | libc::POLLHUP) != 0
+    p.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0
+}
+
+/// How long a blocking read spins on the VI before it sleeps
+/// (`VIARUN_NET_SPIN_US`, default 0). Each look is a system call (the
+/// VI's socket), and on the 2-vCPU box with both namespaces on it a 50 µs
+/// spin made a blocking 14-byte ping-pong 70–90 µs one way against 23–36
+/// without (the spinner holds the CPU its peer needs); on hosts with CPUs
+/// to spare a spin saves the wake-up.
+fn spin_time() -> Duration {
+    static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *SPIN.get_or_init(|| {
+        let us = std::env::var("VIARUN_NET_SPIN_US")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        Duration::from_micros(us)
+    })
+}
+
+/// Sleeps until the VI's socket has a datagram, the kernel socket shows
+/// `events` (or an error or hang-up), the VI's next protocol timer is due,
+/// or `SLICE` passed: one wake-up, by the kernel, where the VI's own Wait
+/// goes through the NIC's progress thread (two, and on a loaded machine
+/// hundreds of microseconds more per message).
+fn nap(vi: &Vi, tcp: RawFd, events: libc::c_short) {
+    let Some((vfd, timer)) = vi.wait_hint() else {
+        std::thread::sleep(Duration::from_millis(1));
+        return;
+    };
+    let left = timer
+        .map_or(SLICE, |t| {
+            Duration::from_nanos(t.saturating_sub(openvia_core::sys::now_ns()))
+        })
+        .min(SLICE);
+    let mut p = [
+        libc::pollfd {
+            fd: tcp,
+            events,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: vfd,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    let ts = libc::timespec {
+        tv_sec: left.as_secs() as libc::time_t,
+        tv_nsec: left.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: two pollfds and a timespec of ours, alive across the call.
+    unsafe { libc::ppoll(p.as_mut_ptr(), 2, &ts, std::ptr::null()) };
 }
 
 /// Bytes waiting in the kernel socket.
@@ -233,17 +286,15 @@ impl NetLink {
                 free: (0..SEND_SLOTS).collect(),
                 in_flight: 0,
                 sent: 0,
-                token: None,
                 arrived: VecDeque::with_capacity(RECV_SLOTS),
                 taken: 0,
                 consumed: 0,
                 owed: 0,
-                offered: 0,
                 broken: false,
             }),
             reading: Mutex::new(()),
-            reader_waits: AtomicBool::new(false),
             nonblocking: AtomicBool::new(false),
+            last_fd: AtomicI32::new(-1),
         };
         for i in SEND_SLOTS..slots {
             link.post_recv(i)?;
@@ -296,7 +347,8 @@ impl NetLink {
         st.in_flight -= 1;
     }
 
-    /// A completed receive: a message to read, or a token for the writer.
+    /// A completed receive: a message to read (anything else is dropped
+    /// and its receive posted again).
     fn received(&self, st: &mut State, d: DescPtr) {
         let slot = self.region.slot_of(d);
         if d.status() & status::ERROR_MASK != 0 {
@@ -338,9 +390,6 @@ impl NetLink {
                 );
             }
             _ => {
-                if kind == TOKEN && after(number, st.sent) {
-                    st.token = Some((number, len));
-                }
                 if self.post_recv(slot).is_err() {
                     st.broken = true;
                 }
@@ -348,15 +397,20 @@ impl NetLink {
         }
     }
 
-    /// Takes whatever completed: sends (always) and receives (unless a
-    /// reader sleeps on them and `writer` asks).
-    fn pump(&self, st: &mut State, writer: bool) {
+    /// Takes the completed sends back (their slots are free again).
+    fn reap(&self, st: &mut State) {
         while let Ok(d) = self.vi.send_done() {
             self.sent_done(st, d);
         }
-        if writer && self.reader_waits.load(Ordering::Acquire) {
-            return;
+        if self.vi.state() == ViState::Error {
+            st.broken = true;
         }
+    }
+
+    /// Takes what arrived. (Each look at the VI is a system call on the
+    /// network device: a reader does not look for send completions, nor a
+    /// writer that has a free slot for them.)
+    fn pump(&self, st: &mut State) {
         while let Ok(d) = self.vi.recv_done() {
             self.received(st, d);
         }
@@ -390,7 +444,11 @@ impl NetLink {
         let (mut taken, mut seg, mut off) = (0usize, 0usize, 0usize);
         while taken < total {
             let mut st = lock(&self.state);
-            self.pump(&mut st, true);
+            // Taking completions runs the protocol: the acknowledgements
+            // that came open its window, so what is posted now leaves now,
+            // before its doorbell (a writer that looked only when out of
+            // slots had its message held while the doorbell went).
+            self.reap(&mut st);
             if st.broken {
                 return pipe(taken);
             }
@@ -403,11 +461,10 @@ impl NetLink {
                         Err(libc::EAGAIN)
                     };
                 }
-                match self.vi.send_wait(Some(SLICE)) {
-                    Ok(d) => self.sent_done(&mut lock(&self.state), d),
-                    Err(ViaError::Timeout) if !hung_up_both(fd) => {}
-                    Err(_) => return pipe(taken),
+                if hung_up_both(fd) {
+                    return pipe(taken);
                 }
+                nap(&self.vi, fd, 0);
                 continue;
             };
             let n = (total - taken).min(CHUNK);
@@ -427,11 +484,11 @@ impl NetLink {
                 }
             }
             let number = st.sent.wrapping_add(1);
-            let tokened = matches!(st.token, Some((t, room)) if t == number && n <= room);
-            if st.token.is_some_and(|(t, _)| !after(t, number)) {
-                st.token = None;
-            }
-            let flags = if tokened { 0 } else { BELLED };
+            // One doorbell per call: on its last message, or on one after
+            // which the call may stop or wait (no slot left: a reader that
+            // sleeps in poll must see what came before it).
+            let ring = taken + n == total || st.free.is_empty();
+            let flags = if ring { BELLED } else { 0 };
             if !self.post_send(slot, DATA, flags, number, n) {
                 st.free.push(slot);
                 st.broken = true;
@@ -442,7 +499,7 @@ impl NetLink {
             drop(st);
             taken += n;
             // Rung after the post: a reader woken by it finds the message.
-            if !tokened && kernel::send_doorbell(fd, nosignal).is_err() {
+            if ring && kernel::send_doorbell(fd, nosignal).is_err() {
                 return Ok(taken);
             }
         }
@@ -546,19 +603,25 @@ impl NetLink {
     /// What the kernel says of a stream with nothing left to read: Some(end)
     /// for EOF or an error, None while it lives.
     fn ended(&self, fd: RawFd, got: usize) -> Option<Result<usize, i32>> {
-        match kernel::peek_state(fd) {
-            Peek::Eof => Some(Ok(got)),
-            Peek::Error(e) => Some(if got > 0 { Ok(got) } else { Err(e) }),
+        let end = match kernel::peek_state(fd) {
+            Peek::Eof => Ok(got),
+            Peek::Error(e) if got == 0 => Err(e),
+            Peek::Error(_) => Ok(got),
             // A doorbell for a message on its way; or, from a peer that
             // hung up meanwhile, for one that will never come.
             Peek::Byte(_) if kernel::peer_hung_up(fd) => {
                 std::thread::sleep(Duration::from_millis(1));
-                let mut st = lock(&self.state);
-                self.pump(&mut st, false);
-                st.arrived.is_empty().then_some(Ok(got))
+                Ok(got)
             }
-            _ => None,
-        }
+            _ => return None,
+        };
+        // What the peer sent before it closed may still wait for a receive
+        // posted just now (acknowledged, held by the device until there
+        // was room): that comes first. (Without this look, compat
+        // `threads` between hosts once lost its last 4 KiB.)
+        let mut st = lock(&self.state);
+        self.pump(&mut st);
+        st.arrived.is_empty().then_some(end)
     }
 
     fn read_some(
@@ -584,7 +647,7 @@ impl NetLink {
         loop {
             let broken = {
                 let mut st = lock(&self.state);
-                self.pump(&mut st, false);
+                self.pump(&mut st);
                 if self.copy_out(&mut st, out, &mut got, peek) {
                     drop(st);
                     if got > 0 {
@@ -613,10 +676,17 @@ impl NetLink {
                 if let Some(end) = self.ended(fd, got) {
                     return end;
                 }
+                if got == 0 && bytes_in(fd) > 0 {
+                    // A doorbell is there and its message is not: the two
+                    // travel on different sockets, and the doorbell can
+                    // win. The message was posted before it rang: wait
+                    // for it (a reader told "readable" must get data).
+                    // SAFETY: sched_yield takes nothing and cannot fail;
+                    // the writer may need this CPU.
+                    unsafe { libc::sched_yield() };
+                    continue;
+                }
                 return if got > 0 { Ok(got) } else { Err(libc::EAGAIN) };
-            }
-            if !peek {
-                self.offer_token(want - got);
             }
             if let Some(end) = self.wait_for_data(fd, got) {
                 return end;
@@ -624,83 +694,56 @@ impl NetLink {
         }
     }
 
-    /// A blocking read with nothing unread tells the writer (see module).
-    fn offer_token(&self, room: usize) {
-        let mut st = lock(&self.state);
-        let number = st.consumed.wrapping_add(1);
-        if st.offered == number {
-            return;
-        }
-        self.pump(&mut st, false);
-        if !st.arrived.is_empty() {
-            return;
-        }
-        let Some(slot) = st.free.pop() else {
-            return;
-        };
-        if self.post_send(slot, TOKEN, 0, number, room.min(u32::MAX as usize)) {
-            st.in_flight += 1;
-            st.offered = number;
-        } else {
-            st.free.push(slot);
-        }
-    }
-
-    /// Spins for `VIARUN_SPIN_US`, then sleeps in the VI's wait, until a
-    /// message arrives (None) or the kernel says the stream ended.
+    /// Spins on the VI for `VIARUN_NET_SPIN_US`, then sleeps in poll on the
+    /// kernel socket (the message's doorbell wakes it), until a message
+    /// arrives (None) or the kernel says the stream ended.
     fn wait_for_data(&self, fd: RawFd, got: usize) -> Option<Result<usize, i32>> {
         let start = Instant::now();
         let limit = spin_time();
-        let mut turns = 0u32;
+        let mut spinning = true;
         loop {
             {
                 let mut st = lock(&self.state);
-                self.pump(&mut st, false);
+                self.pump(&mut st);
                 if !st.arrived.is_empty() || st.broken {
                     return None;
                 }
             }
-            turns = turns.wrapping_add(1);
-            if turns % 64 == 0 && start.elapsed() >= limit {
-                break;
+            // Each look is a system call (the VI's socket): the clock is
+            // cheap beside it.
+            if spinning && start.elapsed() < limit {
+                continue;
             }
-            std::hint::spin_loop();
+            spinning = false;
+            if let Some(end) = self.ended(fd, got) {
+                return Some(end);
+            }
+            if bytes_in(fd) == 0 {
+                let mut p = libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one pollfd of ours.
+                unsafe { libc::poll(&mut p, 1, SLICE.as_millis() as libc::c_int) };
+            }
         }
-        self.reader_waits.store(true, Ordering::Release);
-        let end = loop {
-            match self.vi.recv_wait(Some(SLICE)) {
-                Ok(d) => {
-                    self.received(&mut lock(&self.state), d);
-                    break None;
-                }
-                Err(ViaError::Timeout) => {
-                    if let Some(end) = self.ended(fd, got) {
-                        break Some(end);
-                    }
-                }
-                Err(_) => {
-                    lock(&self.state).broken = true;
-                    break None;
-                }
-            }
-        };
-        self.reader_waits.store(false, Ordering::Release);
-        end
     }
 
-    fn flush_all(&self) {
+    fn flush_all(&self, fd: RawFd) {
         let start = Instant::now();
         while start.elapsed() < LINGER {
             {
                 let mut st = lock(&self.state);
-                self.pump(&mut st, true);
+                self.reap(&mut st);
                 if st.in_flight == 0 || st.broken {
                     return;
                 }
             }
-            if let Ok(d) = self.vi.send_wait(Some(SLICE)) {
-                self.sent_done(&mut lock(&self.state), d);
+            if hung_up_both(fd) {
+                return;
             }
+            nap(&self.vi, fd, 0);
         }
     }
 }
@@ -714,6 +757,7 @@ impl crate::carried::Carried for NetLink {
         peek: bool,
         all: bool,
     ) -> Result<usize, i32> {
+        self.last_fd.store(fd, Ordering::Relaxed);
         self.read_some(fd, out, dontwait, peek, all)
     }
     fn write(
@@ -723,10 +767,11 @@ impl crate::carried::Carried for NetLink {
         dontwait: bool,
         nosignal: bool,
     ) -> Result<usize, i32> {
+        self.last_fd.store(fd, Ordering::Relaxed);
         self.write_all(fd, data, dontwait, nosignal)
     }
     fn flush(&self) {
-        self.flush_all()
+        self.flush_all(self.last_fd.load(Ordering::Relaxed))
     }
     /// Nothing to mark: the reader learns of the end from the kernel's FIN,
     /// which follows every doorbell.

@@ -212,9 +212,9 @@ impl Locked<'_> {
             .iter()
             .position(|n| n.state != FREE && n.ip == *ip && n.cport == cport && n.lport == lport)
             .or_else(|| {
-                self.notes.iter().position(|n| {
-                    n.state == FREE || now.saturating_sub(n.stamp_ms) > NOTE_LIFE_MS
-                })
+                self.notes
+                    .iter()
+                    .position(|n| n.state == FREE || now.saturating_sub(n.stamp_ms) > NOTE_LIFE_MS)
             })
             .unwrap_or_else(|| {
                 (0..ENTRIES)
@@ -399,9 +399,7 @@ impl Registry {
             note.answer
         };
         let _ = self.udp.send_to(&answer, peer);
-        Msg::decode(&answer)
-            .filter(|a| a.yes)
-            .map(|a| a.token)
+        Msg::decode(&answer).filter(|a| a.yes).map(|a| a.token)
     }
 }
 
@@ -454,8 +452,11 @@ fn exchange(udp: &UdpSocket, ask: &Msg, want: u8, limit: Duration) -> Result<Opt
         let slice = RESEND.min(limit.saturating_sub(start.elapsed()));
         let until = Instant::now() + slice;
         while Instant::now() < until {
-            let _ = udp.set_read_timeout(Some(until.saturating_duration_since(Instant::now())
-                .max(Duration::from_micros(100))));
+            let _ = udp.set_read_timeout(Some(
+                until
+                    .saturating_duration_since(Instant::now())
+                    .max(Duration::from_micros(100)),
+            ));
             match udp.recv(&mut buf) {
                 Ok(n) => {
                     if let Some(m) = Msg::decode(&buf[..n])
@@ -594,7 +595,10 @@ mod tests {
         let start = Instant::now();
         let dst = SocketAddr::from(([127, 0, 0, 1], port));
         assert!(Offer::make(dst, 0).is_none());
-        assert!(start.elapsed() < Duration::from_millis(100), "ICMP refused is fast");
+        assert!(
+            start.elapsed() < Duration::from_millis(100),
+            "ICMP refused is fast"
+        );
         assert!(known_plain(dst), "remembered");
     }
 }
