@@ -118,4 +118,10 @@ pub trait Channel: Send {
     /// Our CQ polls this VI on every look (or no longer does): the peer
     /// may stop (or must resume) telling it which VI has work.
     fn set_watched(&mut self, _on: bool) {}
+
+    /// No reply will be posted on this connection (its owner answers on
+    /// another): acknowledge a delivered message at once rather than hold
+    /// the acknowledgement for a reply to carry it. Where nothing is held,
+    /// nothing changes.
+    fn set_no_replies(&mut self, _on: bool) {}
 }

@@ -163,6 +163,9 @@ pub struct RumChannel<L: DatagramLink> {
     idle_polls: u32,
     /// A reliable message waits in the protocol for a receive descriptor.
     held_for_recv: bool,
+    /// No reply is posted on this connection (`Channel::set_no_replies`):
+    /// acknowledgements are not held for one.
+    no_replies: bool,
     echo: Option<AcceptEcho>,
     heard: bool,
     replies: Vec<OutgoingMessage>,
@@ -214,6 +217,7 @@ impl<L: DatagramLink> RumChannel<L> {
             lone_arrivals: 0,
             idle_polls: 0,
             held_for_recv: false,
+            no_replies: false,
             heard: echo.is_none(),
             echo,
             replies: Vec::new(),
@@ -505,7 +509,7 @@ impl<L: DatagramLink> Channel for RumChannel<L> {
         self.drain_events();
         // Hold a bare acknowledgement for a reply the application may post
         // next; anything else goes out now.
-        if delivered && !replied && !delivered_large {
+        if delivered && !replied && !delivered_large && !self.no_replies {
             self.ack_held_since.get_or_insert(now_t.as_nanos());
         } else if did || self.flush_owed {
             self.flush(now_t);
@@ -588,6 +592,10 @@ impl<L: DatagramLink> Channel for RumChannel<L> {
         self.flush(now());
         self.closed = true;
         self.publish_counters();
+    }
+
+    fn set_no_replies(&mut self, on: bool) {
+        self.no_replies = on;
     }
 
     fn flush_at_exit(&mut self) {

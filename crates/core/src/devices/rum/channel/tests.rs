@@ -2,7 +2,8 @@
 //! peer's port has closed (an ICMP port unreachable, ECONNREFUSED) comes
 //! ahead of the datagrams the peer sent before it closed, and those must
 //! still complete our sends before the failure flushes the rest; so must
-//! a disconnect read in a call that also flushes what it owed.
+//! a disconnect read in a call that also flushes what it owed. And an
+//! acknowledgement waits for a reply only on a channel where one may come.
 
 use std::collections::VecDeque;
 use std::io;
@@ -208,4 +209,82 @@ fn a_disconnect_read_with_a_flush_owed_still_completes_what_it_acknowledges() {
     assert_eq!(progress(&mut ch), Ok(true), "the failure waits a call");
     assert_eq!(ch.sent(), 1);
     assert!(progress(&mut ch).is_err());
+}
+
+/// The peer sends a small message into a posted receive; returns whether
+/// this channel's acknowledgement left in the progress call that
+/// delivered it, and the channel's next timer after that call.
+fn deliver_one(no_replies: bool) -> (bool, Option<u64>) {
+    use crate::descriptor::{DescPtr, Descriptor};
+    use crate::mem::HeldUses;
+    use crate::ranges::Range;
+    use crate::vi::queues::RecvEntry;
+
+    let (mut ch, mut server, script) = connected();
+    ch.set_no_replies(no_replies);
+    let t = now();
+    server.send_message(message()).unwrap();
+    let mut buf = vec![0u8; server.max_datagram_len()];
+    while let Some(n) = server.poll_transmit(t, &mut buf) {
+        script
+            .lock()
+            .unwrap()
+            .inbound
+            .push_back(Ok(buf[..n].to_vec()));
+    }
+    let mut desc = Box::new(Descriptor::default());
+    let mut data = vec![0u8; 256];
+    let registry = MemoryRegistry::new();
+    let (mut rq, mut sq, mut faults) = (RecvQueue::default(), SendQueue::default(), Vec::new());
+    rq.entries.push_back(RecvEntry {
+        desc: DescPtr(&mut *desc),
+        ranges: vec![Range {
+            addr: data.as_mut_ptr() as u64,
+            len: data.len() as u64,
+        }],
+        capacity: data.len() as u64,
+        error: 0,
+        uses: HeldUses::default(),
+    });
+    let mut place = Placement {
+        registry: &registry,
+        ptag: PtagId(1),
+        rdma_write: false,
+        rdma_read: false,
+        rq: &mut rq,
+        sq: &mut sq,
+        recv_cq: None,
+        send_cq: None,
+        vi_id: 1,
+        vi_token: 0,
+        faults: &mut faults,
+        completed_any: false,
+    };
+    script.lock().unwrap().sent.clear();
+    assert_eq!(ch.progress(&mut place), Ok(true));
+    assert_eq!(rq.completed, 1, "delivered");
+    assert_eq!(data[99], 7);
+    let acked = !script.lock().unwrap().sent.is_empty();
+    (acked, ch.timer_deadline_ns())
+}
+
+/// An acknowledgement for a delivered message is held for a reply to
+/// carry (the channel's next timer then due within ACK_DELAY_NS) unless
+/// the channel was told that no reply is posted on it (viaip's receiving
+/// VIs): then it leaves in the same call and nothing is due soon.
+#[test]
+fn an_acknowledgement_waits_for_a_reply_only_where_one_may_come() {
+    let before = now().as_nanos();
+    let (acked, timer) = deliver_one(false);
+    assert!(!acked, "held for a reply");
+    assert!(
+        timer.is_some_and(|t| t <= now().as_nanos() + super::ACK_DELAY_NS),
+        "held acknowledgement due at {timer:?} (call began at {before})"
+    );
+    let (acked, timer) = deliver_one(true);
+    assert!(acked, "acknowledged at once");
+    assert!(
+        timer.is_none_or(|t| t > now().as_nanos() + super::ACK_DELAY_NS),
+        "nothing due soon: {timer:?}"
+    );
 }
