@@ -120,8 +120,9 @@ pub trait Channel: Send {
     fn set_watched(&mut self, _on: bool) {}
 
     /// No reply will be posted on this connection (its owner answers on
-    /// another): acknowledge a delivered message at once rather than hold
-    /// the acknowledgement for a reply to carry it. Where nothing is held,
-    /// nothing changes.
+    /// another): acknowledge a delivered message on the next call that
+    /// drives the connection (the program takes the message first) rather
+    /// than hold the acknowledgement a while for a reply to carry it.
+    /// Where nothing is held, nothing changes.
     fn set_no_replies(&mut self, _on: bool) {}
 }

@@ -164,7 +164,8 @@ pub struct RumChannel<L: DatagramLink> {
     /// A reliable message waits in the protocol for a receive descriptor.
     held_for_recv: bool,
     /// No reply is posted on this connection (`Channel::set_no_replies`):
-    /// acknowledgements are not held for one.
+    /// an acknowledgement is held only until the next call, which the
+    /// program makes once it has taken the message.
     no_replies: bool,
     echo: Option<AcceptEcho>,
     heard: bool,
@@ -480,7 +481,7 @@ impl<L: DatagramLink> Channel for RumChannel<L> {
         let now_t = got.unwrap_or_else(now);
         let ack_ripe = self
             .ack_held_since
-            .is_some_and(|t| now_t.as_nanos() >= t + ACK_DELAY_NS);
+            .is_some_and(|t| now_t.as_nanos() >= t + self.ack_delay_ns());
         if self.flush_owed || ack_ripe {
             self.flush(now_t);
         }
@@ -509,7 +510,7 @@ impl<L: DatagramLink> Channel for RumChannel<L> {
         self.drain_events();
         // Hold a bare acknowledgement for a reply the application may post
         // next; anything else goes out now.
-        if delivered && !replied && !delivered_large && !self.no_replies {
+        if delivered && !replied && !delivered_large {
             self.ack_held_since.get_or_insert(now_t.as_nanos());
         } else if did || self.flush_owed {
             self.flush(now_t);
@@ -613,7 +614,7 @@ impl<L: DatagramLink> Channel for RumChannel<L> {
         let t = self.conn.poll_timeout().map(|t| t.as_nanos());
         let e = self.echo.as_ref().map(|e| e.next);
         let f = self.flush_owed.then(crate::sys::now_ns);
-        let a = self.ack_held_since.map(|t| t + ACK_DELAY_NS);
+        let a = self.ack_held_since.map(|t| t + self.ack_delay_ns());
         let u = self.unreachable.map(|u| u.until);
         [t, e, f, a, u].into_iter().flatten().min()
     }
@@ -658,6 +659,17 @@ impl<L: DatagramLink> RumChannel<L> {
         }
         let buf = self.conn.take_buffer(len as usize);
         Payload::Owned(gather_into(buf, local, len))
+    }
+
+    /// How long an acknowledgement waits for a reply to carry it: none
+    /// where no reply comes (`set_no_replies`); it then leaves on the next
+    /// call, after the program has taken the message.
+    fn ack_delay_ns(&self) -> u64 {
+        if self.no_replies {
+            0
+        } else {
+            ACK_DELAY_NS
+        }
     }
 
     fn send_message(&mut self, msg: OutgoingMessage) -> Result<(), ChannelFailed> {

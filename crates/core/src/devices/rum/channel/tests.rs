@@ -141,14 +141,22 @@ fn peer_takes_and_closes(server: &mut Connection, script: &Arc<Mutex<Script>>) -
 
 /// Runs one progress call with empty queues.
 fn progress(ch: &mut RumChannel<ScriptedLink>) -> Result<bool, crate::device::ChannelFailed> {
+    progress_into(ch, &mut RecvQueue::default())
+}
+
+/// Runs one progress call with the receives of `rq` posted.
+fn progress_into(
+    ch: &mut RumChannel<ScriptedLink>,
+    rq: &mut RecvQueue,
+) -> Result<bool, crate::device::ChannelFailed> {
     let registry = MemoryRegistry::new();
-    let (mut rq, mut sq, mut faults) = (RecvQueue::default(), SendQueue::default(), Vec::new());
+    let (mut sq, mut faults) = (SendQueue::default(), Vec::new());
     let mut place = Placement {
         registry: &registry,
         ptag: PtagId(1),
         rdma_write: false,
         rdma_read: false,
-        rq: &mut rq,
+        rq,
         sq: &mut sq,
         recv_cq: None,
         send_cq: None,
@@ -211,10 +219,12 @@ fn a_disconnect_read_with_a_flush_owed_still_completes_what_it_acknowledges() {
     assert!(progress(&mut ch).is_err());
 }
 
-/// The peer sends a small message into a posted receive; returns whether
-/// this channel's acknowledgement left in the progress call that
-/// delivered it, and the channel's next timer after that call.
-fn deliver_one(no_replies: bool) -> (bool, Option<u64>) {
+/// The peer sends a small message into a posted receive. Returns
+/// whether this channel's acknowledgement left in the progress call that
+/// delivered it, the channel's next timer after that call with the clock
+/// before and after the call, and whether the next call (nothing new
+/// arriving) sent it.
+fn deliver_one(no_replies: bool) -> (bool, Option<u64>, u64, u64, bool) {
     use crate::descriptor::{DescPtr, Descriptor};
     use crate::mem::HeldUses;
     use crate::ranges::Range;
@@ -234,8 +244,7 @@ fn deliver_one(no_replies: bool) -> (bool, Option<u64>) {
     }
     let mut desc = Box::new(Descriptor::default());
     let mut data = vec![0u8; 256];
-    let registry = MemoryRegistry::new();
-    let (mut rq, mut sq, mut faults) = (RecvQueue::default(), SendQueue::default(), Vec::new());
+    let mut rq = RecvQueue::default();
     rq.entries.push_back(RecvEntry {
         desc: DescPtr(&mut *desc),
         ranges: vec![Range {
@@ -246,45 +255,37 @@ fn deliver_one(no_replies: bool) -> (bool, Option<u64>) {
         error: 0,
         uses: HeldUses::default(),
     });
-    let mut place = Placement {
-        registry: &registry,
-        ptag: PtagId(1),
-        rdma_write: false,
-        rdma_read: false,
-        rq: &mut rq,
-        sq: &mut sq,
-        recv_cq: None,
-        send_cq: None,
-        vi_id: 1,
-        vi_token: 0,
-        faults: &mut faults,
-        completed_any: false,
-    };
     script.lock().unwrap().sent.clear();
-    assert_eq!(ch.progress(&mut place), Ok(true));
+    let before = now().as_nanos();
+    assert_eq!(progress_into(&mut ch, &mut rq), Ok(true));
+    let after = now().as_nanos();
     assert_eq!(rq.completed, 1, "delivered");
     assert_eq!(data[99], 7);
-    let acked = !script.lock().unwrap().sent.is_empty();
-    (acked, ch.timer_deadline_ns())
+    let acked = !std::mem::take(&mut script.lock().unwrap().sent).is_empty();
+    let timer = ch.timer_deadline_ns();
+    let _ = progress_into(&mut ch, &mut rq);
+    let acked_next = !script.lock().unwrap().sent.is_empty();
+    (acked, timer, before, after, acked_next)
 }
 
 /// An acknowledgement for a delivered message is held for a reply to
-/// carry (the channel's next timer then due within ACK_DELAY_NS) unless
-/// the channel was told that no reply is posted on it (viaip's receiving
-/// VIs): then it leaves in the same call and nothing is due soon.
+/// carry (the channel's next timer due ACK_DELAY_NS after the delivery)
+/// unless the channel was told that no reply is posted on it (viaip's
+/// receiving VIs): then it is due at once, and leaves on the next call —
+/// after the program took the message, not before.
 #[test]
 fn an_acknowledgement_waits_for_a_reply_only_where_one_may_come() {
-    let before = now().as_nanos();
-    let (acked, timer) = deliver_one(false);
+    let (acked, timer, before, _, _) = deliver_one(false);
     assert!(!acked, "held for a reply");
     assert!(
-        timer.is_some_and(|t| t <= now().as_nanos() + super::ACK_DELAY_NS),
-        "held acknowledgement due at {timer:?} (call began at {before})"
+        timer.is_some_and(|t| t >= before + super::ACK_DELAY_NS),
+        "held acknowledgement due at {timer:?}, delivered after {before}"
     );
-    let (acked, timer) = deliver_one(true);
-    assert!(acked, "acknowledged at once");
+    let (acked, timer, _, after, acked_next) = deliver_one(true);
+    assert!(!acked, "the message is taken before the acknowledgement");
     assert!(
-        timer.is_none_or(|t| t > now().as_nanos() + super::ACK_DELAY_NS),
-        "nothing due soon: {timer:?}"
+        timer.is_some_and(|t| t <= after),
+        "due at once: {timer:?}, call ended at {after}"
     );
+    assert!(acked_next, "sent by the next call");
 }
