@@ -204,7 +204,17 @@ impl Interface {
 pub fn open(cfg: UpConfig) -> Result<Arc<Interface>, String> {
     let offload = cfg.offload && cfg.mode == Mode::Connected;
     let fabric = Fabric::open(&cfg.device, cfg.mode, cfg.mtu, offload)?;
-    let tun = Tun::create(&cfg.ifname, offload).map_err(|e| format!("TUN {}: {e}", cfg.ifname))?;
+    // A kernel that refuses the offloads gets a TUN without them (the
+    // interface of the failed try went with its descriptor); the peers
+    // still talk to it (vnet.rs).
+    let tun = match Tun::create(&cfg.ifname, offload) {
+        Err(e) if offload => {
+            eprintln!("viaip: {}: no TUN offloads ({e})", cfg.ifname);
+            Tun::create(&cfg.ifname, false)
+        }
+        made => made,
+    }
+    .map_err(|e| format!("TUN {}: {e}", cfg.ifname))?;
     tun.configure(cfg.addr, cfg.prefix, fabric.mtu as u32)
         .map_err(|e| format!("configuring {}: {e}", cfg.ifname))?;
     let peers = cfg

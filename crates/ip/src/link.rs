@@ -253,6 +253,9 @@ impl Fabric {
             reliable: self.mode == Mode::Connected,
         };
         req.accept(&link.vi)?;
+        // Our answers travel on our own link to the peer: an
+        // acknowledgement held here for a reply would only wait.
+        let _ = link.vi.set_no_replies(true);
         Ok(Some(link))
     }
 }

@@ -41,6 +41,14 @@ const SLOT_WAIT: Duration = Duration::from_millis(20);
 pub(crate) const BATCH: usize = 64;
 /// The longest sleep: bounds how late a loop sees a new peer or link.
 pub(crate) const IDLE_SLEEP: Duration = Duration::from_millis(100);
+/// How late the loop may run a link's protocol timer while few sends are
+/// in flight. The timer due first is then the tail-loss probe (twice the
+/// round trip, 100 µs at least), which the peer's acknowledgement, already
+/// there, makes moot; the next packet's send takes that in anyway. Waking
+/// for it cost a wake-up per packet in a ping-pong. A lost datagram is
+/// still resent within a millisecond (the core's progress thread allows a
+/// polled VI's timers the same slack).
+const TIMER_SLACK_NS: u64 = 1_000_000;
 
 /// What a packet from the TUN is, for counting.
 struct Sent {
@@ -139,7 +147,7 @@ impl Sender {
                     Some(h) if link.wants_acks() => watched.push((i, Some(sleep.hint(h)))),
                     Some((_, timer)) => {
                         if let Some(t) = timer {
-                            sleep.until(t);
+                            sleep.until(t + TIMER_SLACK_NS);
                         }
                         watched.push((i, None));
                     }
