@@ -538,6 +538,34 @@ mod tests {
     use super::*;
     use crate::frame::{Args, Msg};
 
+    fn readable(w: &Waker) -> bool {
+        let mut p = libc::pollfd {
+            fd: w.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&mut p, 1, 0) == 1 }
+    }
+
+    #[test]
+    fn a_delivery_kicks_a_sleeping_loop_only() {
+        let w = Waker::new().unwrap();
+        // The loop sleeps: a message placed into the pool wakes it, so
+        // it spins for the task's answer.
+        w.delivered();
+        assert!(readable(&w));
+        w.drain();
+        assert!(!readable(&w));
+        // The loop is driving the links itself: nothing to wake.
+        w.set_driving(true);
+        w.delivered();
+        assert!(!readable(&w));
+        // Frames and link failures always wake it.
+        WakeUp::wake(&*w);
+        assert!(readable(&w));
+    }
+
     #[test]
     fn envelope_round_trips_and_rejects_garbage() {
         let f = Frame::Msg(Msg {
