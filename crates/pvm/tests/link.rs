@@ -145,7 +145,6 @@ fn frames_cross_in_order_when_the_owner_drives_the_link() {
         .start(b_vi.expect("accept"), (1, 2), b_tx, waker.clone(), None)
         .unwrap();
     b_nic.set_event_driven(false);
-    waker.set_driving(true);
 
     let sizes = [0usize, 16, 4096, 65_536, 300_000, 16, 1 << 20, 100];
     for round in 0..20u8 {

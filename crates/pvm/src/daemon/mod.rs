@@ -231,6 +231,7 @@ impl Daemon {
             spin: crate::spin::Window::new(cfg_spin),
             driving_links: false,
         };
+        d.waker.set_kick(!d.cfg.spin.is_zero());
         // The pvmd's own slot holds runs its links are writing.
         let me_tid = d.tid();
         if let Some(slot) = d.claim_slot(me_tid, 0) {
@@ -405,7 +406,7 @@ impl Daemon {
     fn drive_links(&mut self, on: bool) {
         if self.driving_links != on {
             self.driving_links = on;
-            self.waker.set_driving(on);
+            self.waker.set_kick(!on && !self.cfg.spin.is_zero());
             if let Some(nic) = &self.link_nic {
                 nic.set_event_driven(!on);
             }
