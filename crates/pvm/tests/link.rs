@@ -111,12 +111,12 @@ fn frames_cross_intact_in_order_and_close_is_seen() {
     }
 }
 
-/// What the pvmd does while it spins for work (`Daemon::wait_for_work`):
-/// the progress thread leaves the links alone (not event-driven) and the
-/// owner drives the VI itself with `Link::poll`, so the receive handler
-/// runs on the owner's thread. Frames of every size class still cross
-/// intact and in order, and the handler hands them over without waking
-/// anyone else.
+/// What a task does while it spins on a direct VI (`wait_direct`): the
+/// progress thread leaves the link alone (not event-driven) and the owner
+/// drives the VI itself with `Link::poll` in a loop, so the receive
+/// handler runs on the owner's thread (a spinning pvmd polls its links
+/// the same way, the progress thread watching too). Frames of every size
+/// class still cross intact and in order, nothing is lost or doubled.
 #[test]
 fn frames_cross_in_order_when_the_owner_drives_the_link() {
     common::udp_env();

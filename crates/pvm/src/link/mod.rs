@@ -562,7 +562,7 @@ mod tests {
         assert!(readable(&w));
         w.drain();
         assert!(!readable(&w));
-        // The loop is driving the links itself: nothing to wake.
+        // The loop is spinning, polling the links itself: nothing to wake.
         w.set_kick(false);
         w.delivered();
         assert!(!readable(&w));
