@@ -63,10 +63,13 @@ pub fn limit() -> Duration {
 }
 
 /// A pause between two looks that took longer than this means another
-/// process had our CPU meanwhile (a yield hands it over for its whole time
-/// slice): spinning then only delays us behind it, whereas a sleeper that
-/// is woken preempts it. The spin stops at once.
-const CONTENDED_NS: u64 = 30_000;
+/// process held our CPU for a time slice (a yield hands the CPU to any
+/// runnable process, and a CPU hog keeps it for its whole slice, a
+/// millisecond or more): spinning then only puts us behind it, whereas a
+/// sleeper that is woken preempts it. The spin stops at once. Shorter
+/// pauses are the peer's own work on our CPU (a task waking, unpacking,
+/// sending: tens of microseconds), which is what the yield is for.
+const CONTENDED_NS: u64 = 200_000;
 
 /// An adaptive spin window, at most `limit`.
 #[derive(Debug, Clone, Copy)]

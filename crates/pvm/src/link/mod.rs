@@ -106,9 +106,10 @@ pub trait WakeUp: Send + Sync {
 /// Wakes the daemon's poll loop: an eventfd it polls.
 pub struct Waker {
     fd: OwnedFd,
-    /// The loop is awake and driving the links itself (spinning): a
-    /// delivery needs no kick.
-    driving: std::sync::atomic::AtomicBool,
+    /// A delivery into the pool wakes the loop (`WakeUp::delivered`):
+    /// set while the loop sleeps and its spin is on; not while it drives
+    /// the links itself (spinning), when it needs no kick.
+    kick: std::sync::atomic::AtomicBool,
 }
 
 impl Waker {
@@ -121,7 +122,7 @@ impl Waker {
         // SAFETY: a fresh descriptor owned only here.
         Ok(Arc::new(Waker {
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
-            driving: std::sync::atomic::AtomicBool::new(false),
+            kick: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 
@@ -135,9 +136,9 @@ impl Waker {
         unsafe { libc::write(self.fd(), one.as_ptr().cast(), 8) };
     }
 
-    /// The loop drives the links itself (true) or sleeps (false).
-    pub fn set_driving(&self, on: bool) {
-        self.driving.store(on, std::sync::atomic::Ordering::Relaxed);
+    /// Whether a delivery into the pool wakes the loop (see `kick`).
+    pub fn set_kick(&self, on: bool) {
+        self.kick.store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Clears the counter after a wake-up.
@@ -157,7 +158,7 @@ impl WakeUp for Waker {
     /// loop's wake-up then runs beside the task's, instead of after the
     /// task's send (one wake-up off each message's path).
     fn delivered(&self) {
-        if !self.driving.load(std::sync::atomic::Ordering::Relaxed) {
+        if self.kick.load(std::sync::atomic::Ordering::Relaxed) {
             Waker::wake(self);
         }
     }
@@ -537,6 +538,38 @@ pub fn parse(bytes: &[u8]) -> Option<(u32, u32, Frame)> {
 mod tests {
     use super::*;
     use crate::frame::{Args, Msg};
+
+    fn readable(w: &Waker) -> bool {
+        let mut p = libc::pollfd {
+            fd: w.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&mut p, 1, 0) == 1 }
+    }
+
+    #[test]
+    fn a_delivery_kicks_a_sleeping_loop_only() {
+        let w = Waker::new().unwrap();
+        // By default (no spin, or a task's link) a delivery wakes nobody.
+        w.delivered();
+        assert!(!readable(&w));
+        // The loop sleeps, its spin on: a message placed into the pool
+        // wakes it, so it spins for the task's answer.
+        w.set_kick(true);
+        w.delivered();
+        assert!(readable(&w));
+        w.drain();
+        assert!(!readable(&w));
+        // The loop is spinning, polling the links itself: nothing to wake.
+        w.set_kick(false);
+        w.delivered();
+        assert!(!readable(&w));
+        // Frames and link failures always wake it.
+        WakeUp::wake(&*w);
+        assert!(readable(&w));
+    }
 
     #[test]
     fn envelope_round_trips_and_rejects_garbage() {
