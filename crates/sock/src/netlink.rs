@@ -60,6 +60,10 @@ const DESC_BYTES: usize = 128;
 /// A sleeping reader or writer looks at the kernel socket this often.
 const SLICE: Duration = Duration::from_millis(10);
 const LINGER: Duration = Duration::from_secs(10);
+/// Longest sleep of a reader whose doorbell came before its message: the
+/// datagram may have been taken off the VI's socket (by the NIC's progress
+/// thread) just before the reader went to sleep on it.
+const DOORBELL_FIRST: Duration = Duration::from_millis(1);
 
 const DATA: u8 = 1;
 /// The writer rang a doorbell for this message.
@@ -170,10 +174,10 @@ fn spin_time() -> Duration {
 
 /// Sleeps until the VI's socket has a datagram, the kernel socket shows
 /// `events` (or an error or hang-up), the VI's next protocol timer is due,
-/// or `SLICE` passed: one wake-up, by the kernel, where the VI's own Wait
+/// or `limit` passed: one wake-up, by the kernel, where the VI's own Wait
 /// goes through the NIC's progress thread (two, and on a loaded machine
 /// hundreds of microseconds more per message).
-fn nap(vi: &Vi, tcp: RawFd, events: libc::c_short) {
+fn nap(vi: &Vi, tcp: RawFd, events: libc::c_short, limit: Duration) {
     let Some((vfd, timer)) = vi.wait_hint() else {
         std::thread::sleep(Duration::from_millis(1));
         return;
@@ -182,7 +186,7 @@ fn nap(vi: &Vi, tcp: RawFd, events: libc::c_short) {
         .map_or(SLICE, |t| {
             Duration::from_nanos(t.saturating_sub(openvia_core::sys::now_ns()))
         })
-        .min(SLICE);
+        .min(limit);
     let mut p = [
         libc::pollfd {
             fd: tcp,
@@ -464,7 +468,7 @@ impl NetLink {
                 if hung_up_both(fd) {
                     return pipe(taken);
                 }
-                nap(&self.vi, fd, 0);
+                nap(&self.vi, fd, 0, SLICE);
                 continue;
             };
             let n = (total - taken).min(CHUNK);
@@ -526,7 +530,9 @@ impl NetLink {
                 break;
             };
             if front.number != st.consumed.wrapping_add(1) {
-                // An earlier one is being handed over by a sleeping reader.
+                // Numbers follow one another on a reliable VI; one out of
+                // order is not read (the peer does not follow the protocol).
+                st.broken = true;
                 break;
             }
             let (slot, len, belled) = (front.slot, front.len, front.belled);
@@ -655,7 +661,7 @@ impl NetLink {
                     }
                     return Ok(got);
                 }
-                st.broken && st.arrived.is_empty()
+                st.broken
             };
             if got == want || (got > 0 && !all) {
                 return Ok(self.leave(fd, got));
@@ -679,11 +685,11 @@ impl NetLink {
                 if got == 0 && bytes_in(fd) > 0 {
                     // A doorbell is there and its message is not: the two
                     // travel on different sockets, and the doorbell can
-                    // win. The message was posted before it rang: wait
-                    // for it (a reader told "readable" must get data).
-                    // SAFETY: sched_yield takes nothing and cannot fail;
-                    // the writer may need this CPU.
-                    unsafe { libc::sched_yield() };
+                    // win (or the message waits in the writer's window).
+                    // It was posted before it rang: wait for it, asleep on
+                    // the VI's socket (a reader told "readable" must get
+                    // data; spinning here took the CPU its writer needed).
+                    nap(&self.vi, fd, 0, DOORBELL_FIRST);
                     continue;
                 }
                 return if got > 0 { Ok(got) } else { Err(libc::EAGAIN) };
@@ -726,6 +732,9 @@ impl NetLink {
                 };
                 // SAFETY: one pollfd of ours.
                 unsafe { libc::poll(&mut p, 1, SLICE.as_millis() as libc::c_int) };
+            } else {
+                // Its doorbell came first: the message is on its way.
+                nap(&self.vi, fd, 0, DOORBELL_FIRST);
             }
         }
     }
@@ -743,7 +752,7 @@ impl NetLink {
             if hung_up_both(fd) {
                 return;
             }
-            nap(&self.vi, fd, 0);
+            nap(&self.vi, fd, 0, SLICE);
         }
     }
 }
