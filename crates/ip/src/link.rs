@@ -116,8 +116,9 @@ pub struct Fabric {
     ptag: PtagId,
     pub mode: Mode,
     pub mtu: usize,
-    /// The largest message: the MTU, or with offloads a 64 KiB
-    /// super-packet and its header whatever the MTU.
+    /// The largest message: the MTU (with offloads, and its header), or in
+    /// connected mode with offloads a 64 KiB super-packet and its header
+    /// whatever the MTU.
     pub max_message: usize,
     pub host: HostAddr,
     pub device: String,
@@ -125,8 +126,8 @@ pub struct Fabric {
 
 impl Fabric {
     /// Opens `device`; the MTU is `mtu` or the mode's default, checked
-    /// against what the mode carries. `offload`: messages may carry TUN
-    /// offload headers and super-packets (connected mode only).
+    /// against what the mode carries. `offload`: messages carry TUN
+    /// offload headers, and in connected mode super-packets.
     pub fn open(
         device: &str,
         mode: Mode,
@@ -139,10 +140,13 @@ impl Fabric {
             nic.set_spin_ns(0);
         }
         let attrs = nic.query();
+        // Datagram mode: a message is one datagram, its offload header
+        // included.
+        let header = if offload { crate::vnet::LEN } else { 0 };
         let largest = match mode {
             Mode::Connected => MAX_MTU.min(attrs.max_transfer_size as usize),
             Mode::Datagram => (attrs.native_mtu as usize)
-                .saturating_sub(IPV4_UDP_OVERHEAD + openvia_wire::rum::DATA_OVERHEAD),
+                .saturating_sub(IPV4_UDP_OVERHEAD + openvia_wire::rum::DATA_OVERHEAD + header),
         };
         let default = match mode {
             Mode::Connected => CONNECTED_MTU.min(largest),
@@ -155,10 +159,9 @@ impl Fabric {
                 mode.name()
             ));
         }
-        let max_message = if offload {
-            MAX_MTU + crate::vnet::LEN
-        } else {
-            mtu
+        let max_message = match mode {
+            Mode::Connected if offload => MAX_MTU + header,
+            _ => mtu + header,
         };
         if max_message as u64 > attrs.max_transfer_size {
             return Err(format!(

@@ -57,6 +57,17 @@ impl VnetHeader {
         }
     }
 
+    pub fn to_bytes(&self) -> [u8; LEN] {
+        let mut b = [0u8; LEN];
+        b[0] = self.flags;
+        b[1] = self.gso_type;
+        b[2..4].copy_from_slice(&self.hdr_len.to_le_bytes());
+        b[4..6].copy_from_slice(&self.gso_size.to_le_bytes());
+        b[6..8].copy_from_slice(&self.csum_start.to_le_bytes());
+        b[8..10].copy_from_slice(&self.csum_offset.to_le_bytes());
+        b
+    }
+
     /// Whether the packet is a TCP super-packet (to be cut by the stack).
     pub fn is_gso(&self) -> bool {
         self.gso_type & !GSO_ECN != 0
@@ -168,6 +179,7 @@ mod tests {
         assert_eq!(h.gso_size, 1460);
         assert_eq!((h.csum_start, h.csum_offset), (20, 16));
         assert!(!VnetHeader::parse(&PLAIN).is_gso());
+        assert_eq!(h.to_bytes(), [1, 0x81, 54, 0, 0xb4, 5, 20, 0, 16, 0]);
     }
 
     #[test]
