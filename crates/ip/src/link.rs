@@ -30,8 +30,12 @@ use crate::wait::{now_ns, Sleep};
 
 /// Sends in flight per link.
 const TX_SLOTS: usize = 64;
-/// Receives posted per link.
+/// Receives posted per link in connected mode (64 KiB each).
 const RX_SLOTS: usize = 128;
+/// Receives posted per link in datagram mode, where a datagram that finds
+/// none posted is lost: a 64 KiB TCP burst is some 45 datagrams, and the
+/// receiving thread may be off the CPU for a while (a datagram each).
+const RX_SLOTS_DATAGRAM: usize = 1024;
 /// The largest overlay MTU (an IPv4 packet's total length is 16 bits).
 pub const MAX_MTU: usize = 65535;
 /// Connected mode's default MTU (IPoIB's connected-mode MTU).
@@ -243,8 +247,12 @@ impl Fabric {
         // Room for what the peer may send, which may be more than we would.
         let size = self.max_message.max(theirs.max_transfer as usize);
         let vi = self.new_vi(size)?;
-        let slots = Slots::new(&self.nic, self.ptag, RX_SLOTS, size, false)?;
-        for i in 0..RX_SLOTS {
+        let n = match self.mode {
+            Mode::Connected => RX_SLOTS,
+            Mode::Datagram => RX_SLOTS_DATAGRAM,
+        };
+        let slots = Slots::new(&self.nic, self.ptag, n, size, false)?;
+        for i in 0..n {
             slots.prepare(i, size, None);
             vi.post_recv(slots.desc(i), slots.desc_handle())?;
         }
