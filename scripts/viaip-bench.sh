@@ -7,14 +7,16 @@
 # VIAIP_MODE=datagram measures datagram mode (default connected).
 # Namespaces ${VIAIP_BENCH_NS}A/${VIAIP_BENCH_NS}B (default viaipb) are
 # created and deleted by this script; each line starts with `uptime`'s
-# one-minute load average.
+# one-minute load average, and a last line per MTU gives the medians over
+# the rounds (the ratios taken per round first).
 set -euo pipefail
 BIN=${1:-target/release/viaip}; ROUNDS=${2:-3}; shift 2 || true
 MTUS=${*:-1500 9000}
 T=${VIAIP_BENCH_NS:-viaipb}
 A=${T}A B=${T}B
 cleanup() { for n in $A $B; do ip netns pids $n 2>/dev/null | xargs -r kill 2>/dev/null || true; ip netns del $n 2>/dev/null || true; done; }
-trap cleanup EXIT
+rm -f /tmp/$T-rounds.txt
+trap 'cleanup; rm -f /tmp/$T-rounds.txt' EXIT
 PP=$(mktemp /tmp/viaip-pp.XXXXXX.py)
 cat > "$PP" <<'PY'
 import socket, sys, time, statistics
@@ -66,6 +68,21 @@ for MTU in $MTUS; do
     echo "load $(cut -d' ' -f1 /proc/loadavg) mtu $MTU round $r plain_gbps $(iperf 10.75.0.2) viaip_gbps $(iperf 10.74.0.2)" \
       "plain_sockperf_us $(sockperf_pp 10.75.0.2) viaip_sockperf_us $(sockperf_pp 10.74.0.2)" \
       "plain_rtt_us $(pingpong $B $A 10.75.0.2) viaip_rtt_us $(pingpong $B $A 10.74.0.2)"
-  done
+  done | tee -a /tmp/$T-rounds.txt
 done
-rm -f "$PP" /tmp/$T-bench-peers /tmp/$T-iperf.json /tmp/$T-sockperf.txt
+# The medians over rounds of each figure and of the per-round ratios.
+python3 - /tmp/$T-rounds.txt <<'PY'
+import sys, statistics as st
+rows = [dict(zip(l.split()[::2], l.split()[1::2])) for l in open(sys.argv[1]) if l.startswith("load")]
+for mtu in dict.fromkeys(r["mtu"] for r in rows):
+    rs = [r for r in rows if r["mtu"] == mtu]
+    out = ["median mtu %s rounds %d load %s-%s" % (mtu, len(rs), min(r["load"] for r in rs), max(r["load"] for r in rs))]
+    for k, unit in (("gbps", ""), ("sockperf_us", ""), ("rtt_us", "")):
+        pairs = [(float(r["plain_" + k]), float(r["viaip_" + k])) for r in rs
+                 if r.get("plain_" + k) not in (None, "-", "") and r.get("viaip_" + k) not in (None, "-", "")]
+        if pairs:
+            out.append("%s plain %.2f viaip %.2f ratio %.2f" % (k, st.median(p for p, _ in pairs),
+                       st.median(v for _, v in pairs), st.median(v / p for p, v in pairs)))
+    print("  ".join(out))
+PY
+rm -f "$PP" /tmp/$T-bench-peers /tmp/$T-iperf.json /tmp/$T-sockperf.txt /tmp/$T-rounds.txt

@@ -38,7 +38,8 @@ const DROPS: [(Drop, &str); 7] = [
 pub struct Counters {
     pub tx_packets: AtomicU64,
     pub tx_bytes: AtomicU64,
-    /// Of the packets, TCP super-packets (TUN segmentation offload).
+    /// TCP super-packets from the TUN's segmentation offload: sent as such
+    /// (connected mode), or cut into the packets counted (datagram mode).
     pub tx_gso: AtomicU64,
     pub rx_packets: AtomicU64,
     pub rx_bytes: AtomicU64,
@@ -54,6 +55,12 @@ impl Counters {
         if gso {
             self.tx_gso.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// A super-packet cut into segments before sending (datagram mode),
+    /// each counted as sent on its own.
+    pub fn cut(&self) {
+        self.tx_gso.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn received(&self, bytes: usize, gso: bool) {

@@ -41,7 +41,7 @@ pub struct UpConfig {
     /// The underlay interface, if known: neighbours are then also found
     /// by asking the link (`discovery.rs`).
     pub link: Option<String>,
-    /// TUN checksum and segmentation offloads (connected mode only).
+    /// TUN checksum and segmentation offloads.
     pub offload: bool,
 }
 
@@ -202,7 +202,7 @@ impl Interface {
 /// Opens the device and the TUN and configures the interface; the caller
 /// then runs [`run`].
 pub fn open(cfg: UpConfig) -> Result<Arc<Interface>, String> {
-    let offload = cfg.offload && cfg.mode == Mode::Connected;
+    let offload = cfg.offload;
     let fabric = Fabric::open(&cfg.device, cfg.mode, cfg.mtu, offload)?;
     // A kernel that refuses the offloads gets a TUN without them (the
     // interface of the failed try went with its descriptor); the peers

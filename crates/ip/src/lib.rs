@@ -4,8 +4,10 @@
 //! address.
 //!
 //! Layers: `tun` (the kernel's interface), `vnet` (its offload header),
-//! `packet` (the IPv4 header checks), `peers` (the peers file), `link` (VIs and registered buffers),
-//! `daemon` (the threads that move packets, the sending loop in `sender`), `control` (`viaip show`).
+//! `segment` (datagram mode's software segmentation), `packet` (the IPv4
+//! header checks), `peers` (the peers file), `link` (VIs and registered
+//! buffers), `daemon` (the threads that move packets, the sending loop in
+//! `sender`), `control` (`viaip show`).
 
 pub mod control;
 pub mod counters;
@@ -14,6 +16,7 @@ pub mod discovery;
 pub mod link;
 pub mod packet;
 pub mod peers;
+pub mod segment;
 pub mod sender;
 pub mod tun;
 pub mod vnet;

@@ -30,8 +30,12 @@ use crate::wait::{now_ns, Sleep};
 
 /// Sends in flight per link.
 const TX_SLOTS: usize = 64;
-/// Receives posted per link.
+/// Receives posted per link in connected mode (64 KiB each).
 const RX_SLOTS: usize = 128;
+/// Receives posted per link in datagram mode, where a datagram that finds
+/// none posted is lost: a 64 KiB TCP burst is some 45 datagrams, and the
+/// receiving thread may be off the CPU for a while (a datagram each).
+const RX_SLOTS_DATAGRAM: usize = 1024;
 /// The largest overlay MTU (an IPv4 packet's total length is 16 bits).
 pub const MAX_MTU: usize = 65535;
 /// Connected mode's default MTU (IPoIB's connected-mode MTU).
@@ -116,8 +120,9 @@ pub struct Fabric {
     ptag: PtagId,
     pub mode: Mode,
     pub mtu: usize,
-    /// The largest message: the MTU, or with offloads a 64 KiB
-    /// super-packet and its header whatever the MTU.
+    /// The largest message: the MTU (with offloads, and its header), or in
+    /// connected mode with offloads a 64 KiB super-packet and its header
+    /// whatever the MTU.
     pub max_message: usize,
     pub host: HostAddr,
     pub device: String,
@@ -125,8 +130,8 @@ pub struct Fabric {
 
 impl Fabric {
     /// Opens `device`; the MTU is `mtu` or the mode's default, checked
-    /// against what the mode carries. `offload`: messages may carry TUN
-    /// offload headers and super-packets (connected mode only).
+    /// against what the mode carries. `offload`: messages carry TUN
+    /// offload headers, and in connected mode super-packets.
     pub fn open(
         device: &str,
         mode: Mode,
@@ -139,10 +144,13 @@ impl Fabric {
             nic.set_spin_ns(0);
         }
         let attrs = nic.query();
+        // Datagram mode: a message is one datagram, its offload header
+        // included.
+        let header = if offload { crate::vnet::LEN } else { 0 };
         let largest = match mode {
             Mode::Connected => MAX_MTU.min(attrs.max_transfer_size as usize),
             Mode::Datagram => (attrs.native_mtu as usize)
-                .saturating_sub(IPV4_UDP_OVERHEAD + openvia_wire::rum::DATA_OVERHEAD),
+                .saturating_sub(IPV4_UDP_OVERHEAD + openvia_wire::rum::DATA_OVERHEAD + header),
         };
         let default = match mode {
             Mode::Connected => CONNECTED_MTU.min(largest),
@@ -155,10 +163,9 @@ impl Fabric {
                 mode.name()
             ));
         }
-        let max_message = if offload {
-            MAX_MTU + crate::vnet::LEN
-        } else {
-            mtu
+        let max_message = match mode {
+            Mode::Connected if offload => MAX_MTU + header,
+            _ => mtu + header,
         };
         if max_message as u64 > attrs.max_transfer_size {
             return Err(format!(
@@ -240,8 +247,12 @@ impl Fabric {
         // Room for what the peer may send, which may be more than we would.
         let size = self.max_message.max(theirs.max_transfer as usize);
         let vi = self.new_vi(size)?;
-        let slots = Slots::new(&self.nic, self.ptag, RX_SLOTS, size, false)?;
-        for i in 0..RX_SLOTS {
+        let n = match self.mode {
+            Mode::Connected => RX_SLOTS,
+            Mode::Datagram => RX_SLOTS_DATAGRAM,
+        };
+        let slots = Slots::new(&self.nic, self.ptag, n, size, false)?;
+        for i in 0..n {
             slots.prepare(i, size, None);
             vi.post_recv(slots.desc(i), slots.desc_handle())?;
         }

@@ -25,8 +25,9 @@ use std::time::{Duration, Instant};
 use crate::counters::Drop;
 use crate::daemon::{Interface, LinkState, Peer};
 use crate::discovery::Discovery;
-use crate::link::{Form, SendFailure, TxLink};
+use crate::link::{Form, SendFailure, TxLink, MAX_MTU};
 use crate::packet::{ipv4_destination, Refusal};
+use crate::segment;
 use crate::vnet::{self, VnetHeader};
 use crate::wait::Sleep;
 
@@ -83,7 +84,8 @@ fn classify(ifc: &Interface, peers: &[Arc<Peer>], msg: &[u8]) -> Result<(Sent, R
         Refusal::Unsupported => Drop::Unsupported,
         Refusal::Malformed => Drop::Malformed,
     })?;
-    if msg.len() > ifc.fabric.max_message {
+    // A super-packet too large for a message is cut (datagram mode).
+    if msg.len() > ifc.fabric.max_message && !gso {
         return Err(Drop::TooBig);
     }
     let sent = Sent {
@@ -112,6 +114,9 @@ pub(crate) struct Sender {
     retry_at: Vec<Instant>,
     /// The peer the last packet went to: the next is read into its link.
     last: Option<usize>,
+    /// Whether a TUN read fits a send slot (not in datagram mode with
+    /// offloads, where a super-packet is cut into several messages).
+    stage: bool,
     done_tx: mpsc::Sender<(usize, Option<TxLink>)>,
     done_rx: mpsc::Receiver<(usize, Option<TxLink>)>,
 }
@@ -119,6 +124,7 @@ pub(crate) struct Sender {
 impl Sender {
     pub(crate) fn new(ifc: Arc<Interface>, discovery: Option<Discovery>) -> Sender {
         let (done_tx, done_rx) = mpsc::channel();
+        let stage = !ifc.tun.vnet() || ifc.fabric.max_message >= vnet::LEN + MAX_MTU;
         Sender {
             retry_at: Vec::new(),
             peers: Vec::new(),
@@ -126,6 +132,7 @@ impl Sender {
             ifc,
             links: HashMap::new(),
             last: None,
+            stage,
             done_tx,
             done_rx,
         }
@@ -182,7 +189,10 @@ impl Sender {
     /// has one, and posted from there if it goes the same way.
     fn take_packet(&mut self, buf: &mut [u8]) -> std::io::Result<bool> {
         let ifc = &self.ifc;
-        let staged = self.last.and_then(|i| Some((i, self.links.get_mut(&i)?)));
+        let staged = self
+            .last
+            .filter(|_| self.stage)
+            .and_then(|i| Some((i, self.links.get_mut(&i)?)));
         if let Some((i, link)) = staged {
             if let Some(slot) = link.staging() {
                 let Some(n) = ifc.tun.read(slot)? else {
@@ -217,10 +227,10 @@ impl Sender {
             Err(why) => return self.ifc.counters.drop(why),
         };
         match route {
-            Route::Peer(i) => self.send_to(i, msg, &sent),
+            Route::Peer(i) => self.send_or_cut(i, msg, &sent),
             Route::All => {
                 for i in 0..self.peers.len() {
-                    self.send_to(i, msg, &sent);
+                    self.send_or_cut(i, msg, &sent);
                 }
             }
             Route::Unknown(dst) => {
@@ -232,6 +242,33 @@ impl Sender {
                 }
                 ifc.counters.drop(Drop::NoRoute)
             }
+        }
+    }
+
+    /// Sends `msg` to peer i; a super-packet larger than a message is cut
+    /// into segments first (`segment.rs`), each sent as a packet of its own.
+    fn send_or_cut(&mut self, i: usize, msg: &[u8], sent: &Sent) {
+        let max = self.ifc.fabric.max_message;
+        if msg.len() <= max {
+            return self.send_to(i, msg, sent);
+        }
+        let Some((h, pkt)) = msg.split_first_chunk::<{ vnet::LEN }>() else {
+            return self.ifc.counters.drop(Drop::Malformed);
+        };
+        let cut = segment::cut(&VnetHeader::parse(h), pkt, max, &mut |seg| {
+            let part = Sent {
+                form: Form::Vnet,
+                bytes: seg.len() - vnet::LEN,
+                gso: false,
+            };
+            self.send_to(i, seg, &part);
+        });
+        match cut {
+            Ok(_) => {
+                self.ifc.counters.cut();
+                self.peers[i].counters.cut();
+            }
+            Err(_) => self.ifc.counters.drop(Drop::Malformed),
         }
     }
 

@@ -57,6 +57,17 @@ impl VnetHeader {
         }
     }
 
+    pub fn to_bytes(&self) -> [u8; LEN] {
+        let mut b = [0u8; LEN];
+        b[0] = self.flags;
+        b[1] = self.gso_type;
+        b[2..4].copy_from_slice(&self.hdr_len.to_le_bytes());
+        b[4..6].copy_from_slice(&self.gso_size.to_le_bytes());
+        b[6..8].copy_from_slice(&self.csum_start.to_le_bytes());
+        b[8..10].copy_from_slice(&self.csum_offset.to_le_bytes());
+        b
+    }
+
     /// Whether the packet is a TCP super-packet (to be cut by the stack).
     pub fn is_gso(&self) -> bool {
         self.gso_type & !GSO_ECN != 0
@@ -100,35 +111,30 @@ pub fn complete_checksum(hdr: &VnetHeader, pkt: &mut [u8]) {
     }
     let start = usize::from(hdr.csum_start);
     let field = start + usize::from(hdr.csum_offset);
+    let c = !ones_sum(&pkt[start..]);
+    pkt[field..field + 2].copy_from_slice(&c.to_be_bytes());
+}
+
+/// The Internet checksum's one's complement sum of `b` (16-bit words,
+/// big-endian, an odd last byte padded), folded to 16 bits.
+pub fn ones_sum(b: &[u8]) -> u16 {
     let mut sum = 0u64;
-    let mut chunks = pkt[start..].chunks_exact(2);
-    for c in &mut chunks {
-        sum += u64::from(u16::from_be_bytes([c[0], c[1]]));
+    let mut words = b.chunks_exact(2);
+    for w in &mut words {
+        sum += u64::from(u16::from_be_bytes([w[0], w[1]]));
     }
-    if let [last] = chunks.remainder() {
+    if let [last] = words.remainder() {
         sum += u64::from(u16::from_be_bytes([*last, 0]));
     }
     while sum > 0xffff {
         sum = (sum & 0xffff) + (sum >> 16);
     }
-    let c = !(sum as u16);
-    pkt[field..field + 2].copy_from_slice(&c.to_be_bytes());
+    sum as u16
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn sum16(b: &[u8]) -> u32 {
-        let mut s = 0u32;
-        for c in b.chunks(2) {
-            s += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
-        }
-        while s > 0xffff {
-            s = (s & 0xffff) + (s >> 16);
-        }
-        s
-    }
 
     /// An IPv4/TCP packet with `payload` bytes, its checksum field holding
     /// the pseudo-header sum as a sending kernel leaves it.
@@ -148,7 +154,7 @@ mod tests {
         pseudo.extend_from_slice(&p[12..20]);
         pseudo.extend_from_slice(&[0, 6]);
         pseudo.extend_from_slice(&((len - 20) as u16).to_be_bytes());
-        let partial = sum16(&pseudo) as u16;
+        let partial = ones_sum(&pseudo);
         p[36..38].copy_from_slice(&partial.to_be_bytes());
         p
     }
@@ -173,6 +179,7 @@ mod tests {
         assert_eq!(h.gso_size, 1460);
         assert_eq!((h.csum_start, h.csum_offset), (20, 16));
         assert!(!VnetHeader::parse(&PLAIN).is_gso());
+        assert_eq!(h.to_bytes(), [1, 0x81, 54, 0, 0xb4, 5, 20, 0, 16, 0]);
     }
 
     #[test]
@@ -187,10 +194,7 @@ mod tests {
             pseudo.extend_from_slice(&[0, 6]);
             pseudo.extend_from_slice(&((p.len() - 20) as u16).to_be_bytes());
             pseudo.extend_from_slice(&p[20..]);
-            if pseudo.len() % 2 == 1 {
-                pseudo.push(0);
-            }
-            assert_eq!(sum16(&pseudo), 0xffff, "payload {payload}");
+            assert_eq!(ones_sum(&pseudo), 0xffff, "payload {payload}");
         }
     }
 

@@ -4,7 +4,9 @@
 //! kernel must take it with its offload header — a header lost or wrong
 //! on the way makes the receiving kernel check a checksum that was never
 //! finished and drop the segment, and the transfer fails. A peer without
-//! offloads finishes the checksums itself. Needs root (CI is root).
+//! offloads finishes the checksums itself. In datagram mode viaip cuts the
+//! super-packets itself into segments that each fit a datagram. Needs root
+//! (CI is root).
 
 mod common;
 
@@ -73,4 +75,29 @@ fn a_peer_without_offloads_finishes_the_checksums() {
     let (tx, rx) = transfer(&pair, 1, 4 << 20);
     assert_eq!(tx.tx_gso, 0, "{}", pair.show(1));
     assert!(rx.rx_packets > 0);
+}
+
+#[test]
+fn datagram_mode_cuts_super_packets_into_datagrams() {
+    let _g = serial();
+    if skip("datagram_mode_cuts_super_packets_into_datagrams") {
+        return;
+    }
+    let pair = Pair::new(1500);
+    let _a = pair.up(0, "datagram");
+    let _b = pair.up(1, "datagram");
+    assert!((0..10).any(|_| ping(&pair.ns[0], pair.over[1])));
+    assert!(pair.show(0).contains("offloads on"), "{}", pair.show(0));
+    let (tx, rx) = transfer(&pair, 0, 8 << 20);
+    let report = pair.show(0);
+    assert!(tx.tx_gso > 0, "no super-packets from the TUN: {report}");
+    assert!(
+        tx.tx_packets > 2 * tx.tx_gso,
+        "super-packets not cut: {report}"
+    );
+    assert!(
+        tx.tx_bytes / tx.tx_packets.max(1) <= 1500,
+        "packets larger than a datagram: {report}"
+    );
+    assert_eq!(rx.rx_gso, 0, "{}", pair.show(1));
 }

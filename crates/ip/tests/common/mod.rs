@@ -230,14 +230,7 @@ pub fn in_ns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static
 }
 
 fn icmp_checksum(b: &[u8]) -> u16 {
-    let mut sum = 0u32;
-    for c in b.chunks(2) {
-        sum += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
-    }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
+    !viaip::vnet::ones_sum(b)
 }
 
 /// One ICMP echo from namespace `ns` to `dst`: true if the reply came
