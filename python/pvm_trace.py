@@ -25,7 +25,10 @@ def load(prefix):
     for path in glob.glob(prefix + ".*"):
         with open(path) as f:
             for line in f:
-                at, host, pid, point, nbytes = line.split()
+                fields = line.split()
+                if len(fields) != 5:
+                    continue  # a line cut short (a process killed mid-write)
+                at, host, pid, point, nbytes = fields
                 marks.append((int(at), host, int(pid), point, int(nbytes)))
     marks.sort()
     return marks

@@ -38,20 +38,37 @@ const DROPS: [(Drop, &str); 7] = [
 pub struct Counters {
     pub tx_packets: AtomicU64,
     pub tx_bytes: AtomicU64,
+    /// TCP super-packets from the TUN's segmentation offload: sent as such
+    /// (connected mode), or cut into the packets counted (datagram mode).
+    pub tx_gso: AtomicU64,
     pub rx_packets: AtomicU64,
     pub rx_bytes: AtomicU64,
+    pub rx_gso: AtomicU64,
     drops: [AtomicU64; 7],
 }
 
 impl Counters {
-    pub fn sent(&self, bytes: usize) {
+    /// A packet of `bytes` sent (`gso`: a super-packet).
+    pub fn sent(&self, bytes: usize, gso: bool) {
         self.tx_packets.fetch_add(1, Ordering::Relaxed);
         self.tx_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+        if gso {
+            self.tx_gso.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
-    pub fn received(&self, bytes: usize) {
+    /// A super-packet cut into segments before sending (datagram mode),
+    /// each counted as sent on its own.
+    pub fn cut(&self) {
+        self.tx_gso.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn received(&self, bytes: usize, gso: bool) {
         self.rx_packets.fetch_add(1, Ordering::Relaxed);
         self.rx_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+        if gso {
+            self.rx_gso.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     pub fn drop(&self, why: Drop) {
@@ -64,16 +81,18 @@ impl Counters {
         self.drops[i].load(Ordering::Relaxed)
     }
 
-    /// `RX: packets N bytes N  TX: ...  drops: reason=N ...` (only the
+    /// `rx packets N bytes N gso N  tx ...  drops reason=N ...` (only the
     /// reasons that happened).
     pub fn render(&self) -> String {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let mut s = format!(
-            "rx packets {} bytes {}  tx packets {} bytes {}  drops",
+            "rx packets {} bytes {} gso {}  tx packets {} bytes {} gso {}  drops",
             get(&self.rx_packets),
             get(&self.rx_bytes),
+            get(&self.rx_gso),
             get(&self.tx_packets),
-            get(&self.tx_bytes)
+            get(&self.tx_bytes),
+            get(&self.tx_gso)
         );
         let mut any = false;
         for (i, (_, name)) in DROPS.iter().enumerate() {
@@ -97,12 +116,13 @@ mod tests {
     #[test]
     fn renders_the_reasons_that_happened() {
         let c = Counters::default();
-        c.sent(100);
+        c.sent(100, false);
+        c.sent(60000, true);
         c.drop(Drop::PeerDown);
         c.drop(Drop::PeerDown);
         c.drop(Drop::Malformed);
         let s = c.render();
-        assert!(s.contains("tx packets 1 bytes 100"), "{s}");
+        assert!(s.contains("tx packets 2 bytes 60100 gso 1"), "{s}");
         assert!(s.contains("peer_down=2"), "{s}");
         assert!(s.contains("malformed=1"), "{s}");
         assert!(!s.contains("no_route"), "{s}");

@@ -1,38 +1,33 @@
 //! A running interface: the threads that move packets.
 //!
-//! - the sending loop (the calling thread) reads packets from the TUN,
-//!   finds the peer holding each destination and posts the packet on that
-//!   peer's [`TxLink`]; it also (re)connects links, each connect on a
-//!   short-lived thread so a missing peer never stalls the others;
+//! - the sending loop (the calling thread, `sender.rs`) reads packets
+//!   from the TUN, finds the peer holding each destination and posts the
+//!   packet on that peer's link; it also (re)connects links;
 //! - the accepting thread takes the peers' connections, and one receiving
-//!   thread per accepted link writes its packets to the TUN;
+//!   thread per accepted link takes its packets straight from the VI
+//!   (asleep on the VI's descriptor, a batch a wake-up) and writes them to
+//!   the TUN;
 //! - the control thread answers `viaip show`.
 //!
 //! A packet for a peer whose link is down is dropped and counted
 //! (`peer_down`); the link is reconnected in the background, so traffic
 //! resumes by itself when the peer comes back.
 
-use std::collections::HashMap;
 use std::fmt::Write;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
-use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::counters::{Counters, Drop};
 use crate::discovery::Discovery;
-use crate::link::{Fabric, Mode, RecvFailure, RxLink, SendFailure, TxLink};
+use crate::link::{Arrival, Fabric, Form, Mode, RxLink};
 use crate::packet::{ipv4_destination, Refusal};
 use crate::peers::{host_addr, host_text, HostAddr};
+use crate::sender::{Sender, BATCH, IDLE_SLEEP, RETRY_AFTER};
 use crate::tun::Tun;
-
-/// How long one connect attempt may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-/// Pause after a failed connect before the next.
-const RETRY_AFTER: Duration = Duration::from_millis(300);
-/// How long a packet waits for a free send slot before it is dropped.
-const SLOT_WAIT: Duration = Duration::from_millis(20);
+use crate::vnet::{self, VnetHeader};
+use crate::wait::Sleep;
 
 /// What `viaip up` asks for.
 pub struct UpConfig {
@@ -46,18 +41,24 @@ pub struct UpConfig {
     /// The underlay interface, if known: neighbours are then also found
     /// by asking the link (`discovery.rs`).
     pub link: Option<String>,
+    /// TUN checksum and segmentation offloads.
+    pub offload: bool,
 }
 
-const DOWN: u8 = 0;
-const CONNECTING: u8 = 1;
-const UP: u8 = 2;
+/// A peer's sending link.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkState {
+    Down = 0,
+    Connecting = 1,
+    Up = 2,
+}
 
 impl Peer {
     fn new(overlay: Ipv4Addr, host: HostAddr) -> Peer {
         Peer {
             overlay,
             host,
-            state: AtomicU8::new(DOWN),
+            state: AtomicU8::new(LinkState::Down as u8),
             connects: AtomicU64::new(0),
             rx_links: AtomicU32::new(0),
             counters: Counters::default(),
@@ -70,9 +71,23 @@ pub struct Peer {
     pub overlay: Ipv4Addr,
     pub host: HostAddr,
     state: AtomicU8,
-    connects: AtomicU64,
+    pub(crate) connects: AtomicU64,
     rx_links: AtomicU32,
     pub counters: Counters,
+}
+
+impl Peer {
+    pub fn state(&self) -> LinkState {
+        match self.state.load(Ordering::Relaxed) {
+            2 => LinkState::Up,
+            1 => LinkState::Connecting,
+            _ => LinkState::Down,
+        }
+    }
+
+    pub(crate) fn set_state(&self, s: LinkState) {
+        self.state.store(s as u8, Ordering::Relaxed);
+    }
 }
 
 /// What every thread of an interface shares.
@@ -101,6 +116,11 @@ impl Interface {
         self.peers.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// How many peers are known now.
+    pub(crate) fn peer_count(&self) -> usize {
+        self.peers.lock().map_or(0, |p| p.len())
+    }
+
     fn peer_by_host(&self, host: &HostAddr) -> Option<Arc<Peer>> {
         self.peers().into_iter().find(|p| &p.host == host)
     }
@@ -113,7 +133,7 @@ impl Interface {
         }
     }
 
-    fn in_subnet(&self, a: Ipv4Addr) -> bool {
+    pub(crate) fn in_subnet(&self, a: Ipv4Addr) -> bool {
         let mask = if self.prefix == 0 {
             0
         } else {
@@ -122,7 +142,7 @@ impl Interface {
         u32::from(a) & mask == u32::from(self.addr) & mask
     }
 
-    fn broadcast(&self) -> Ipv4Addr {
+    pub(crate) fn broadcast(&self) -> Ipv4Addr {
         let host_bits = if self.prefix >= 32 {
             0
         } else {
@@ -134,10 +154,11 @@ impl Interface {
     /// What `viaip show` prints for this interface.
     pub fn report(&self) -> String {
         let mut s = format!(
-            "{}: {} mode, mtu {}, {}/{} over {} (host {}), pid {}\n    {}\n",
+            "{}: {} mode, mtu {}, offloads {}, {}/{} over {} (host {}), pid {}\n    {}\n",
             self.tun.name(),
             self.fabric.mode.name(),
             self.fabric.mtu,
+            if self.tun.vnet() { "on" } else { "off" },
             self.addr,
             self.prefix,
             self.fabric.device,
@@ -150,10 +171,10 @@ impl Interface {
             let _ = writeln!(s, "    discovery: malformed={junk}");
         }
         for p in &self.peers() {
-            let state = match p.state.load(Ordering::Relaxed) {
-                UP => "up",
-                CONNECTING => "connecting",
-                _ => "down",
+            let state = match p.state() {
+                LinkState::Up => "up",
+                LinkState::Connecting => "connecting",
+                LinkState::Down => "down",
             };
             let _ = writeln!(
                 s,
@@ -181,8 +202,19 @@ impl Interface {
 /// Opens the device and the TUN and configures the interface; the caller
 /// then runs [`run`].
 pub fn open(cfg: UpConfig) -> Result<Arc<Interface>, String> {
-    let fabric = Fabric::open(&cfg.device, cfg.mode, cfg.mtu)?;
-    let tun = Tun::create(&cfg.ifname).map_err(|e| format!("TUN {}: {e}", cfg.ifname))?;
+    let offload = cfg.offload;
+    let fabric = Fabric::open(&cfg.device, cfg.mode, cfg.mtu, offload)?;
+    // A kernel that refuses the offloads gets a TUN without them (the
+    // interface of the failed try went with its descriptor); the peers
+    // still talk to it (vnet.rs).
+    let tun = match Tun::create(&cfg.ifname, offload) {
+        Err(e) if offload => {
+            eprintln!("viaip: {}: no TUN offloads ({e})", cfg.ifname);
+            Tun::create(&cfg.ifname, false)
+        }
+        made => made,
+    }
+    .map_err(|e| format!("TUN {}: {e}", cfg.ifname))?;
     tun.configure(cfg.addr, cfg.prefix, fabric.mtu as u32)
         .map_err(|e| format!("configuring {}: {e}", cfg.ifname))?;
     let peers = cfg
@@ -296,23 +328,19 @@ fn recv_loop(ifc: &Interface, link: RxLink) {
             .unwrap_or_else(|e| e.into_inner())
             .push(link.peer),
     }
-    let mut deliver = |pkt: &[u8]| {
-        let verdict = match ipv4_destination(pkt) {
-            Ok(_) => match ifc.tun.write(pkt) {
-                Ok(()) => None,
-                Err(_) => Some(Drop::TunWrite),
-            },
-            Err(Refusal::Unsupported) => Some(Drop::Unsupported),
-            Err(Refusal::Malformed) => Some(Drop::Malformed),
+    let mut deliver = |a: Arrival<'_>| {
+        let verdict = match a {
+            Arrival::Packet(msg, form) => to_kernel(&ifc.tun, msg, form),
+            Arrival::Garbage => Err(Drop::Malformed),
         };
         match verdict {
-            None => {
-                ifc.counters.received(pkt.len());
+            Ok((bytes, gso)) => {
+                ifc.counters.received(bytes, gso);
                 if let Some(p) = &peer {
-                    p.counters.received(pkt.len());
+                    p.counters.received(bytes, gso);
                 }
             }
-            Some(why) => {
+            Err(why) => {
                 ifc.counters.drop(why);
                 if let Some(p) = &peer {
                     p.counters.drop(why);
@@ -320,17 +348,20 @@ fn recv_loop(ifc: &Interface, link: RxLink) {
             }
         }
     };
+    // Everything that has arrived, then asleep on the VI until more does
+    // or its timer is due (an acknowledgement owed): one wake-up a batch,
+    // and no thread of the core in between.
+    let mut sleep = Sleep::new();
     loop {
-        match link.next(&mut deliver) {
-            Ok(()) => {}
-            Err(RecvFailure::Garbage) => {
-                ifc.counters.drop(Drop::Malformed);
-                if let Some(p) = &peer {
-                    p.counters.drop(Drop::Malformed);
-                }
-            }
-            Err(RecvFailure::Down(_)) => break,
+        match link.drain(BATCH, &mut deliver) {
+            Ok(n) if n == BATCH => continue,
+            Ok(_) => {}
+            Err(_) => break,
         }
+        let Some(hint) = link.wait_hint() else { break };
+        sleep.clear();
+        sleep.hint(hint);
+        sleep.sleep(IDLE_SLEEP);
     }
     match &peer {
         Some(p) => {
@@ -344,165 +375,37 @@ fn recv_loop(ifc: &Interface, link: RxLink) {
     }
 }
 
-/// The sending loop's state: a link per connected peer.
-struct Sender {
-    ifc: Arc<Interface>,
-    /// The interface's peers as this loop last saw them (only added to).
-    peers: Vec<Arc<Peer>>,
-    discovery: Option<Discovery>,
-    links: HashMap<usize, TxLink>,
-    retry_at: Vec<Instant>,
-    done_tx: mpsc::Sender<(usize, Option<TxLink>)>,
-    done_rx: mpsc::Receiver<(usize, Option<TxLink>)>,
-}
-
-impl Sender {
-    fn new(ifc: Arc<Interface>, discovery: Option<Discovery>) -> Sender {
-        let (done_tx, done_rx) = mpsc::channel();
-        Sender {
-            retry_at: Vec::new(),
-            peers: Vec::new(),
-            discovery,
-            ifc,
-            links: HashMap::new(),
-            done_tx,
-            done_rx,
-        }
+/// Writes a message from a peer to the TUN, in the form the TUN takes:
+/// with an offload header (a plain one for a bare packet), or bare (an
+/// owed checksum finished here first). The IPv4 bytes and whether it was
+/// a super-packet; the drop reason if it is not a packet for the kernel.
+fn to_kernel(tun: &Tun, msg: &mut [u8], form: Form) -> Result<(usize, bool), Drop> {
+    let refused = |r| match r {
+        Refusal::Unsupported => Drop::Unsupported,
+        Refusal::Malformed => Drop::Malformed,
+    };
+    let hdr = match form {
+        Form::Bare => None,
+        Form::Vnet => Some(VnetHeader::parse(
+            msg.first_chunk::<{ vnet::LEN }>().ok_or(Drop::Malformed)?,
+        )),
+    };
+    let at = if hdr.is_some() { vnet::LEN } else { 0 };
+    let pkt = &msg[at..];
+    ipv4_destination(pkt).map_err(refused)?;
+    if let Some(h) = &hdr {
+        h.check(pkt).map_err(refused)?;
     }
-
-    fn run(mut self) -> String {
-        let mut buf = vec![0u8; 65536];
-        loop {
-            self.maintain();
-            match self.ifc.tun.readable(100) {
-                Ok(true) => {}
-                Ok(false) => continue,
-                Err(e) => return format!("TUN: {e}"),
-            }
-            let n = match self.ifc.tun.read(&mut buf) {
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return format!("TUN: {e}"),
-            };
-            self.forward(&buf[..n]);
+    let bytes = pkt.len();
+    let written = match (hdr, tun.vnet()) {
+        (None, false) => tun.write(&[], msg),
+        (None, true) => tun.write(&vnet::PLAIN, msg),
+        (Some(_), true) => tun.write(&[], msg),
+        (Some(h), false) => {
+            vnet::complete_checksum(&h, &mut msg[at..]);
+            tun.write(&[], &msg[at..])
         }
-    }
-
-    /// Takes finished connects, drops failed links and starts the connects
-    /// that are due.
-    fn maintain(&mut self) {
-        if self.peers.len() != self.ifc.peers.lock().map_or(0, |p| p.len()) {
-            self.peers = self.ifc.peers();
-            self.retry_at.resize(self.peers.len(), Instant::now());
-        }
-        while let Ok((i, link)) = self.done_rx.try_recv() {
-            let peer = &self.peers[i];
-            match link {
-                Some(l) => {
-                    peer.connects.fetch_add(1, Ordering::Relaxed);
-                    peer.state.store(UP, Ordering::Relaxed);
-                    self.links.insert(i, l);
-                }
-                None => {
-                    peer.state.store(DOWN, Ordering::Relaxed);
-                    self.retry_at[i] = Instant::now() + RETRY_AFTER;
-                }
-            }
-        }
-        let dead: Vec<usize> = self
-            .links
-            .iter()
-            .filter(|(_, l)| !l.alive())
-            .map(|(&i, _)| i)
-            .collect();
-        for i in dead {
-            self.link_down(i);
-        }
-        let now = Instant::now();
-        for i in 0..self.peers.len() {
-            let peer = &self.peers[i];
-            if peer.state.load(Ordering::Relaxed) == DOWN && now >= self.retry_at[i] {
-                peer.state.store(CONNECTING, Ordering::Relaxed);
-                let ifc = self.ifc.clone();
-                let host = peer.host;
-                let done = self.done_tx.clone();
-                let spawned = std::thread::Builder::new()
-                    .name("viaip-connect".into())
-                    .spawn(move || {
-                        let link = ifc.fabric.connect(&host, CONNECT_TIMEOUT).ok();
-                        let _ = done.send((i, link));
-                    });
-                if spawned.is_err() {
-                    peer.state.store(DOWN, Ordering::Relaxed);
-                    self.retry_at[i] = now + RETRY_AFTER;
-                }
-            }
-        }
-    }
-
-    /// Forgets peer i's link; a thread of its own closes it, since a close
-    /// may linger for the peer's acknowledgements.
-    fn link_down(&mut self, i: usize) {
-        if let Some(link) = self.links.remove(&i) {
-            let _ = std::thread::Builder::new()
-                .name("viaip-close".into())
-                .spawn(move || drop(link));
-        }
-        self.peers[i].state.store(DOWN, Ordering::Relaxed);
-        self.retry_at[i] = Instant::now();
-    }
-
-    fn forward(&mut self, pkt: &[u8]) {
-        let ifc = self.ifc.clone();
-        let dst = match ipv4_destination(pkt) {
-            Ok(d) => d,
-            Err(Refusal::Unsupported) => return ifc.counters.drop(Drop::Unsupported),
-            Err(Refusal::Malformed) => return ifc.counters.drop(Drop::Malformed),
-        };
-        if pkt.len() > ifc.fabric.mtu {
-            return ifc.counters.drop(Drop::TooBig);
-        }
-        if dst.is_multicast() || dst.is_broadcast() || dst == ifc.broadcast() {
-            for i in 0..self.peers.len() {
-                self.send_to(i, pkt);
-            }
-            return;
-        }
-        match self.peers.iter().position(|p| p.overlay == dst) {
-            Some(i) => self.send_to(i, pkt),
-            None => {
-                // As a packet waiting for ARP would be: dropped, and the
-                // link asked who holds the address.
-                if let (Some(d), true) = (&mut self.discovery, ifc.in_subnet(dst)) {
-                    d.ask(ifc.fabric.mode.name(), dst, ifc.addr);
-                }
-                ifc.counters.drop(Drop::NoRoute)
-            }
-        }
-    }
-
-    fn send_to(&mut self, i: usize, pkt: &[u8]) {
-        let peer = self.peers[i].clone();
-        let verdict = match self.links.get_mut(&i) {
-            None => Err(Drop::PeerDown),
-            Some(link) => match link.send(pkt, SLOT_WAIT) {
-                Ok(()) => Ok(()),
-                Err(SendFailure::QueueFull) => Err(Drop::QueueFull),
-                Err(SendFailure::Down) => {
-                    self.link_down(i);
-                    Err(Drop::PeerDown)
-                }
-            },
-        };
-        match verdict {
-            Ok(()) => {
-                self.ifc.counters.sent(pkt.len());
-                peer.counters.sent(pkt.len());
-            }
-            Err(why) => {
-                self.ifc.counters.drop(why);
-                peer.counters.drop(why);
-            }
-        }
-    }
+    };
+    written.map_err(|_| Drop::TunWrite)?;
+    Ok((bytes, hdr.is_some_and(|h| h.is_gso())))
 }

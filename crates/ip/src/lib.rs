@@ -3,9 +3,11 @@
 //! core, one message per packet, to the peer holding the destination
 //! address.
 //!
-//! Layers: `tun` (the kernel's interface), `packet` (the IPv4 header
-//! checks), `peers` (the peers file), `link` (VIs and registered buffers),
-//! `daemon` (the threads that move packets), `control` (`viaip show`).
+//! Layers: `tun` (the kernel's interface), `vnet` (its offload header),
+//! `segment` (datagram mode's software segmentation), `packet` (the IPv4
+//! header checks), `peers` (the peers file), `link` (VIs and registered
+//! buffers), `daemon` (the threads that move packets, the sending loop in
+//! `sender`), `control` (`viaip show`).
 
 pub mod control;
 pub mod counters;
@@ -14,4 +16,8 @@ pub mod discovery;
 pub mod link;
 pub mod packet;
 pub mod peers;
+pub mod segment;
+pub mod sender;
 pub mod tun;
+pub mod vnet;
+pub mod wait;

@@ -56,6 +56,10 @@ enum Cmd {
         /// Runs in the background once the interface is up.
         #[arg(short = 'd')]
         background: bool,
+        /// No TUN checksum and segmentation offloads (connected mode uses
+        /// them by default; datagram mode never does).
+        #[arg(long)]
+        no_offload: bool,
     },
     /// Lists the interfaces of this network namespace with their counters.
     Show { ifname: Option<String> },
@@ -192,6 +196,7 @@ fn main() -> ExitCode {
             mtu,
             peers,
             background,
+            no_offload,
         } => (|| {
             let (addr, prefix) = parse_cidr(&addr)?;
             let device = match (&link, device) {
@@ -228,6 +233,7 @@ fn main() -> ExitCode {
                 mtu,
                 peers,
                 link,
+                offload: !no_offload,
             };
             up(cfg, background)
         })(),

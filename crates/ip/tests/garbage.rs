@@ -1,6 +1,7 @@
 //! Garbage from the underlay: VIA messages that are not IP packets (sent
-//! by a client of our own on viaip's discriminator) are dropped and
-//! counted as malformed, and random UDP datagrams thrown at every UDP port
+//! by a client of our own on viaip's discriminator), bare or behind an
+//! offload header that does not fit them, are dropped and counted as
+//! malformed, and random UDP datagrams thrown at every UDP port
 //! viaip holds change nothing: the interface carries traffic afterwards.
 //! A process of its own (the core's agent belongs to one namespace).
 
@@ -10,7 +11,7 @@ use std::net::{Ipv4Addr, UdpSocket};
 use std::time::Duration;
 
 use common::*;
-use viaip::link::{Fabric, Mode};
+use viaip::link::{Fabric, Form, Mode};
 use viaip::peers::host_addr;
 
 /// The UDP ports bound in the calling thread's namespace.
@@ -54,7 +55,7 @@ fn garbage_is_dropped_and_counted() {
                 let _ = sock.send_to(&junk, (target, port));
             }
         }
-        let fabric = Fabric::open(&dev, Mode::Connected, None).expect("open device");
+        let fabric = Fabric::open(&dev, Mode::Connected, None, true).expect("open device");
         let mut link = fabric
             .connect(&host_addr(target.into()), Duration::from_secs(5))
             .expect("connect to viaip");
@@ -68,20 +69,34 @@ fn garbage_is_dropped_and_counted() {
             &[0x45u8, 0, 0][..],
             &b"\x15 garbage, not IP"[..],
         ] {
-            link.send(m, Duration::from_secs(1)).expect("send garbage");
+            link.send(m, Form::Bare, Duration::from_secs(1))
+                .expect("send garbage");
         }
-        // Dropping the link lingers until the peer acknowledged all three.
+        // Offload headers: one too short to be a header, and one asking
+        // for a checksum past the end of a consistent packet.
+        let mut owed_outside = vec![1u8, 0, 0, 0, 0, 0, 20, 0, 200, 0];
+        let mut pkt = [0u8; 60];
+        pkt[0] = 0x45;
+        pkt[2..4].copy_from_slice(&60u16.to_be_bytes());
+        pkt[9] = 6;
+        pkt[16..20].copy_from_slice(&over.octets());
+        owed_outside.extend_from_slice(&pkt);
+        for m in [&[1u8, 0, 0][..], &owed_outside[..]] {
+            link.send(m, Form::Vnet, Duration::from_secs(1))
+                .expect("send garbage");
+        }
+        // Dropping the link lingers until the peer acknowledged all five.
         drop(link);
     });
     let mut malformed = 0;
     for _ in 0..200 {
         let report = pair.show(0);
         malformed = counter(report.lines().nth(1).unwrap_or(""), "malformed");
-        if malformed >= 3 {
+        if malformed >= 5 {
             break;
         }
     }
-    assert_eq!(malformed, 3, "{}", pair.show(0));
+    assert_eq!(malformed, 5, "{}", pair.show(0));
     // Five junk datagrams reached the discovery port too.
     assert!(
         pair.show(0).contains("discovery: malformed=5"),

@@ -13,6 +13,7 @@ pub mod link;
 pub mod paths;
 pub mod pool;
 pub mod private;
+pub mod spin;
 pub mod task;
 pub mod tid;
 pub mod trace;

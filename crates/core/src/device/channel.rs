@@ -118,4 +118,11 @@ pub trait Channel: Send {
     /// Our CQ polls this VI on every look (or no longer does): the peer
     /// may stop (or must resume) telling it which VI has work.
     fn set_watched(&mut self, _on: bool) {}
+
+    /// No reply will be posted on this connection (its owner answers on
+    /// another): acknowledge a delivered message on the next call that
+    /// drives the connection (the program takes the message first) rather
+    /// than hold the acknowledgement a while for a reply to carry it.
+    /// Where nothing is held, nothing changes.
+    fn set_no_replies(&mut self, _on: bool) {}
 }

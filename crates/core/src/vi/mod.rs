@@ -177,6 +177,26 @@ impl Vi {
         }
     }
 
+    /// Declares a connected VI on which this side never replies (viaip:
+    /// one VI per direction, the answers travel on the other): a message
+    /// delivered here is acknowledged by the next call that drives the VI
+    /// (the `recv_done` that finds nothing more, or its protocol timer,
+    /// due at once) instead of the network device holding the
+    /// acknowledgement a while for a reply to carry — a wait that here
+    /// would only cost the peer its completion and this side a timer
+    /// wake-up. The message is handed over first, the acknowledgement
+    /// sent after. Not connected: an error.
+    pub fn set_no_replies(&self, on: bool) -> Result<()> {
+        self.nic.check_owner()?;
+        match self.lock().channel.as_mut() {
+            Some(ch) => {
+                ch.set_no_replies(on);
+                Ok(())
+            }
+            None => Err(ViaError::InvalidState("VI is not connected")),
+        }
+    }
+
     /// The owning NIC's opaque token (the C shell's NIC handle).
     pub fn nic_token(&self) -> u64 {
         self.nic.token.load(Ordering::Relaxed)

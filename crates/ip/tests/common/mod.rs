@@ -230,14 +230,7 @@ pub fn in_ns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static
 }
 
 fn icmp_checksum(b: &[u8]) -> u16 {
-    let mut sum = 0u32;
-    for c in b.chunks(2) {
-        sum += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
-    }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
+    !viaip::vnet::ones_sum(b)
 }
 
 /// One ICMP echo from namespace `ns` to `dst`: true if the reply came
@@ -377,4 +370,35 @@ pub fn counter(report: &str, name: &str) -> u64 {
         .filter_map(|v| v.parse::<u64>().ok())
         .max()
         .unwrap_or(0)
+}
+
+/// An interface's packet counters, from the second line of a `viaip
+/// show` report (`rx packets N bytes N gso N  tx packets N bytes N gso N`).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Traffic {
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    pub rx_gso: u64,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    pub tx_gso: u64,
+}
+
+pub fn traffic(report: &str) -> Traffic {
+    let line = report.lines().nth(1).unwrap_or("");
+    let after = |key: &str, nth: usize| -> u64 {
+        line.split(key)
+            .nth(1)
+            .and_then(|l| l.split_whitespace().nth(nth))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    Traffic {
+        rx_packets: after("rx packets", 0),
+        rx_bytes: after("rx packets", 2),
+        rx_gso: after("rx packets", 4),
+        tx_packets: after("tx packets", 0),
+        tx_bytes: after("tx packets", 2),
+        tx_gso: after("tx packets", 4),
+    }
 }

@@ -60,6 +60,10 @@ fn main() {
             }
         }
     }
+    if let Err(e) = openvia_pvm::spin::from_env() {
+        eprintln!("pvmd: {e}");
+        std::process::exit(2);
+    }
     let mut cfg = openvia_pvm::daemon::Config::from_env();
     cfg.hostfile = hostfile;
     if let Some(n) = host_name {

@@ -96,11 +96,20 @@ pub enum LinkEvent {
 /// Whatever a link's threads wake when they have news.
 pub trait WakeUp: Send + Sync {
     fn wake(&self);
+
+    /// A message was written into a task's pool pages (and its doorbell
+    /// rung). The task will likely answer at once: a daemon loop that is
+    /// asleep may want to start spinning for that answer.
+    fn delivered(&self) {}
 }
 
 /// Wakes the daemon's poll loop: an eventfd it polls.
 pub struct Waker {
     fd: OwnedFd,
+    /// A delivery into the pool wakes the loop (`WakeUp::delivered`):
+    /// set while the loop sleeps and its spin is on; not while it drives
+    /// the links itself (spinning), when it needs no kick.
+    kick: std::sync::atomic::AtomicBool,
 }
 
 impl Waker {
@@ -113,6 +122,7 @@ impl Waker {
         // SAFETY: a fresh descriptor owned only here.
         Ok(Arc::new(Waker {
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            kick: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 
@@ -126,6 +136,11 @@ impl Waker {
         unsafe { libc::write(self.fd(), one.as_ptr().cast(), 8) };
     }
 
+    /// Whether a delivery into the pool wakes the loop (see `kick`).
+    pub fn set_kick(&self, on: bool) {
+        self.kick.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Clears the counter after a wake-up.
     pub fn drain(&self) {
         let mut v = [0u8; 8];
@@ -137,6 +152,15 @@ impl Waker {
 impl WakeUp for Waker {
     fn wake(&self) {
         Waker::wake(self);
+    }
+
+    /// Wakes a sleeping loop so that it spins for the task's answer: the
+    /// loop's wake-up then runs beside the task's, instead of after the
+    /// task's send (one wake-up off each message's path).
+    fn delivered(&self) {
+        if self.kick.load(std::sync::atomic::Ordering::Relaxed) {
+            Waker::wake(self);
+        }
     }
 }
 
@@ -514,6 +538,38 @@ pub fn parse(bytes: &[u8]) -> Option<(u32, u32, Frame)> {
 mod tests {
     use super::*;
     use crate::frame::{Args, Msg};
+
+    fn readable(w: &Waker) -> bool {
+        let mut p = libc::pollfd {
+            fd: w.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&mut p, 1, 0) == 1 }
+    }
+
+    #[test]
+    fn a_delivery_kicks_a_sleeping_loop_only() {
+        let w = Waker::new().unwrap();
+        // By default (no spin, or a task's link) a delivery wakes nobody.
+        w.delivered();
+        assert!(!readable(&w));
+        // The loop sleeps, its spin on: a message placed into the pool
+        // wakes it, so it spins for the task's answer.
+        w.set_kick(true);
+        w.delivered();
+        assert!(readable(&w));
+        w.drain();
+        assert!(!readable(&w));
+        // The loop is spinning, polling the links itself: nothing to wake.
+        w.set_kick(false);
+        w.delivered();
+        assert!(!readable(&w));
+        // Frames and link failures always wake it.
+        WakeUp::wake(&*w);
+        assert!(readable(&w));
+    }
 
     #[test]
     fn envelope_round_trips_and_rejects_garbage() {

@@ -217,6 +217,7 @@ impl RecvSide {
                 let inb = inbound.ok_or("pool assembly without inbound")?;
                 crate::trace::mark("link.delivered", 0);
                 inb.finish(run);
+                self.waker.delivered();
             }
             Assembly::Bytes(bytes) => {
                 let (src, dst, frame) = parse(&bytes).ok_or("malformed frame from peer daemon")?;

@@ -38,11 +38,6 @@ pub enum PostError {
     Full,
 }
 
-/// Longest a receiver polls its doorbell before sleeping.
-pub(crate) const SPIN: Duration = Duration::from_micros(50);
-/// Polling window after a success from zero.
-const MIN_SPIN_NS: u64 = 2_000;
-
 impl Pool {
     /// Queues `d` on `slot`, which must still belong to `tid`. A body run
     /// gains a hold of the receiver, so it outlives the sender.
@@ -150,29 +145,25 @@ impl Pool {
         self.slot(slot).sock_bell.load(SeqCst)
     }
 
+    fn spin_window(&self) -> std::sync::MutexGuard<'_, crate::spin::Window> {
+        self.spin.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Waits until the doorbell moves past `seen` or `deadline` passes.
     pub fn wait_bell(&self, slot: usize, seen: u32, deadline: Option<Instant>) {
         let s = self.slot(slot);
         // Poll, yielding the CPU between short spins: when the peer shares
         // our CPU it gets to run at once, whereas a futex sleep costs tens of
         // microseconds of wake-up latency on this VM. The polling window
-        // adapts: it halves each time polling did not pay off (the CPUs are
-        // busy with other work, and a sleeper woken by the kernel is then
-        // scheduled sooner than a poller) and doubles when it did.
-        let budget = Duration::from_nanos(self.spin_ns.load(Relaxed));
-        let start = Instant::now();
-        while s.bell.load(SeqCst) == seen && start.elapsed() < budget {
-            for _ in 0..32 {
-                std::hint::spin_loop();
-            }
-            std::thread::yield_now();
-        }
+        // adapts (`spin::Window`, at most OPENVIA_PVM_SPIN_NS): it halves
+        // each time the bell rang later than that (spinning would only
+        // have taken the CPU from others) and doubles when sooner.
+        let mut spin = self.spin_window().start();
+        while s.bell.load(SeqCst) == seen && spin.go_on() {}
         if s.bell.load(SeqCst) != seen {
-            let b = (budget.as_nanos() as u64 * 2).clamp(MIN_SPIN_NS, SPIN.as_nanos() as u64);
-            self.spin_ns.store(b, Relaxed);
+            self.spin_window().settle(&spin);
             return;
         }
-        self.spin_ns.store(budget.as_nanos() as u64 / 2, Relaxed);
         s.sleeping.store(1, SeqCst);
         if s.bell.load(SeqCst) == seen {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
@@ -181,5 +172,10 @@ impl Pool {
             }
         }
         s.sleeping.store(0, SeqCst);
+        // A wake-up by the deadline or a spurious one says nothing of how
+        // soon messages come; a rung bell does.
+        if s.bell.load(SeqCst) != seen {
+            self.spin_window().settle(&spin);
+        }
     }
 }

@@ -145,7 +145,7 @@ pub struct Pool {
     layout: Layout,
     fd: OwnedFd,
     /// This process's doorbell polling window (see mailbox::wait_bell).
-    spin_ns: AtomicU64,
+    spin: std::sync::Mutex<crate::spin::Window>,
 }
 
 // SAFETY: the mapping is shared memory accessed only through atomics (the
@@ -241,7 +241,7 @@ impl Pool {
             npages,
             layout,
             fd,
-            spin_ns: AtomicU64::new(mailbox::SPIN.as_nanos() as u64),
+            spin: std::sync::Mutex::new(crate::spin::Window::new(crate::spin::limit())),
         })
     }
 

@@ -172,6 +172,16 @@ pub struct Direct {
     /// The task drives its links itself while it waits (`wait_direct`);
     /// the NIC's progress thread leaves them alone meanwhile.
     polling: bool,
+    /// How long a wait on a direct VI polls before it sleeps (made on
+    /// first use, from OPENVIA_PVM_SPIN_NS).
+    spin: Option<crate::spin::Window>,
+}
+
+/// One `pvm_recv`'s wait on a direct VI: when its spin ends, and whether
+/// it slept in the end.
+#[derive(Default)]
+pub(super) struct DirectWait {
+    spin: Option<crate::spin::Spin>,
 }
 
 /// Longest sleep in `wait_direct` between looks at the link (its protocol
@@ -647,7 +657,17 @@ impl Direct {
     /// thread leaves the VIs to us ([`LinkNic::set_event_driven`]), so it
     /// neither wakes per datagram nor holds a VI lock we want. False when
     /// `src` has no open direct route to us: the caller waits the pool way.
-    pub(super) fn wait_direct(&mut self, src: i32, sock: std::os::fd::RawFd) -> bool {
+    pub(super) fn wait_direct(
+        &mut self,
+        src: i32,
+        sock: std::os::fd::RawFd,
+        wait: &mut DirectWait,
+    ) -> bool {
+        let spin = wait.spin.get_or_insert_with(|| {
+            self.spin
+                .get_or_insert_with(|| crate::spin::Window::new(crate::spin::limit()))
+                .start()
+        });
         let hint = match self.peers.get(&src) {
             Some(Peer {
                 state: State::Up(link),
@@ -664,6 +684,12 @@ impl Direct {
                 ep.nic.set_event_driven(false);
             }
             self.polling = true;
+        }
+        // First a spin: the reply of a peer that answers at once is taken
+        // in without a wake-up (each look drives the VI: one system call).
+        if spin.go_on() {
+            link.poll();
+            return true;
         }
         let now = crate::trace::now_ns();
         let wait = timer
@@ -689,6 +715,14 @@ impl Direct {
         unsafe { libc::ppoll(fds.as_mut_ptr(), 2, &ts, std::ptr::null()) };
         link.poll();
         true
+    }
+
+    /// A receive that waited on a direct VI got its message: how long it
+    /// waited adapts the next one's spin (`spin::Window`).
+    pub(super) fn settle_spin(&mut self, wait: &DirectWait) {
+        if let (Some(spin), Some(w)) = (&wait.spin, self.spin.as_mut()) {
+            w.settle(spin);
+        }
     }
 
     /// Before the task sleeps anywhere else: the progress thread watches

@@ -6,6 +6,7 @@ use std::os::fd::AsRawFd;
 use std::time::Instant;
 
 use super::buffers::MsgBuf;
+use super::direct::DirectWait;
 use super::{Queued, Task, Wait};
 use crate::error::PvmResult;
 use crate::pool::Body;
@@ -97,10 +98,12 @@ impl Task {
         let Some(home) = self.home.clone() else {
             return self.recv_socket_only(src, tag, deadline);
         };
+        let mut direct_wait = DirectWait::default();
         loop {
             self.check_pvmd()?;
             let bell = home.pool.bell(home.slot);
             if let Some(m) = self.take_match(src, tag) {
+                self.direct.settle_spin(&direct_wait);
                 return Ok(self.install_rbuf(m));
             }
             if self.gather()? {
@@ -111,7 +114,7 @@ impl Task {
             }
             if deadline.is_none() && src > 0 {
                 let sock = self.rd.get_ref().as_raw_fd();
-                if self.direct.wait_direct(src, sock) {
+                if self.direct.wait_direct(src, sock, &mut direct_wait) {
                     continue;
                 }
             }

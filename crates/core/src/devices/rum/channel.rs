@@ -163,6 +163,10 @@ pub struct RumChannel<L: DatagramLink> {
     idle_polls: u32,
     /// A reliable message waits in the protocol for a receive descriptor.
     held_for_recv: bool,
+    /// No reply is posted on this connection (`Channel::set_no_replies`):
+    /// an acknowledgement is held only until the next call, which the
+    /// program makes once it has taken the message.
+    no_replies: bool,
     echo: Option<AcceptEcho>,
     heard: bool,
     replies: Vec<OutgoingMessage>,
@@ -214,6 +218,7 @@ impl<L: DatagramLink> RumChannel<L> {
             lone_arrivals: 0,
             idle_polls: 0,
             held_for_recv: false,
+            no_replies: false,
             heard: echo.is_none(),
             echo,
             replies: Vec::new(),
@@ -476,7 +481,7 @@ impl<L: DatagramLink> Channel for RumChannel<L> {
         let now_t = got.unwrap_or_else(now);
         let ack_ripe = self
             .ack_held_since
-            .is_some_and(|t| now_t.as_nanos() >= t + ACK_DELAY_NS);
+            .is_some_and(|t| now_t.as_nanos() >= t + self.ack_delay_ns());
         if self.flush_owed || ack_ripe {
             self.flush(now_t);
         }
@@ -590,6 +595,10 @@ impl<L: DatagramLink> Channel for RumChannel<L> {
         self.publish_counters();
     }
 
+    fn set_no_replies(&mut self, on: bool) {
+        self.no_replies = on;
+    }
+
     fn flush_at_exit(&mut self) {
         // An acknowledgement held for a reply would never leave: the
         // peer's send of a message we placed would then end flushed.
@@ -605,7 +614,7 @@ impl<L: DatagramLink> Channel for RumChannel<L> {
         let t = self.conn.poll_timeout().map(|t| t.as_nanos());
         let e = self.echo.as_ref().map(|e| e.next);
         let f = self.flush_owed.then(crate::sys::now_ns);
-        let a = self.ack_held_since.map(|t| t + ACK_DELAY_NS);
+        let a = self.ack_held_since.map(|t| t + self.ack_delay_ns());
         let u = self.unreachable.map(|u| u.until);
         [t, e, f, a, u].into_iter().flatten().min()
     }
@@ -650,6 +659,17 @@ impl<L: DatagramLink> RumChannel<L> {
         }
         let buf = self.conn.take_buffer(len as usize);
         Payload::Owned(gather_into(buf, local, len))
+    }
+
+    /// How long an acknowledgement waits for a reply to carry it: none
+    /// where no reply comes (`set_no_replies`); it then leaves on the next
+    /// call, after the program has taken the message.
+    fn ack_delay_ns(&self) -> u64 {
+        if self.no_replies {
+            0
+        } else {
+            ACK_DELAY_NS
+        }
     }
 
     fn send_message(&mut self, msg: OutgoingMessage) -> Result<(), ChannelFailed> {

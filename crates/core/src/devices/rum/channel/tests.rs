@@ -2,7 +2,8 @@
 //! peer's port has closed (an ICMP port unreachable, ECONNREFUSED) comes
 //! ahead of the datagrams the peer sent before it closed, and those must
 //! still complete our sends before the failure flushes the rest; so must
-//! a disconnect read in a call that also flushes what it owed.
+//! a disconnect read in a call that also flushes what it owed. And an
+//! acknowledgement waits for a reply only on a channel where one may come.
 
 use std::collections::VecDeque;
 use std::io;
@@ -140,14 +141,22 @@ fn peer_takes_and_closes(server: &mut Connection, script: &Arc<Mutex<Script>>) -
 
 /// Runs one progress call with empty queues.
 fn progress(ch: &mut RumChannel<ScriptedLink>) -> Result<bool, crate::device::ChannelFailed> {
+    progress_into(ch, &mut RecvQueue::default())
+}
+
+/// Runs one progress call with the receives of `rq` posted.
+fn progress_into(
+    ch: &mut RumChannel<ScriptedLink>,
+    rq: &mut RecvQueue,
+) -> Result<bool, crate::device::ChannelFailed> {
     let registry = MemoryRegistry::new();
-    let (mut rq, mut sq, mut faults) = (RecvQueue::default(), SendQueue::default(), Vec::new());
+    let (mut sq, mut faults) = (SendQueue::default(), Vec::new());
     let mut place = Placement {
         registry: &registry,
         ptag: PtagId(1),
         rdma_write: false,
         rdma_read: false,
-        rq: &mut rq,
+        rq,
         sq: &mut sq,
         recv_cq: None,
         send_cq: None,
@@ -208,4 +217,75 @@ fn a_disconnect_read_with_a_flush_owed_still_completes_what_it_acknowledges() {
     assert_eq!(progress(&mut ch), Ok(true), "the failure waits a call");
     assert_eq!(ch.sent(), 1);
     assert!(progress(&mut ch).is_err());
+}
+
+/// The peer sends a small message into a posted receive. Returns
+/// whether this channel's acknowledgement left in the progress call that
+/// delivered it, the channel's next timer after that call with the clock
+/// before and after the call, and whether the next call (nothing new
+/// arriving) sent it.
+fn deliver_one(no_replies: bool) -> (bool, Option<u64>, u64, u64, bool) {
+    use crate::descriptor::{DescPtr, Descriptor};
+    use crate::mem::HeldUses;
+    use crate::ranges::Range;
+    use crate::vi::queues::RecvEntry;
+
+    let (mut ch, mut server, script) = connected();
+    ch.set_no_replies(no_replies);
+    let t = now();
+    server.send_message(message()).unwrap();
+    let mut buf = vec![0u8; server.max_datagram_len()];
+    while let Some(n) = server.poll_transmit(t, &mut buf) {
+        script
+            .lock()
+            .unwrap()
+            .inbound
+            .push_back(Ok(buf[..n].to_vec()));
+    }
+    let mut desc = Box::new(Descriptor::default());
+    let mut data = vec![0u8; 256];
+    let mut rq = RecvQueue::default();
+    rq.entries.push_back(RecvEntry {
+        desc: DescPtr(&mut *desc),
+        ranges: vec![Range {
+            addr: data.as_mut_ptr() as u64,
+            len: data.len() as u64,
+        }],
+        capacity: data.len() as u64,
+        error: 0,
+        uses: HeldUses::default(),
+    });
+    script.lock().unwrap().sent.clear();
+    let before = now().as_nanos();
+    assert_eq!(progress_into(&mut ch, &mut rq), Ok(true));
+    let after = now().as_nanos();
+    assert_eq!(rq.completed, 1, "delivered");
+    assert_eq!(data[99], 7);
+    let acked = !std::mem::take(&mut script.lock().unwrap().sent).is_empty();
+    let timer = ch.timer_deadline_ns();
+    let _ = progress_into(&mut ch, &mut rq);
+    let acked_next = !script.lock().unwrap().sent.is_empty();
+    (acked, timer, before, after, acked_next)
+}
+
+/// An acknowledgement for a delivered message is held for a reply to
+/// carry (the channel's next timer due ACK_DELAY_NS after the delivery)
+/// unless the channel was told that no reply is posted on it (viaip's
+/// receiving VIs): then it is due at once, and leaves on the next call —
+/// after the program took the message, not before.
+#[test]
+fn an_acknowledgement_waits_for_a_reply_only_where_one_may_come() {
+    let (acked, timer, before, _, _) = deliver_one(false);
+    assert!(!acked, "held for a reply");
+    assert!(
+        timer.is_some_and(|t| t >= before + super::ACK_DELAY_NS),
+        "held acknowledgement due at {timer:?}, delivered after {before}"
+    );
+    let (acked, timer, _, after, acked_next) = deliver_one(true);
+    assert!(!acked, "the message is taken before the acknowledgement");
+    assert!(
+        timer.is_some_and(|t| t <= after),
+        "due at once: {timer:?}, call ended at {after}"
+    );
+    assert!(acked_next, "sent by the next call");
 }
