@@ -32,11 +32,13 @@
 //! a peer that closes flushes first (every message acknowledged), so EOF
 //! comes after the last byte; a killed peer's kernel closes its socket,
 //! which the reader sees within one sleep slice.
+//!
+//! This file sets the link up and writes; `reader` reads.
 
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use openvia_core::descriptor::{status, DataSegment, DescPtr, Descriptor};
@@ -45,8 +47,10 @@ use openvia_core::vi::{reliability, Vi, ViAttributes, ViState};
 use openvia_core::ViaError;
 
 use crate::control::Side;
-use crate::kernel::{self, Peek};
+use crate::kernel;
 use crate::link::{meet, process_nic, HandshakeEnd, Medium, HELLO};
+
+mod reader;
 
 /// Header in front of each message: kind, flags, pad, number, length.
 const HDR: usize = 16;
@@ -523,235 +527,6 @@ impl NetLink {
             }
         }
         Ok(taken)
-    }
-
-    /// Copies what has arrived into `out` from `*got` on; uses messages up
-    /// (a peek does not). Whether a peek copied.
-    fn copy_out(&self, st: &mut State, out: &mut [&mut [u8]], got: &mut usize, peek: bool) -> bool {
-        let want: usize = out.iter().map(|o| o.len()).sum();
-        let (mut seg, mut off) = (0usize, 0usize);
-        let mut skip = *got;
-        while skip > 0 && seg < out.len() {
-            let k = skip.min(out[seg].len());
-            skip -= k;
-            off = k;
-            if off == out[seg].len() {
-                seg += 1;
-                off = 0;
-            }
-        }
-        while *got < want {
-            let Some(front) = st.arrived.front() else {
-                break;
-            };
-            if front.number != st.consumed.wrapping_add(1) {
-                // Numbers follow one another on a reliable VI; one out of
-                // order is not read (the peer does not follow the protocol).
-                st.broken = true;
-                break;
-            }
-            let (slot, len, belled) = (front.slot, front.len, front.belled);
-            let mut at = st.taken;
-            while at < len && seg < out.len() {
-                let k = (len - at).min(out[seg].len() - off);
-                // SAFETY: the receive buffer holds the message's `len`
-                // bytes after its header; it stays ours until posted again.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        self.region.buffer(slot).add(HDR + at),
-                        out[seg][off..].as_mut_ptr(),
-                        k,
-                    )
-                };
-                at += k;
-                off += k;
-                *got += k;
-                if off == out[seg].len() {
-                    seg += 1;
-                    off = 0;
-                }
-            }
-            if peek {
-                return true;
-            }
-            if at < len {
-                st.taken = at;
-                break;
-            }
-            st.arrived.pop_front();
-            st.taken = 0;
-            st.consumed = st.consumed.wrapping_add(1);
-            if belled {
-                st.owed += 1;
-            }
-            if self.post_recv(slot).is_err() {
-                st.broken = true;
-            }
-        }
-        false
-    }
-
-    /// Before a read returns: takes the doorbell bytes of the messages it
-    /// used up, and, if data stays unread, waits until the socket shows it.
-    fn leave(&self, fd: RawFd, got: usize) -> usize {
-        let (mut owed, unread) = {
-            let mut st = lock(&self.state);
-            (std::mem::take(&mut st.owed), !st.arrived.is_empty())
-        };
-        let mut buf = [0u8; 64];
-        while owed > 0 {
-            let k = (owed as usize).min(buf.len());
-            // SAFETY: up to 64 bytes into our own buffer.
-            let n = unsafe {
-                (crate::real::real().recv)(fd, buf.as_mut_ptr().cast(), k, libc::MSG_DONTWAIT)
-            };
-            match n {
-                n if n > 0 => owed -= n as u32,
-                // EOF or reset: the writer died after posting; the next read hears it.
-                0 => break,
-                _ if std::io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN) => {
-                    kernel::wait_readable(fd)
-                }
-                _ => break,
-            }
-        }
-        if unread && bytes_in(fd) == 0 {
-            kernel::wait_readable(fd);
-        }
-        got
-    }
-
-    /// What the kernel says of a stream with nothing left to read: Some(end)
-    /// for EOF or an error, None while it lives.
-    fn ended(&self, fd: RawFd, got: usize) -> Option<Result<usize, i32>> {
-        let end = match kernel::peek_state(fd) {
-            Peek::Eof => Ok(got),
-            Peek::Error(e) if got == 0 => Err(e),
-            Peek::Error(_) => Ok(got),
-            // A doorbell for a message on its way; or, from a peer that
-            // hung up meanwhile, for one that will never come.
-            Peek::Byte(_) if kernel::peer_hung_up(fd) => {
-                std::thread::sleep(Duration::from_millis(1));
-                Ok(got)
-            }
-            _ => return None,
-        };
-        // What the peer sent before it closed may still wait for a receive
-        // posted just now (acknowledged, held by the device until there
-        // was room): that comes first. (Without this look, compat
-        // `threads` between hosts once lost its last 4 KiB.)
-        let mut st = lock(&self.state);
-        self.pump(&mut st);
-        st.arrived.is_empty().then_some(end)
-    }
-
-    fn read_some(
-        &self,
-        fd: RawFd,
-        out: &mut [&mut [u8]],
-        dontwait: bool,
-        peek: bool,
-        all: bool,
-    ) -> Result<usize, i32> {
-        let nonblocking = || dontwait || self.is_nonblocking();
-        let _reading = match self.reading.try_lock() {
-            Ok(g) => g,
-            Err(TryLockError::Poisoned(e)) => e.into_inner(),
-            Err(TryLockError::WouldBlock) if nonblocking() => return Err(libc::EAGAIN),
-            Err(TryLockError::WouldBlock) => lock(&self.reading),
-        };
-        let want: usize = out.iter().map(|o| o.len()).sum();
-        if want == 0 {
-            return Ok(0);
-        }
-        let mut got = 0usize;
-        loop {
-            let broken = {
-                let mut st = lock(&self.state);
-                self.pump_for(&mut st, want - got);
-                if self.copy_out(&mut st, out, &mut got, peek) {
-                    drop(st);
-                    if got > 0 {
-                        self.leave(fd, 0);
-                    }
-                    return Ok(got);
-                }
-                st.broken
-            };
-            if got == want || (got > 0 && !all) {
-                return Ok(self.leave(fd, got));
-            }
-            if broken {
-                // The VI is gone: the kernel says how the stream ended.
-                self.leave(fd, 0);
-                let start = Instant::now();
-                while start.elapsed() < Duration::from_secs(1) {
-                    if let Some(end) = self.ended(fd, got) {
-                        return end;
-                    }
-                    std::thread::sleep(SLICE);
-                }
-                return Err(libc::ECONNRESET);
-            }
-            if nonblocking() {
-                if let Some(end) = self.ended(fd, got) {
-                    return end;
-                }
-                if got == 0 && bytes_in(fd) > 0 {
-                    // A doorbell is there and its message is not: the two
-                    // travel on different sockets, and the doorbell can
-                    // win (or the message waits in the writer's window).
-                    // It was posted before it rang: wait for it, asleep on
-                    // the VI's socket (a reader told "readable" must get
-                    // data; spinning here took the CPU its writer needed).
-                    nap(&self.vi, fd, 0, DOORBELL_FIRST);
-                    continue;
-                }
-                return if got > 0 { Ok(got) } else { Err(libc::EAGAIN) };
-            }
-            if let Some(end) = self.wait_for_data(fd, got) {
-                return end;
-            }
-        }
-    }
-
-    /// Spins on the VI for `VIARUN_NET_SPIN_US`, then sleeps in poll on the
-    /// kernel socket (the message's doorbell wakes it), until a message
-    /// arrives (None) or the kernel says the stream ended.
-    fn wait_for_data(&self, fd: RawFd, got: usize) -> Option<Result<usize, i32>> {
-        let start = Instant::now();
-        let limit = spin_time();
-        let mut spinning = true;
-        loop {
-            {
-                let mut st = lock(&self.state);
-                self.pump(&mut st);
-                if !st.arrived.is_empty() || st.broken {
-                    return None;
-                }
-            }
-            // Each look is a system call (the VI's socket): the clock is
-            // cheap beside it.
-            if spinning && start.elapsed() < limit {
-                continue;
-            }
-            spinning = false;
-            if let Some(end) = self.ended(fd, got) {
-                return Some(end);
-            }
-            if bytes_in(fd) == 0 {
-                let mut p = libc::pollfd {
-                    fd,
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                // SAFETY: one pollfd of ours.
-                unsafe { libc::poll(&mut p, 1, SLICE.as_millis() as libc::c_int) };
-            } else {
-                // Its doorbell came first: the message is on its way.
-                nap(&self.vi, fd, 0, DOORBELL_FIRST);
-            }
-        }
     }
 
     fn flush_all(&self, fd: RawFd) {
