@@ -284,6 +284,8 @@ impl Registry {
     /// if that UDP port is taken or no thread can be made.
     pub fn start(addr: SocketAddr) -> Option<Arc<Registry>> {
         let udp = UdpSocket::bind(addr).ok()?;
+        // The agent polls, then reads until nothing is left.
+        udp.set_nonblocking(true).ok()?;
         let port = udp.local_addr().ok()?.port();
         let notes = Notes::new()?;
         let reg = Arc::new(Registry {
@@ -317,7 +319,7 @@ impl Registry {
             if unsafe { libc::poll(&mut p, 1, 200) } <= 0 {
                 continue;
             }
-            while let Ok((n, from)) = recv_from_now(&self.udp, &mut buf) {
+            while let Ok((n, from)) = self.udp.recv_from(&mut buf) {
                 if let Some(m) = Msg::decode(&buf[..n]).filter(|m| m.lport == self.port) {
                     self.handle(m, from);
                 }
@@ -407,11 +409,6 @@ impl Drop for Registry {
     fn drop(&mut self) {
         self.stop();
     }
-}
-
-fn recv_from_now(s: &UdpSocket, buf: &mut [u8]) -> std::io::Result<(usize, SocketAddr)> {
-    s.set_nonblocking(true)?;
-    s.recv_from(buf)
 }
 
 /// Addresses where a probe found no viarun, and when.
