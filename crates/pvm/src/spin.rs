@@ -63,27 +63,32 @@ pub fn limit() -> Duration {
 }
 
 /// A pause between two looks that took longer than this means another
-/// process held our CPU for a time slice (a yield hands the CPU to any
-/// runnable process, and a CPU hog keeps it for its whole slice, a
-/// millisecond or more): spinning then only puts us behind it, whereas a
-/// sleeper that is woken preempts it. The spin stops at once. Shorter
-/// pauses are the peer's own work on our CPU (a task waking, unpacking,
-/// sending: tens of microseconds), which is what the yield is for.
-const CONTENDED_NS: u64 = 200_000;
+/// process held our CPU for a while (a yield hands the CPU to any runnable
+/// process, and a CPU hog keeps it for its whole time slice): spinning
+/// then only puts us behind it, whereas a sleeper that is woken preempts
+/// it. The spin stops at once. A task's look (its peer is on another
+/// host: nothing of ours should need its CPU) tolerates little; a pvmd,
+/// which yields to its own tasks doing their work (waking, unpacking,
+/// sending: tens of microseconds), tolerates [`PVMD_CONTENDED_NS`].
+pub const TASK_CONTENDED_NS: u64 = 30_000;
+pub const PVMD_CONTENDED_NS: u64 = 200_000;
 
 /// An adaptive spin window, at most `limit`.
 #[derive(Debug, Clone, Copy)]
 pub struct Window {
     limit_ns: u64,
     ns: u64,
+    /// A pause longer than this ends a spin (`TASK_CONTENDED_NS`, ...).
+    contended_ns: u64,
 }
 
 impl Window {
-    pub fn new(limit: Duration) -> Window {
+    pub fn new(limit: Duration, contended_ns: u64) -> Window {
         let limit_ns = limit.as_nanos().min(u128::from(MAX_SPIN_NS)) as u64;
         Window {
             limit_ns,
             ns: limit_ns,
+            contended_ns,
         }
     }
 
@@ -101,6 +106,7 @@ impl Window {
             last: now,
             over: self.ns == 0,
             contended: false,
+            contended_ns: self.contended_ns,
         }
     }
 
@@ -129,6 +135,7 @@ pub struct Spin {
     /// The spin ended (window used up or CPU taken): the wait sleeps.
     over: bool,
     contended: bool,
+    contended_ns: u64,
 }
 
 impl Spin {
@@ -141,7 +148,7 @@ impl Spin {
         }
         pause();
         let now = Instant::now();
-        if now.duration_since(self.last).as_nanos() > u128::from(CONTENDED_NS) {
+        if now.duration_since(self.last).as_nanos() > u128::from(self.contended_ns) {
             self.contended = true;
         }
         self.last = now;
@@ -185,7 +192,7 @@ mod tests {
 
     #[test]
     fn window_halves_when_unpaid_and_grows_back_to_the_limit() {
-        let mut w = Window::new(Duration::from_micros(40));
+        let mut w = Window::new(Duration::from_micros(40), TASK_CONTENDED_NS);
         assert_eq!(w.get(), Duration::from_micros(40));
         let (short, long) = (Duration::from_micros(30), Duration::from_micros(41));
         w.settle(&ended(&w, long, false));
@@ -209,14 +216,14 @@ mod tests {
         w.settle(&s);
         assert_eq!(w.get(), Duration::from_micros(20));
         // Off stays off.
-        let mut off = Window::new(Duration::ZERO);
+        let mut off = Window::new(Duration::ZERO, TASK_CONTENDED_NS);
         off.settle(&ended(&off, Duration::ZERO, true));
         assert_eq!(off.get(), Duration::ZERO);
     }
 
     #[test]
     fn a_spin_stops_at_the_end_of_its_window() {
-        let w = Window::new(Duration::from_micros(200));
+        let w = Window::new(Duration::from_micros(200), TASK_CONTENDED_NS);
         let mut s = w.start();
         let t = Instant::now();
         let mut looks = 0;

@@ -227,7 +227,7 @@ impl Daemon {
             inbound: None,
             remote_watches: Vec::new(),
             rm: None,
-            spin: crate::spin::Window::new(cfg_spin),
+            spin: crate::spin::Window::new(cfg_spin, crate::spin::PVMD_CONTENDED_NS),
             spinning: false,
         };
         d.waker.set_kick(!d.cfg.spin.is_zero());

@@ -241,7 +241,10 @@ impl Pool {
             npages,
             layout,
             fd,
-            spin: std::sync::Mutex::new(crate::spin::Window::new(crate::spin::limit())),
+            spin: std::sync::Mutex::new(crate::spin::Window::new(
+                crate::spin::limit(),
+                crate::spin::TASK_CONTENDED_NS,
+            )),
         })
     }
 

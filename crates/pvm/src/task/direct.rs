@@ -665,7 +665,9 @@ impl Direct {
     ) -> bool {
         let spin = wait.spin.get_or_insert_with(|| {
             self.spin
-                .get_or_insert_with(|| crate::spin::Window::new(crate::spin::limit()))
+                .get_or_insert_with(|| {
+                    crate::spin::Window::new(crate::spin::limit(), crate::spin::TASK_CONTENDED_NS)
+                })
                 .start()
         });
         let hint = match self.peers.get(&src) {
