@@ -126,6 +126,24 @@ impl Window {
     }
 }
 
+impl Window {
+    /// The pool doorbell's rule since seed 003's work, kept for the waits
+    /// on one host (a round trip of a few µs there): the window doubles
+    /// only when the spin caught what it waited for, and halves whenever
+    /// it ran out. A window stuck "just too short" (which the rule above
+    /// reopens) is less costly there than one that keeps spinning while
+    /// a peer on the same CPU waits for it (see docs/pvm.md: the slow
+    /// mode at the window's length).
+    /// `caught`: what the wait was for came before it slept.
+    pub fn settle_caught(&mut self, caught: bool) {
+        self.ns = if caught {
+            (self.ns * 2).max(MIN_WINDOW_NS).min(self.limit_ns)
+        } else {
+            self.ns / 2
+        };
+    }
+}
+
 /// One wait's spin.
 #[derive(Debug, Clone, Copy)]
 pub struct Spin {
@@ -219,6 +237,22 @@ mod tests {
         let mut off = Window::new(Duration::ZERO, TASK_CONTENDED_NS);
         off.settle(&ended(&off, Duration::ZERO, true));
         assert_eq!(off.get(), Duration::ZERO);
+    }
+
+    #[test]
+    fn the_doorbell_rule_grows_only_on_a_catch() {
+        let mut w = Window::new(Duration::from_micros(40), TASK_CONTENDED_NS);
+        w.settle_caught(false);
+        assert_eq!(w.get(), Duration::from_micros(20));
+        w.settle_caught(true);
+        assert_eq!(w.get(), Duration::from_micros(40));
+        for _ in 0..20 {
+            w.settle_caught(false);
+        }
+        assert_eq!(w.get(), Duration::ZERO);
+        // A message already there when the wait looked reopens it.
+        w.settle_caught(true);
+        assert_eq!(w.get(), Duration::from_nanos(MIN_WINDOW_NS));
     }
 
     #[test]

@@ -155,13 +155,15 @@ impl Pool {
         // Poll, yielding the CPU between short spins: when the peer shares
         // our CPU it gets to run at once, whereas a futex sleep costs tens of
         // microseconds of wake-up latency on this VM. The polling window
-        // adapts (`spin::Window`, at most OPENVIA_PVM_SPIN_NS): it halves
-        // each time the bell rang later than that (spinning would only
-        // have taken the CPU from others) and doubles when sooner.
+        // adapts (`spin::Window::settle_caught`, at most
+        // OPENVIA_PVM_SPIN_NS): it doubles when the spin saw the bell and
+        // halves when it ran out (the CPUs are busy with other work, and a
+        // sleeper woken by the kernel is then scheduled sooner than a
+        // poller).
         let mut spin = self.spin_window().start();
         while s.bell.load(SeqCst) == seen && spin.go_on() {}
         if s.bell.load(SeqCst) != seen {
-            self.spin_window().settle(&spin);
+            self.spin_window().settle_caught(true);
             return;
         }
         s.sleeping.store(1, SeqCst);
@@ -172,10 +174,6 @@ impl Pool {
             }
         }
         s.sleeping.store(0, SeqCst);
-        // A wake-up by the deadline or a spurious one says nothing of how
-        // soon messages come; a rung bell does.
-        if s.bell.load(SeqCst) != seen {
-            self.spin_window().settle(&spin);
-        }
+        self.spin_window().settle_caught(false);
     }
 }
