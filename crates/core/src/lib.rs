@@ -43,6 +43,7 @@ pub mod ns;
 pub mod ranges;
 pub mod settings;
 pub mod slots;
+pub mod spin;
 pub mod sys;
 pub mod vi;
 mod wait;

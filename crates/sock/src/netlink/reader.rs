@@ -8,7 +8,7 @@ use std::os::fd::RawFd;
 use std::sync::TryLockError;
 use std::time::{Duration, Instant};
 
-use super::{bytes_in, lock, nap, spin_time, NetLink, State, DOORBELL_FIRST, HDR, SLICE};
+use super::{bytes_in, lock, nap, NetLink, State, DOORBELL_FIRST, HDR, SLICE};
 use crate::kernel::{self, Peek};
 
 impl NetLink {
@@ -202,24 +202,28 @@ impl NetLink {
         }
     }
 
-    /// Spins on the VI for `VIARUN_NET_SPIN_US`, then sleeps in poll on the
-    /// kernel socket (the message's doorbell wakes it), until a message
-    /// arrives (None) or the kernel says the stream ended.
+    /// Spins on the VI for the link's spin window (`VIARUN_NET_SPIN_US`,
+    /// adaptive), then sleeps in poll on the kernel socket (the message's
+    /// doorbell wakes it), until a message arrives (None) or the kernel
+    /// says the stream ended.
     fn wait_for_data(&self, fd: RawFd, got: usize) -> Option<Result<usize, i32>> {
-        let start = Instant::now();
-        let limit = spin_time();
+        let mut spin = lock(&self.spin).start();
         let mut spinning = true;
         loop {
             {
                 let mut st = lock(&self.state);
                 self.pump(&mut st);
                 if !st.arrived.is_empty() || st.broken {
+                    drop(st);
+                    lock(&self.spin).settle(&spin);
                     return None;
                 }
             }
-            // Each look is a system call (the VI's socket): the clock is
-            // cheap beside it.
-            if spinning && start.elapsed() < limit {
+            // Each look is a system call (the VI's socket). The spin does
+            // not yield between looks (its peer is on another host; a yield
+            // to a CPU-bound process would cost its whole slice) and stops
+            // when its CPU was taken.
+            if spinning && spin.go_on_busy() {
                 continue;
             }
             spinning = false;
