@@ -214,8 +214,10 @@ mod tests {
     #[test]
     fn a_busy_spin_stops_at_the_end_of_its_window_without_yielding() {
         let w = Window::new(Duration::from_micros(200), CONTENDED_NS);
-        let mut s = w.start();
+        // The clock starts before the spin does: the spin ends at its own
+        // start plus the window, which is after `t` plus the window.
         let t = Instant::now();
+        let mut s = w.start();
         let mut looks = 0u32;
         while s.go_on_busy() {
             looks += 1;
@@ -231,8 +233,10 @@ mod tests {
     #[test]
     fn a_spin_stops_at_the_end_of_its_window() {
         let w = Window::new(Duration::from_micros(200), CONTENDED_NS);
-        let mut s = w.start();
+        // The clock starts before the spin does: the spin ends at its own
+        // start plus the window, which is after `t` plus the window.
         let t = Instant::now();
+        let mut s = w.start();
         let mut looks = 0;
         while s.go_on() {
             looks += 1;
