@@ -24,6 +24,7 @@ mod netlink;
 mod process;
 mod reader;
 mod real;
+mod region;
 mod remote;
 mod rendezvous;
 mod stats;

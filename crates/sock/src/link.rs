@@ -18,14 +18,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use openvia_core::descriptor::{status, DataSegment, DescPtr, Descriptor};
+use openvia_core::descriptor::{status, DataSegment, DescPtr};
 use openvia_core::mem::PtagId;
 use openvia_core::nic::Nic;
-use openvia_core::vi::{reliability, Vi, ViAttributes, ViState};
+use openvia_core::vi::{reliability, Vi, ViState};
 use openvia_core::{Address, ViaError};
 
 use crate::control::{peer_of, Control, Direction, Side, RING_BYTES};
 use crate::kernel;
+use crate::region::{Region, DESC_BYTES};
 
 /// Most bytes of one message (of a write cut into messages).
 pub const SLOT_BYTES: usize = 64 << 10;
@@ -36,7 +37,6 @@ const MSG_BYTES: usize = 64;
 const SEND_SLOTS: usize = 64;
 /// Receives posted per connection.
 const RECV_SLOTS: usize = 2 * SEND_SLOTS;
-const DESC_BYTES: usize = 128;
 /// How long a wait lasts before the kernel socket is checked again.
 pub(crate) const SLICE: Duration = Duration::from_millis(50);
 /// How long close waits for the peer to take what was sent.
@@ -110,26 +110,6 @@ pub fn device_short_name(medium: Medium) -> &'static str {
         Medium::Network => "udp",
     };
     process_nic(medium).map_or(fallback, |(n, _)| n.shared().device().info().short_name)
-}
-
-/// Mapped, registered memory: descriptor slots, then send then receive
-/// buffers.
-struct Region {
-    base: usize,
-    len: usize,
-    handle: u32,
-}
-
-impl Region {
-    fn desc(&self, i: usize) -> DescPtr {
-        DescPtr((self.base + i * DESC_BYTES) as *mut Descriptor)
-    }
-    fn slot_of(&self, d: DescPtr) -> usize {
-        (d.0 as usize - self.base) / DESC_BYTES
-    }
-    fn buffer(&self, i: usize) -> usize {
-        self.base + (SEND_SLOTS + RECV_SLOTS) * DESC_BYTES + i * MSG_BYTES
-    }
 }
 
 struct Tx {
@@ -286,47 +266,13 @@ impl Link {
 
     fn create(side: Side, control: Arc<Control>) -> Result<Link, ViaError> {
         let (nic, ptag) = process_nic(Medium::Local)?;
-        let len = (SEND_SLOTS + RECV_SLOTS) * (DESC_BYTES + MSG_BYTES);
-        // SAFETY: an anonymous private mapping owned by the link until Drop.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(ViaError::Resource("memory"));
-        }
-        let base = p as usize;
-        let handle = match nic.register_mem(base as u64, len as u64, ptag, false, false) {
-            Ok(h) => h,
-            Err(e) => {
-                // SAFETY: the mapping just made.
-                unsafe { libc::munmap(p, len) };
-                return Err(e);
-            }
-        };
-        let region = Region { base, len, handle };
-        let attrs = ViAttributes {
-            reliability: reliability::RELIABLE_RECEPTION,
-            max_transfer: MSG_BYTES as u64,
+        let (region, vi) = Region::open(
+            &nic,
             ptag,
-            rdma_write: false,
-            rdma_read: false,
-        };
-        let vi = match nic.create_vi(attrs, None, None) {
-            Ok(v) => v,
-            Err(e) => {
-                let _ = nic.deregister_mem(base as u64, handle);
-                // SAFETY: the mapping just made.
-                unsafe { libc::munmap(p, len) };
-                return Err(e);
-            }
-        };
+            reliability::RELIABLE_RECEPTION,
+            SEND_SLOTS + RECV_SLOTS,
+            MSG_BYTES,
+        )?;
         let link = Link {
             nic,
             vi,
@@ -624,19 +570,8 @@ impl crate::carried::Carried for Link {
 
 impl Drop for Link {
     fn drop(&mut self) {
-        if self.owner_pid != crate::process::id() {
-            return;
-        }
-        let _ = self.vi.disconnect();
-        let _ = self.nic.destroy_vi(&self.vi);
-        if self
-            .nic
-            .deregister_mem(self.region.base as u64, self.region.handle)
-            .is_ok()
-        {
-            // SAFETY: unmapping the mapping made in `create`, no longer
-            // registered (so the device never touches it again).
-            unsafe { libc::munmap(self.region.base as *mut libc::c_void, self.region.len) };
+        if self.owner_pid == crate::process::id() {
+            self.region.release(&self.nic, &self.vi);
         }
     }
 }

@@ -41,15 +41,16 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use openvia_core::descriptor::{status, DataSegment, DescPtr, Descriptor};
+use openvia_core::descriptor::{status, DataSegment, DescPtr};
 use openvia_core::nic::Nic;
 use openvia_core::spin::{Window, MAX_SPIN_NS};
-use openvia_core::vi::{reliability, Vi, ViAttributes, ViState};
+use openvia_core::vi::{reliability, Vi, ViState};
 use openvia_core::ViaError;
 
 use crate::control::Side;
 use crate::kernel;
 use crate::link::{meet, process_nic, HandshakeEnd, Medium, HELLO};
+use crate::region::{Region, DESC_BYTES};
 
 mod reader;
 
@@ -61,7 +62,6 @@ pub const CHUNK: usize = 64 << 10;
 const BUF: usize = HDR + CHUNK;
 const SEND_SLOTS: usize = 16;
 const RECV_SLOTS: usize = 32;
-const DESC_BYTES: usize = 128;
 /// A sleeping reader or writer looks at the kernel socket this often.
 const SLICE: Duration = Duration::from_millis(10);
 const LINGER: Duration = Duration::from_secs(10);
@@ -73,26 +73,6 @@ const DOORBELL_FIRST: Duration = Duration::from_millis(1);
 const DATA: u8 = 1;
 /// The writer rang a doorbell for this message.
 const BELLED: u8 = 1;
-
-/// Registered memory: descriptors (send slots, then receive slots), then
-/// one buffer per slot.
-struct Region {
-    base: usize,
-    len: usize,
-    handle: u32,
-}
-
-impl Region {
-    fn desc(&self, i: usize) -> DescPtr {
-        DescPtr((self.base + i * DESC_BYTES) as *mut Descriptor)
-    }
-    fn slot_of(&self, d: DescPtr) -> usize {
-        (d.0 as usize - self.base) / DESC_BYTES
-    }
-    fn buffer(&self, i: usize) -> *mut u8 {
-        (self.base + (SEND_SLOTS + RECV_SLOTS) * DESC_BYTES + i * BUF) as *mut u8
-    }
-}
 
 /// A message received and not yet used up.
 struct Arrived {
@@ -252,53 +232,17 @@ impl NetLink {
 
     fn create() -> Result<NetLink, ViaError> {
         let (nic, ptag) = process_nic(Medium::Network)?;
-        let slots = SEND_SLOTS + RECV_SLOTS;
-        let len = slots * (DESC_BYTES + BUF);
-        // SAFETY: an anonymous private mapping owned by the link until Drop.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(ViaError::Resource("memory"));
-        }
-        let base = p as usize;
-        let unmap = || {
-            // SAFETY: the mapping just made, not registered.
-            unsafe { libc::munmap(p, len) };
-        };
-        let handle = match nic.register_mem(base as u64, len as u64, ptag, false, false) {
-            Ok(h) => h,
-            Err(e) => {
-                unmap();
-                return Err(e);
-            }
-        };
-        let attrs = ViAttributes {
-            reliability: reliability::RELIABLE_DELIVERY,
-            max_transfer: BUF as u64,
+        let (region, vi) = Region::open(
+            &nic,
             ptag,
-            rdma_write: false,
-            rdma_read: false,
-        };
-        let vi = match nic.create_vi(attrs, None, None) {
-            Ok(v) => v,
-            Err(e) => {
-                let _ = nic.deregister_mem(base as u64, handle);
-                unmap();
-                return Err(e);
-            }
-        };
+            reliability::RELIABLE_DELIVERY,
+            SEND_SLOTS + RECV_SLOTS,
+            BUF,
+        )?;
         let link = NetLink {
             nic,
             vi,
-            region: Region { base, len, handle },
+            region,
             owner_pid: crate::process::id(),
             state: Mutex::new(State {
                 free: (0..SEND_SLOTS).collect(),
@@ -315,7 +259,7 @@ impl NetLink {
             nonblocking: AtomicBool::new(false),
             last_fd: AtomicI32::new(-1),
         };
-        for i in SEND_SLOTS..slots {
+        for i in SEND_SLOTS..SEND_SLOTS + RECV_SLOTS {
             link.post_recv(i)?;
         }
         Ok(link)
@@ -345,7 +289,7 @@ impl NetLink {
     /// Posts a message of kind `kind` in send slot `slot`, whose payload
     /// (`len` bytes) is already in place.
     fn post_send(&self, slot: usize, kind: u8, flags: u8, number: u32, len: usize) -> bool {
-        let buf = self.region.buffer(slot);
+        let buf = self.region.buffer_ptr(slot);
         // SAFETY: the slot's buffer is ours (free) and HDR bytes long at least.
         unsafe {
             *buf = kind;
@@ -377,7 +321,7 @@ impl NetLink {
         }
         // SAFETY: the descriptor is ours and completed.
         let got = unsafe { (*d.0).cs.length as usize };
-        let buf = self.region.buffer(slot);
+        let buf = self.region.buffer_ptr(slot);
         // SAFETY: the buffer holds `got` ≥ HDR bytes (checked first).
         let (kind, flags, number, len) = if got >= HDR {
             unsafe {
@@ -503,7 +447,7 @@ impl NetLink {
             };
             let n = (total - taken).min(CHUNK);
             // SAFETY: the free slot's buffer has CHUNK bytes after its header.
-            let dst = unsafe { self.region.buffer(slot).add(HDR) };
+            let dst = unsafe { self.region.buffer_ptr(slot).add(HDR) };
             let mut len = 0usize;
             while len < n {
                 let part = &data[seg][off..];
@@ -596,19 +540,8 @@ impl crate::carried::Carried for NetLink {
 
 impl Drop for NetLink {
     fn drop(&mut self) {
-        if self.owner_pid != crate::process::id() {
-            return;
-        }
-        let _ = self.vi.disconnect();
-        let _ = self.nic.destroy_vi(&self.vi);
-        if self
-            .nic
-            .deregister_mem(self.region.base as u64, self.region.handle)
-            .is_ok()
-        {
-            // SAFETY: unmapping the mapping made in `create`, no longer
-            // registered (the device never touches it again).
-            unsafe { libc::munmap(self.region.base as *mut libc::c_void, self.region.len) };
+        if self.owner_pid == crate::process::id() {
+            self.region.release(&self.nic, &self.vi);
         }
     }
 }

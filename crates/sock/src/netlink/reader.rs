@@ -45,7 +45,7 @@ impl NetLink {
                 // bytes after its header; it stays ours until posted again.
                 unsafe {
                     std::ptr::copy_nonoverlapping(
-                        self.region.buffer(slot).add(HDR + at),
+                        self.region.buffer_ptr(slot).add(HDR + at),
                         out[seg][off..].as_mut_ptr(),
                         k,
                     )
