@@ -33,3 +33,46 @@ pub trait Carried: Send + Sync {
     /// The process that made the link (only it may use it).
     fn owner_pid(&self) -> u32;
 }
+
+/// Copies from `src` into the program's buffers `out` at the cursor
+/// (`seg`, `off`), which it moves on, until `src` or `out` is used up;
+/// the bytes copied. Both links' reads hand messages over through it.
+pub(crate) fn copy_out(
+    src: &[u8],
+    out: &mut [&mut [u8]],
+    seg: &mut usize,
+    off: &mut usize,
+) -> usize {
+    let mut at = 0;
+    while at < src.len() && *seg < out.len() {
+        let n = (src.len() - at).min(out[*seg].len() - *off);
+        out[*seg][*off..*off + n].copy_from_slice(&src[at..at + n]);
+        at += n;
+        *off += n;
+        if *off == out[*seg].len() {
+            *seg += 1;
+            *off = 0;
+        }
+    }
+    at
+}
+
+#[cfg(test)]
+mod tests {
+    use super::copy_out;
+
+    #[test]
+    fn copies_across_buffers_and_stops_when_they_are_full() {
+        let (mut a, mut b) = ([0u8; 3], [0u8; 2]);
+        let (mut seg, mut off) = (0, 0);
+        {
+            let mut out: [&mut [u8]; 2] = [&mut a, &mut b];
+            assert_eq!(copy_out(b"abcd", &mut out, &mut seg, &mut off), 4);
+            assert_eq!((seg, off), (1, 1));
+            assert_eq!(copy_out(b"xyz", &mut out, &mut seg, &mut off), 1);
+            assert_eq!((seg, off), (2, 0));
+            assert_eq!(copy_out(b"q", &mut out, &mut seg, &mut off), 0);
+        }
+        assert_eq!((&a, &b), (b"abc", b"dx"));
+    }
+}

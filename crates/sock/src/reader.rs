@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use openvia_core::descriptor::{status, DescPtr};
 
+use crate::carried::copy_out;
 use crate::control::RING_BYTES;
 use crate::kernel::{self, Peek};
 use crate::link::{Link, Rx, DOORBELL, SLOT_BYTES};
@@ -96,25 +97,14 @@ impl Link {
             if let Some((place, len, taken)) = rx.current {
                 // Copy what this message has (a peek takes from one message).
                 let mut at = taken;
-                while at < len && seg < out.len() {
-                    let n = (len - at).min(out[seg].len() - off);
-                    // SAFETY: the ring holds the message's `len` bytes at `place`,
-                    // which its writer leaves alone until we use it up.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            self.data_in(place).add(at),
-                            out[seg][off..].as_mut_ptr(),
-                            n,
-                        )
-                    };
-                    at += n;
-                    off += n;
-                    got += n;
-                    if off == out[seg].len() {
-                        seg += 1;
-                        off = 0;
-                    }
-                }
+                // SAFETY: the ring holds the message's `len` bytes at `place`,
+                // which its writer leaves alone until we use it up.
+                let rest = unsafe {
+                    std::slice::from_raw_parts(self.data_in(place).add(at), len.saturating_sub(at))
+                };
+                let n = copy_out(rest, out, &mut seg, &mut off);
+                at += n;
+                got += n;
                 if peek {
                     self.bell_visible(fd, &mut rx);
                     return Ok(got);

@@ -9,6 +9,7 @@ use std::sync::TryLockError;
 use std::time::{Duration, Instant};
 
 use super::{bytes_in, lock, nap, NetLink, State, DOORBELL_FIRST, HDR, SLICE};
+use crate::carried::copy_out;
 use crate::kernel::{self, Peek};
 
 impl NetLink {
@@ -39,25 +40,17 @@ impl NetLink {
             }
             let (slot, len, belled) = (front.slot, front.len, front.belled);
             let mut at = st.taken;
-            while at < len && seg < out.len() {
-                let k = (len - at).min(out[seg].len() - off);
-                // SAFETY: the receive buffer holds the message's `len`
-                // bytes after its header; it stays ours until posted again.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        self.region.buffer_ptr(slot).add(HDR + at),
-                        out[seg][off..].as_mut_ptr(),
-                        k,
-                    )
-                };
-                at += k;
-                off += k;
-                *got += k;
-                if off == out[seg].len() {
-                    seg += 1;
-                    off = 0;
-                }
-            }
+            // SAFETY: the receive buffer holds the message's `len` bytes
+            // after its header; it stays ours until posted again.
+            let rest = unsafe {
+                std::slice::from_raw_parts(
+                    self.region.buffer_ptr(slot).add(HDR + at),
+                    len.saturating_sub(at),
+                )
+            };
+            let k = copy_out(rest, out, &mut seg, &mut off);
+            at += k;
+            *got += k;
             if peek {
                 return true;
             }
