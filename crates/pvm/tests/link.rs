@@ -5,9 +5,10 @@
 
 mod common;
 
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
+use openvia_core::vi::Vi;
 use openvia_pvm::frame::{Frame, Msg};
 use openvia_pvm::link::{LinkEvent, LinkNic, Waker};
 
@@ -34,12 +35,13 @@ fn next_frame(rx: &mpsc::Receiver<LinkEvent>) -> (u32, u32, Frame) {
     }
 }
 
-#[test]
-fn frames_cross_intact_in_order_and_close_is_seen() {
+/// Two daemons' link ends in this process, A connected to B at
+/// discriminator `tag`-<pid>.
+fn connected_pair(tag: &str) -> (LinkNic, Arc<Vi>, LinkNic, Arc<Vi>) {
     common::udp_env();
     let a_nic = LinkNic::open().expect("open A");
     let b_nic = LinkNic::open().expect("open B");
-    let disc = format!("link-test-{}", std::process::id());
+    let disc = format!("{tag}-{}", std::process::id());
     let b_addr = b_nic.address();
     let acceptor = {
         let disc = disc.clone();
@@ -52,7 +54,12 @@ fn frames_cross_intact_in_order_and_close_is_seen() {
         .connect(&b_addr, disc.as_bytes(), Duration::from_secs(10))
         .expect("connect");
     let (b_nic, b_vi) = acceptor.join().unwrap();
-    let b_vi = b_vi.expect("accept");
+    (a_nic, a_vi, b_nic, b_vi.expect("accept"))
+}
+
+#[test]
+fn frames_cross_intact_in_order_and_close_is_seen() {
+    let (a_nic, a_vi, b_nic, b_vi) = connected_pair("link-test");
     let waker = Waker::new().unwrap();
     let (a_tx, a_rx) = mpsc::channel();
     let (b_tx, b_rx) = mpsc::channel();
@@ -119,22 +126,7 @@ fn frames_cross_intact_in_order_and_close_is_seen() {
 /// class still cross intact and in order, nothing is lost or doubled.
 #[test]
 fn frames_cross_in_order_when_the_owner_drives_the_link() {
-    common::udp_env();
-    let a_nic = LinkNic::open().expect("open A");
-    let b_nic = LinkNic::open().expect("open B");
-    let disc = format!("link-drive-test-{}", std::process::id());
-    let b_addr = b_nic.address();
-    let acceptor = {
-        let disc = disc.clone();
-        std::thread::spawn(move || {
-            let vi = b_nic.accept(disc.as_bytes(), Duration::from_secs(10));
-            (b_nic, vi)
-        })
-    };
-    let a_vi = a_nic
-        .connect(&b_addr, disc.as_bytes(), Duration::from_secs(10))
-        .expect("connect");
-    let (b_nic, b_vi) = acceptor.join().unwrap();
+    let (a_nic, a_vi, b_nic, b_vi) = connected_pair("link-drive-test");
     let waker = Waker::new().unwrap();
     let (a_tx, _a_rx) = mpsc::channel();
     let (b_tx, b_rx) = mpsc::channel();
@@ -142,7 +134,7 @@ fn frames_cross_in_order_when_the_owner_drives_the_link() {
         .start(a_vi, (2, 1), a_tx, waker.clone(), None)
         .unwrap();
     let b = b_nic
-        .start(b_vi.expect("accept"), (1, 2), b_tx, waker.clone(), None)
+        .start(b_vi, (1, 2), b_tx, waker.clone(), None)
         .unwrap();
     b_nic.set_event_driven(false);
 
