@@ -7,12 +7,12 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use openvia_proto::{Config, Connection, MessageInfo, MessageSink, Placement, Time};
+use openvia_proto::{Config, Connection, MessageInfo, MessageSink, Piece, Placement, Time};
 use openvia_wire::rum::{Body, Repr};
 
 struct Discard;
 impl MessageSink for Discard {
-    fn place(&mut self, _: &MessageInfo, _: &[&[u8]]) -> Placement {
+    fn place(&mut self, _: &MessageInfo, _: &[Piece<'_>]) -> Placement {
         Placement::Placed
     }
 }

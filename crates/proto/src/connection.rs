@@ -16,13 +16,15 @@ use std::collections::VecDeque;
 
 use openvia_wire::rum::{Body, DataRepr, HeaderRepr, Repr};
 
+use crate::arrival::ArrivalChain;
 use crate::config::{Config, ConfigError, Reliability};
 use crate::counters::Counters;
 use crate::events::{
     Event, LostReason, MessageId, MessageInfo, MessageSink, OutgoingMessage, PeerAttributes,
+    SegmentPlacer,
 };
 use crate::flow::CreditWindow;
-use crate::recv_reassembly::{Insert, Reassembly};
+use crate::recv_reassembly::{Insert, Reassembly, RecvSegment};
 use crate::rtt::RttEstimator;
 use crate::sack::expand;
 use crate::segment::segments_for;
@@ -84,6 +86,7 @@ pub struct Connection {
     pub(crate) max_transfer_size: u32,
     pub(crate) send: SendQueue,
     pub(crate) recv: Reassembly,
+    pub(crate) arrival: ArrivalChain,
     pub(crate) credit: CreditWindow,
     pub(crate) rtt: RttEstimator,
     pub(crate) events: VecDeque<Event>,
@@ -128,6 +131,7 @@ impl Connection {
             max_transfer_size: config.max_transfer_size,
             send: SendQueue::new(keep_data),
             recv: Reassembly::new(config.recv_window),
+            arrival: ArrivalChain::default(),
             credit: CreditWindow::new(config.flow_mode, 0),
             rtt: RttEstimator::new(config.initial_rto, config.min_rto, config.max_rto),
             config,
@@ -328,6 +332,17 @@ impl Connection {
     /// carries another connection's id or makes no sense now is dropped
     /// and counted.
     pub fn handle_datagram(&mut self, now: Time, datagram: &[u8]) {
+        self.handle_datagram_placing(now, datagram, None)
+    }
+
+    /// [`Self::handle_datagram`], offering data segments that arrive in
+    /// order to `placer` (see [`SegmentPlacer`]).
+    pub fn handle_datagram_placing(
+        &mut self,
+        now: Time,
+        datagram: &[u8],
+        placer: Option<&mut dyn SegmentPlacer>,
+    ) {
         self.counters.datagrams_received += 1;
         let repr = match Repr::parse(datagram) {
             Ok(r) => r,
@@ -376,12 +391,17 @@ impl Connection {
                     self.counters.unexpected_packets += 1;
                     return;
                 }
-                self.on_connected_packet(now, &repr);
+                self.on_connected_packet(now, &repr, placer);
             }
         }
     }
 
-    fn on_connected_packet(&mut self, now: Time, repr: &Repr<'_>) {
+    fn on_connected_packet(
+        &mut self,
+        now: Time,
+        repr: &Repr<'_>,
+        placer: Option<&mut dyn SegmentPlacer>,
+    ) {
         let h = &repr.header;
         let sack = match &repr.body {
             Body::Ack(a) => Some(a),
@@ -393,7 +413,7 @@ impl Connection {
         }
         self.last_heard = now;
         match &repr.body {
-            Body::Data(d) => self.on_data(now, h, d),
+            Body::Data(d) => self.on_data(now, h, d, placer),
             Body::Keepalive if h.ack_request && !self.config.reliability.is_reliable() => {
                 // A probe: every segment below the sender's next sequence
                 // number was sent; a hole below it is a loss.
@@ -415,7 +435,13 @@ impl Connection {
         }
     }
 
-    fn on_data(&mut self, now: Time, h: &HeaderRepr, d: &DataRepr<'_>) {
+    fn on_data(
+        &mut self,
+        now: Time,
+        h: &HeaderRepr,
+        d: &DataRepr<'_>,
+        placer: Option<&mut dyn SegmentPlacer>,
+    ) {
         let seq = expand(self.recv.expected(), h.seq);
         if d.total_len > self.max_transfer_size || d.payload.len() > self.peer_segment_limit() {
             self.counters.protocol_violations += 1;
@@ -428,7 +454,19 @@ impl Connection {
             self.fail(LostReason::LossWithoutRecovery);
             return;
         }
-        let seg = self.recv.segment(d);
+        let placed = match placer {
+            Some(p) if reliable && self.recv.vacant(seq) => {
+                let next = self.recv.next_msg_id();
+                self.arrival.offer(p, seq, expand(next, d.msg_id), next, d)
+            }
+            _ => false,
+        };
+        let seg = if placed {
+            self.counters.segments_placed += 1;
+            RecvSegment::placed(d)
+        } else {
+            self.recv.segment(d)
+        };
         match self.recv.insert(seq, seg) {
             Insert::Stored => {}
             Insert::Duplicate => self.counters.duplicate_segments += 1,

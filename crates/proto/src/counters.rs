@@ -33,6 +33,9 @@ pub struct Counters {
     pub probes_sent: u64,
     pub messages_sent: u64,
     pub messages_delivered: u64,
+    /// Data segments a placer put in place as they arrived (the rest were
+    /// buffered and copied at delivery).
+    pub segments_placed: u64,
     /// Unreliable level: messages that lost a segment and were dropped whole.
     pub messages_dropped: u64,
     /// Times the sender had data but the receiver's window was closed.

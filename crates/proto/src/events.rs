@@ -64,6 +64,8 @@ pub struct MessageInfo {
     pub mem_handle: u32,
     pub remote_addr: u64,
     pub len: usize,
+    /// Bytes a [`SegmentPlacer`] put in place as they arrived.
+    pub placed: usize,
 }
 
 /// The sink's answer.
@@ -75,11 +77,49 @@ pub enum Placement {
     NotNow,
 }
 
-/// Where received messages go: the device copies `segments` (in order,
-/// concatenated = the message) into the receive descriptor or the RDMA
-/// target region.
+/// Bytes of a received message still held by the connection: `data`
+/// belongs at `offset` in the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Piece<'a> {
+    pub offset: u64,
+    pub data: &'a [u8],
+}
+
+/// Where received messages go: the device copies the `pieces` into the
+/// receive descriptor or the RDMA target region. Bytes a
+/// [`SegmentPlacer`] already put in place on arrival are not among them
+/// (`info.placed` counts them); without a placer the pieces are the whole
+/// message in order.
 pub trait MessageSink {
-    fn place(&mut self, info: &MessageInfo, segments: &[&[u8]]) -> Placement;
+    fn place(&mut self, info: &MessageInfo, pieces: &[Piece<'_>]) -> Placement;
+}
+
+/// A data segment as it arrives, before the connection buffers it: in the
+/// window, its slot free, on a reliable level, and the next segment of its
+/// message in sequence order (no other segment can overlap it).
+#[derive(Debug, Clone, Copy)]
+pub struct ArrivingSegment<'a> {
+    pub seq: u64,
+    pub msg_id: MessageId,
+    pub op: ViaOp,
+    pub immediate: Option<u32>,
+    pub mem_handle: u32,
+    pub remote_addr: u64,
+    /// Where `payload` belongs in the message, and the message's length
+    /// (`offset + payload.len() <= total`, checked by the connection).
+    pub offset: u32,
+    pub total: u32,
+    pub payload: &'a [u8],
+}
+
+/// Puts a segment's payload where its message will end up (the posted
+/// receive, the RDMA target) as it arrives, so that it is copied once
+/// instead of into the connection's buffer and again at delivery. True
+/// when it did: the connection then keeps only the segment's header. A
+/// placer must be able to tell, when the message is offered to the sink,
+/// where its placed bytes went.
+pub trait SegmentPlacer {
+    fn place_segment(&mut self, seg: &ArrivingSegment<'_>) -> bool;
 }
 
 /// The bytes of an outgoing message.

@@ -19,6 +19,7 @@
 //! after either (and after `send_message`) drain `poll_transmit`,
 //! `poll_event` and `poll_message`.
 
+mod arrival;
 pub mod config;
 pub mod connection;
 pub mod counters;
@@ -38,8 +39,8 @@ pub use config::{Config, ConfigError, FlowMode, Reliability};
 pub use connection::{Connection, SendError, State, DISCONNECT_ERROR, DISCONNECT_NORMAL};
 pub use counters::Counters;
 pub use events::{
-    Event, LostReason, MessageId, MessageInfo, MessageSink, OutgoingMessage, Payload, PayloadRef,
-    PeerAttributes, Placement, Transmit,
+    ArrivingSegment, Event, LostReason, MessageId, MessageInfo, MessageSink, OutgoingMessage,
+    Payload, PayloadRef, PeerAttributes, Piece, Placement, SegmentPlacer, Transmit,
 };
 pub use handshake::{emit_reject, AcceptError, REJECT_MISMATCH};
 pub use openvia_wire::rum::ViaOp;

@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use openvia_wire::rum::{DataRepr, ViaOp};
 
-use crate::events::{MessageInfo, Placement};
+use crate::events::{MessageInfo, Piece, Placement};
 use crate::sack::SackBuilder;
 
 #[derive(Debug)]
@@ -30,6 +30,9 @@ pub struct RecvSegment {
     pub mem_handle: u32,
     pub remote_addr: u64,
     pub data: Vec<u8>,
+    /// Bytes a placer put in place on arrival instead of into `data`
+    /// (then empty).
+    pub placed: u32,
 }
 
 impl RecvSegment {
@@ -50,10 +53,28 @@ impl RecvSegment {
             mem_handle: d.mem_handle,
             remote_addr: d.remote_addr,
             data,
+            placed: 0,
         }
     }
+
+    /// `d`'s header alone: its payload was placed where it belongs.
+    pub fn placed(d: &DataRepr<'_>) -> Self {
+        let mut s = Self::with_buffer(&DataRepr { payload: &[], ..*d }, Vec::new());
+        s.placed = d.payload.len() as u32;
+        s
+    }
+
+    /// Payload bytes the segment stands for, held or placed.
+    pub fn len(&self) -> usize {
+        self.data.len() + self.placed as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     fn ends_message(&self) -> bool {
-        self.offset as u64 + self.data.len() as u64 == self.total as u64
+        self.offset as u64 + self.len() as u64 == self.total as u64
     }
 }
 
@@ -137,7 +158,7 @@ impl Reassembly {
 
     fn recycle(&mut self, slot: Slot) {
         if let Slot::Filled(seg) = slot {
-            if self.spare.len() < SPARE_SEGMENTS {
+            if self.spare.len() < SPARE_SEGMENTS && seg.data.capacity() > 0 {
                 self.spare.push(seg.data);
             }
         }
@@ -174,6 +195,14 @@ impl Reassembly {
         self.limit()
             .saturating_sub(self.consumed)
             .min(u32::MAX as u64) as u32
+    }
+
+    /// Whether a segment `seq` would be stored now (in the window, its
+    /// slot free): only then may its payload be placed on arrival.
+    pub fn vacant(&self, seq: u64) -> bool {
+        seq >= self.consumed
+            && seq < self.limit()
+            && matches!(self.slot(seq), None | Some(Slot::Empty))
     }
 
     pub fn insert(&mut self, seq: u64, seg: RecvSegment) -> Insert {
@@ -266,7 +295,7 @@ impl Reassembly {
     pub fn deliver_head(
         &mut self,
         expand_msg: impl Fn(u64, u32) -> u64,
-        place: &mut dyn FnMut(&MessageInfo, &[&[u8]]) -> Placement,
+        place: &mut dyn FnMut(&MessageInfo, &[Piece<'_>]) -> Placement,
     ) -> Result<Option<MessageInfo>, Malformed> {
         while matches!(self.slots.front(), Some(Slot::Dropped)) {
             self.slots.pop_front();
@@ -276,27 +305,44 @@ impl Reassembly {
             return Ok(None);
         };
         // A one-segment message (the common small one) needs no list.
-        let mut one: [&[u8]; 1] = [&[]];
-        let mut many: Vec<&[u8]> = Vec::new();
+        let mut one = [Piece {
+            offset: 0,
+            data: &[],
+        }];
+        let mut held = 0;
+        let mut many: Vec<Piece<'_>> = Vec::new();
         let mut first: Option<&RecvSegment> = None;
+        let mut placed = 0;
         for s in self.slots.range(..count) {
             if let Slot::Filled(seg) = s {
-                if first.is_none() {
-                    one[0] = &seg.data;
-                } else {
-                    if many.is_empty() {
-                        many.reserve(count);
-                        many.push(one[0]);
-                    }
-                    many.push(&seg.data);
-                }
                 first.get_or_insert(seg);
+                placed += seg.placed as usize;
+                if seg.data.is_empty() {
+                    continue;
+                }
+                let piece = Piece {
+                    offset: seg.offset as u64,
+                    data: &seg.data,
+                };
+                match held {
+                    0 => one[0] = piece,
+                    1 => {
+                        many.reserve(count);
+                        many.extend([one[0], piece]);
+                    }
+                    _ => many.push(piece),
+                }
+                held += 1;
             }
         }
         let Some(head) = first else {
             return Err(Malformed);
         };
-        let pieces: &[&[u8]] = if many.is_empty() { &one } else { &many };
+        let pieces: &[Piece<'_>] = match held {
+            0 => &[],
+            1 => &one,
+            _ => &many,
+        };
         let info = MessageInfo {
             msg_id: expand_msg(self.next_msg_id, head.msg_id),
             op: head.op,
@@ -304,6 +350,7 @@ impl Reassembly {
             mem_handle: head.mem_handle,
             remote_addr: head.remote_addr,
             len: head.total as usize,
+            placed,
         };
         // Every message takes at least one sequence number: no more can
         // have been lost since the last one delivered than segments were
@@ -365,7 +412,7 @@ impl Reassembly {
                     if s.msg_id != head.msg_id || s.offset as u64 != end || s.total != head.total {
                         return Err(Malformed);
                     }
-                    end += s.data.len() as u64;
+                    end += s.len() as u64;
                     seq += 1;
                     if s.ends_message() {
                         return Ok((Some((seq - start) as usize), None));
@@ -469,6 +516,7 @@ mod tests {
             mem_handle: 0,
             remote_addr: 0,
             data: vec![(offset / 10) as u8; len],
+            placed: 0,
         }
     }
 
@@ -477,7 +525,8 @@ mod tests {
         let mut got = Vec::new();
         let info = r.deliver_head(|_, id| id as u64, &mut |_, pieces| {
             for p in pieces {
-                got.extend_from_slice(p);
+                assert_eq!(p.offset, got.len() as u64);
+                got.extend_from_slice(p.data);
             }
             Placement::Placed
         })?;

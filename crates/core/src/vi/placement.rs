@@ -84,6 +84,48 @@ impl Placement<'_> {
         }
     }
 
+    /// Index (`RecvQueue::popped`) of the next posted receive that has not
+    /// been filled.
+    pub fn recv_head_index(&self) -> u64 {
+        self.rq.head_index()
+    }
+
+    /// The first posted receive from index `from` on (and not before the
+    /// next unfilled one) that can take a message, i.e. was not refused at
+    /// post: its index and capacity.
+    pub fn takeable_recv_from(&self, from: u64) -> Option<(u64, u64)> {
+        let mut index = from.max(self.rq.head_index());
+        loop {
+            let e = self.rq.unfilled_at(index)?;
+            if e.error == 0 {
+                return Some((index, e.capacity));
+            }
+            index += 1;
+        }
+    }
+
+    /// Copies `data` into posted receive `index` at `offset`, before the
+    /// receive completes (placement on arrival); false, writing nothing,
+    /// unless that receive is posted, unfilled, was not refused and holds
+    /// `offset + data.len()` bytes.
+    pub fn recv_write_at(&mut self, index: u64, offset: u64, data: &[u8]) -> bool {
+        let Some(e) = self.rq.unfilled_at(index) else {
+            return false;
+        };
+        let fits = offset
+            .checked_add(data.len() as u64)
+            .is_some_and(|end| end <= e.capacity);
+        if e.error != 0 || !fits {
+            return false;
+        }
+        // SAFETY: the ranges were validated against the registry, with this
+        // VI's ptag, when the receive was posted, and the entry holds uses
+        // of their regions until it completes; `offset + len` is within
+        // its capacity (the ranges' total).
+        unsafe { ranges::scatter(&e.ranges, offset, data) };
+        true
+    }
+
     /// Completes the next posted receive.
     pub fn recv_complete(
         &mut self,

@@ -89,6 +89,10 @@ pub struct RecvQueue {
     pub spare: Vec<Vec<Range>>,
     /// Entries refused at post that have not completed yet.
     pub refused: usize,
+    /// Entries dequeued so far: entry `k` of `entries` is the
+    /// `popped + k`th receive ever posted (its index, which stays the same
+    /// while entries ahead of it leave).
+    pub popped: u64,
 }
 
 impl SendQueue {
@@ -141,12 +145,29 @@ impl RecvQueue {
         self.entries.get(self.completed)
     }
 
+    /// Index (see [`Self::popped`]) of the next posted receive that has
+    /// not been filled.
+    #[inline]
+    pub fn head_index(&self) -> u64 {
+        self.popped + self.completed as u64
+    }
+
+    /// The unfilled receive with index `index`, if it is posted.
+    #[inline]
+    pub fn unfilled_at(&self, index: u64) -> Option<&RecvEntry> {
+        if index < self.head_index() {
+            return None;
+        }
+        self.entries.get(usize::try_from(index - self.popped).ok()?)
+    }
+
     pub fn pop_completed(&mut self) -> Option<DescPtr> {
         if self.completed == 0 {
             return None;
         }
         self.completed -= 1;
         let e = self.entries.pop_front()?;
+        self.popped += 1;
         let mut r = e.ranges;
         r.clear();
         if self.spare.len() < 64 {

@@ -5,12 +5,12 @@
 #![allow(dead_code)]
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BTreeMap, BinaryHeap};
 use std::time::Duration;
 
 use openvia_proto::{
-    Config, Connection, Event, MessageInfo, MessageSink, OutgoingMessage, Payload, Placement, Time,
-    Transmit,
+    ArrivingSegment, Config, Connection, Event, MessageInfo, MessageSink, OutgoingMessage, Payload,
+    Piece, Placement, SegmentPlacer, Time, Transmit,
 };
 use openvia_wire::rum::{Body, Repr};
 
@@ -122,21 +122,88 @@ pub fn fnv1a(data: &[u8]) -> u64 {
 }
 
 /// Collects received messages; can refuse them to model a receiver that
-/// posts no descriptors.
+/// posts no descriptors. With `placing`, it also takes segments as they
+/// arrive (direct placement) into one buffer per message, as a device
+/// would into the posted receive, and checks that no byte is placed twice
+/// and nothing is placed for a message already delivered.
 #[derive(Debug, Default)]
 pub struct CollectSink {
     pub accepting: bool,
+    pub placing: bool,
     pub received: Vec<(MessageInfo, Vec<u8>)>,
+    /// Message id → (its buffer, which bytes were placed).
+    pub arriving: BTreeMap<u64, (Vec<u8>, Vec<bool>)>,
+    pub placed_bytes: u64,
 }
 impl MessageSink for CollectSink {
-    fn place(&mut self, info: &MessageInfo, segments: &[&[u8]]) -> Placement {
+    fn place(&mut self, info: &MessageInfo, pieces: &[Piece<'_>]) -> Placement {
         if !self.accepting {
             return Placement::NotNow;
         }
-        let bytes = segments.concat();
-        assert_eq!(bytes.len(), info.len, "segments must add up to the message");
+        let (mut bytes, mut have) = self
+            .arriving
+            .remove(&info.msg_id)
+            .unwrap_or_else(|| (vec![0; info.len], vec![false; info.len]));
+        assert_eq!(
+            bytes.len(),
+            info.len,
+            "placed for a message of another length"
+        );
+        assert_eq!(
+            have.iter().filter(|&&h| h).count(),
+            info.placed,
+            "placed bytes counted"
+        );
+        for p in pieces {
+            copy_once(
+                &mut bytes,
+                &mut have,
+                p.offset as usize,
+                p.data,
+                info.msg_id,
+            );
+        }
+        assert!(
+            have.iter().all(|&h| h),
+            "pieces and placed bytes must cover the message"
+        );
+        if let Some((&stale, _)) = self.arriving.range(..info.msg_id).next() {
+            panic!("message {stale} placed but never delivered");
+        }
         self.received.push((*info, bytes));
         Placement::Placed
+    }
+}
+/// Copies `data` to `at` in message `msg_id`'s bytes, checking that none
+/// of them was written before.
+fn copy_once(bytes: &mut [u8], have: &mut [bool], at: usize, data: &[u8], msg_id: u64) {
+    for (k, &b) in data.iter().enumerate() {
+        assert!(!have[at + k], "byte {} of message {msg_id} twice", at + k);
+        have[at + k] = true;
+        bytes[at + k] = b;
+    }
+}
+
+impl SegmentPlacer for CollectSink {
+    fn place_segment(&mut self, seg: &ArrivingSegment<'_>) -> bool {
+        // A receiver with no descriptor posted has nowhere to place.
+        if !self.placing || !self.accepting {
+            return false;
+        }
+        let delivered = self.received.last().map_or(0, |(i, _)| i.msg_id + 1);
+        assert!(
+            seg.msg_id >= delivered,
+            "segment of a delivered message offered"
+        );
+        let total = seg.total as usize;
+        let (buf, have) = self
+            .arriving
+            .entry(seg.msg_id)
+            .or_insert_with(|| (vec![0; total], vec![false; total]));
+        assert_eq!(buf.len(), total, "one message, two lengths");
+        copy_once(buf, have, seg.offset as usize, seg.payload, seg.msg_id);
+        self.placed_bytes += seg.payload.len() as u64;
+        true
     }
 }
 
@@ -376,7 +443,8 @@ impl Sim {
         }
         let ep = if to_b { &mut self.b } else { &mut self.a };
         if let Some(c) = ep.conn.as_mut() {
-            c.handle_datagram(now, bytes);
+            let placer: Option<&mut dyn SegmentPlacer> = ep.sink.placing.then_some(&mut ep.sink);
+            c.handle_datagram_placing(now, bytes, placer);
         }
     }
 

@@ -181,7 +181,8 @@ impl EtherConnRequest {
             give_up: now_ns + 30_000_000_000,
         };
         let ch = EtherChannel::new(link, conn, peer, Some(echo), m.settings.in_place_sends, key)
-            .with_faults(m.settings.faults);
+            .with_faults(m.settings.faults)
+            .with_direct(m.settings.place_on_arrival);
         vi.attach_channel(Box::new(ch), peer)
     }
 
@@ -330,7 +331,8 @@ fn client_connect(
                 m.settings.in_place_sends,
                 key,
             )
-            .with_faults(m.settings.faults);
+            .with_faults(m.settings.faults)
+            .with_direct(m.settings.place_on_arrival);
             vi.attach_channel(Box::new(ch), remote_attrs)?;
             return Ok(remote_attrs);
         }

@@ -42,6 +42,7 @@ use std::sync::atomic::Ordering;
 use openvia_proto::{Connection, Event, OutgoingMessage, Payload, Time, Transmit, ViaOp};
 use openvia_wire::handshake::ViAttrs;
 
+use super::direct::DirectPlacement;
 use super::fault::{FaultConfig, Faults};
 use super::link::DatagramLink;
 use super::packet_auth::{overhead, PacketAuth};
@@ -172,6 +173,12 @@ pub struct RumChannel<L: DatagramLink> {
     replies: Vec<OutgoingMessage>,
     /// Injected faults on received datagrams (`OPENVIA_UDP_FAULTS`).
     faults: Option<Faults>,
+    /// Data is placed in the VI's receives as it arrives
+    /// (`OPENVIA_UDP_DIRECT`, on by default; the protocol offers it only
+    /// on the reliable levels).
+    place_on_arrival: bool,
+    /// Where messages placed on arrival go.
+    direct: DirectPlacement,
 }
 
 impl<L: DatagramLink> RumChannel<L> {
@@ -223,6 +230,8 @@ impl<L: DatagramLink> RumChannel<L> {
             echo,
             replies: Vec::new(),
             faults: None,
+            place_on_arrival: true,
+            direct: DirectPlacement::default(),
         };
         ch.drain_events();
         ch
@@ -231,6 +240,12 @@ impl<L: DatagramLink> RumChannel<L> {
     /// Injects `faults` into what this channel receives (see [`super::fault`]).
     pub fn with_faults(mut self, faults: Option<FaultConfig>) -> Self {
         self.faults = faults.map(Faults::next_stream);
+        self
+    }
+
+    /// Turns placement on arrival off (`false`) or on.
+    pub fn with_direct(mut self, on: bool) -> Self {
+        self.place_on_arrival = on;
         self
     }
 
@@ -333,7 +348,7 @@ impl<L: DatagramLink> RumChannel<L> {
     /// Reads what the socket holds and runs a due protocol timer (what it
     /// wants sent goes with the next flush). Returns the time it ran at.
     fn take_input(&mut self) -> Time {
-        let now = self.receive().unwrap_or_else(now);
+        let now = self.receive(None).unwrap_or_else(now);
         self.run_due_timers(now);
         now
     }
@@ -457,7 +472,7 @@ impl<L: DatagramLink> Channel for RumChannel<L> {
         // this call receives too, and they must still hold back a failure
         // that arrives with them (see the end).
         let completed_before = self.completed;
-        let got = self.receive();
+        let got = self.receive(Some(&mut *place));
         self.idle_polls = if got.is_some() {
             0
         } else {
@@ -490,6 +505,7 @@ impl<L: DatagramLink> Channel for RumChannel<L> {
         self.run_echo(now_t.as_nanos());
         let mut sink = Sink {
             place,
+            direct: &mut self.direct,
             reliable: self.reliable,
             replies: &mut self.replies,
             held: false,
@@ -520,7 +536,7 @@ impl<L: DatagramLink> Channel for RumChannel<L> {
                 // Its port closed, learnt maybe after this call read the
                 // link (a send here drew the error): what the peer sent
                 // before closing may be queued still.
-                if self.receive().is_some() {
+                if self.receive(None).is_some() {
                     self.drain_events();
                 }
             } else {

@@ -6,6 +6,7 @@
 //!   generic over the link.
 //! - `link`: [`DatagramLink`](link::DatagramLink), what a device's medium provides.
 //! - `tx`, `rx`: the datagrams of one send and one receive.
+//! - `direct`: data placed in the VI's receives as it arrives.
 //! - `fault`: seeded fault injection on received datagrams (tests).
 //! - `mac`: SHA-256/HMAC for the cluster key; `gmac` and `packet_auth`:
 //!   every packet authenticated under it.
@@ -18,6 +19,7 @@
 //!   network devices.
 
 pub mod channel;
+mod direct;
 pub mod fault;
 pub mod gmac;
 pub mod link;

@@ -51,6 +51,10 @@ pub struct RumSettings {
     /// application's memory until acknowledged, not copied at post
     /// (`channel::EXTERNAL_MIN`).
     pub in_place_sends: bool,
+    /// Data that arrives in order is copied straight into the posted
+    /// receive or RDMA target (`OPENVIA_UDP_DIRECT=0` buffers it first,
+    /// as before).
+    pub place_on_arrival: bool,
     pub keepalive: Duration,
     pub dead_peer: Duration,
     /// A receiver descheduled for a time slice (milliseconds on a busy
@@ -133,6 +137,7 @@ impl RumSettings {
             gso: env_num("OPENVIA_UDP_GSO") != Some(0),
             gro: env_num("OPENVIA_UDP_GRO") != Some(0),
             in_place_sends: env_num("OPENVIA_UDP_COPY_SENDS") != Some(1),
+            place_on_arrival: env_num("OPENVIA_UDP_DIRECT") != Some(0),
             keepalive: Duration::from_millis(
                 env_num("OPENVIA_UDP_KEEPALIVE_MS")
                     .unwrap_or(DEFAULT_KEEPALIVE_MS)

@@ -5,9 +5,10 @@
 
 use std::sync::atomic::Ordering;
 
-use openvia_proto::{MessageInfo, MessageSink, OutgoingMessage, Placement as Offer, ViaOp};
+use openvia_proto::{MessageInfo, MessageSink, OutgoingMessage, Piece, Placement as Offer, ViaOp};
 
 use super::channel::NACK_HANDLE;
+use super::direct::{DirectPlacement, Target};
 use super::stats::STATS;
 use crate::descriptor::status;
 use crate::ranges::{self, Range};
@@ -29,6 +30,8 @@ pub(super) fn gather_into(mut buf: Vec<u8>, local: &[Range], len: u64) -> Vec<u8
 /// Places delivered messages for one progress call.
 pub(super) struct Sink<'p, 'a> {
     pub(super) place: &'p mut Placement<'a>,
+    /// Where bytes placed on arrival went.
+    pub(super) direct: &'p mut DirectPlacement,
     pub(super) reliable: bool,
     pub(super) replies: &'p mut Vec<OutgoingMessage>,
     /// Set when a message is held for want of a receive descriptor.
@@ -45,15 +48,12 @@ pub(super) fn nack(seq: u64, bits: u32) -> OutgoingMessage {
     }
 }
 
-/// Hands one received datagram to the protocol, through its authenticator
-/// when the connection has a key; true when it was an authenticated packet.
-pub(super) fn scatter_segments(target: &[Range], segments: &[&[u8]]) {
-    let mut off = 0u64;
-    for s in segments {
+/// Copies the pieces of a message the connection held into `target`.
+pub(super) fn scatter_pieces(target: &[Range], pieces: &[Piece<'_>]) {
+    for p in pieces {
         // SAFETY: callers pass ranges validated against the registry (a
         // posted receive, a checked RDMA target, a read's local buffers).
-        unsafe { ranges::scatter(target, off, s) };
-        off += s.len() as u64;
+        unsafe { ranges::scatter(target, p.offset, p.data) };
     }
 }
 
@@ -71,22 +71,43 @@ impl Sink<'_, '_> {
 }
 
 impl MessageSink for Sink<'_, '_> {
-    fn place(&mut self, info: &MessageInfo, segments: &[&[u8]]) -> Offer {
+    fn place(&mut self, info: &MessageInfo, pieces: &[Piece<'_>]) -> Offer {
+        let offer = self.place_message(info, pieces);
+        if offer == Offer::Placed {
+            let head = self.place.recv_head_index();
+            self.direct.delivered(info.msg_id, head);
+        }
+        offer
+    }
+}
+
+impl Sink<'_, '_> {
+    fn place_message(&mut self, info: &MessageInfo, pieces: &[Piece<'_>]) -> Offer {
         let len = info.len as u64;
+        let placed = self.direct.placed_target(info.msg_id);
         let p = &mut *self.place;
         match info.op {
             ViaOp::Send => {
                 let Some(cap) = p.recv_capacity() else {
                     return self.no_descriptor();
                 };
+                if let Some(Target::Recv(index)) = placed {
+                    if index != p.recv_head_index() {
+                        // Cannot happen while every message reaches a
+                        // receive in order; if it did, the bytes placed
+                        // on arrival are in another receive: lost.
+                        STATS.misplaced.fetch_add(1, Ordering::Relaxed);
+                        p.faults.push(Fault::Transport);
+                        p.recv_complete(0, info.immediate, false, status::TRANSPORT_ERROR);
+                        return Offer::Placed;
+                    }
+                }
                 if len > cap {
                     p.recv_complete(0, info.immediate, false, status::LENGTH_ERROR);
                     return Offer::Placed;
                 }
-                let mut off = 0u64;
-                for s in segments {
-                    p.recv_write(off, s);
-                    off += s.len() as u64;
+                for piece in pieces {
+                    p.recv_write(piece.offset, piece.data);
                 }
                 p.recv_complete(len, info.immediate, false, 0);
                 Offer::Placed
@@ -104,7 +125,7 @@ impl MessageSink for Sink<'_, '_> {
                     addr: info.remote_addr,
                     len,
                 }];
-                scatter_segments(&target, segments);
+                scatter_pieces(&target, pieces);
                 if info.immediate.is_some() {
                     let p = &mut *self.place;
                     p.recv_complete(len, info.immediate, true, 0);
@@ -114,7 +135,8 @@ impl MessageSink for Sink<'_, '_> {
             ViaOp::RdmaReadRequest => {
                 let mut req = [0u8; 16];
                 let mut got = 0;
-                for s in segments {
+                for piece in pieces {
+                    let s = piece.data;
                     let n = s.len().min(16 - got);
                     req[got..got + n].copy_from_slice(&s[..n]);
                     got += n;
@@ -155,7 +177,7 @@ impl MessageSink for Sink<'_, '_> {
                 match p.read_ranges(tag) {
                     Some(local) if ranges::total(local) >= len => {
                         let local = local.to_vec();
-                        scatter_segments(&local, segments);
+                        scatter_pieces(&local, pieces);
                         p.read_done(tag, 0);
                     }
                     Some(_) => p.read_done(tag, status::TRANSPORT_ERROR),

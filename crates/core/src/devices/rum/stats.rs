@@ -37,10 +37,15 @@ counters!(
     retransmissions,
     fast_retransmits,
     messages_dropped,
+    // Data segments placed on arrival (direct placement).
+    segments_placed,
     // Device.
     truncated,
     malformed,
     no_descriptor_drops,
+    // Bytes placed on arrival that delivery found in another receive than
+    // the message's (never expected; the VI fails rather than deliver).
+    misplaced,
     auth_failures,
     // ICMP port unreachable reported on a VI's socket (the peer's process
     // gone, or a forgery a keyed connection survives).
@@ -77,6 +82,7 @@ impl Stats {
         add(&self.retransmissions, c.retransmissions);
         add(&self.fast_retransmits, c.fast_retransmits);
         add(&self.messages_dropped, c.messages_dropped);
+        add(&self.segments_placed, c.segments_placed);
     }
 }
 

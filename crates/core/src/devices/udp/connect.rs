@@ -148,7 +148,8 @@ impl UdpConnRequest {
             u.settings.in_place_sends,
             u.settings.key.as_deref(),
         )
-        .with_faults(u.settings.faults);
+        .with_faults(u.settings.faults)
+        .with_direct(u.settings.place_on_arrival);
         vi.attach_channel(Box::new(ch), peer)
     }
 
@@ -318,7 +319,8 @@ fn client_connect(
                 u.settings.in_place_sends,
                 key,
             )
-            .with_faults(u.settings.faults);
+            .with_faults(u.settings.faults)
+            .with_direct(u.settings.place_on_arrival);
             vi.attach_channel(Box::new(ch), remote_attrs)?;
             return Ok(remote_attrs);
         }

@@ -1,23 +1,45 @@
 //! The receiving half of a RUM channel: what the link holds is read in
 //! one batch (or one datagram while they come alone), opened under the
-//! connection's key when it has one, and handed to the protocol; GRO is
-//! turned on and off by how datagrams arrive.
+//! connection's key when it has one, and handed to the protocol, which
+//! offers in-order data to the VI's receives as it arrives when a
+//! [`Placement`] is lent (`super::direct`); GRO is turned on and off by
+//! how datagrams arrive.
 
 use std::sync::atomic::Ordering;
 
-use openvia_proto::{Connection, Time};
+use openvia_proto::{Connection, SegmentPlacer, Time};
 
 use super::{now, RumChannel, LONE_FOR_PLAIN};
+use crate::devices::rum::direct::Arrivals;
 use crate::devices::rum::link::DatagramLink;
 use crate::devices::rum::packet_auth::{Opened, PacketAuth};
 use crate::devices::rum::rx::RX_BATCH;
 use crate::devices::rum::stats::STATS;
+use crate::vi::placement::Placement;
 
 impl<L: DatagramLink> RumChannel<L> {
     /// Reads what the socket holds; the clock is read only once a datagram
-    /// came (an idle poll needs no time). Returns the time the datagrams
-    /// were handled at, if any came.
-    pub(super) fn receive(&mut self) -> Option<Time> {
+    /// came (an idle poll needs no time). Data that arrives in order goes
+    /// straight into `place`'s receives (when lent, and placement on
+    /// arrival is on). Returns the time the datagrams were handled at, if
+    /// any came.
+    pub(super) fn receive(&mut self, place: Option<&mut Placement<'_>>) -> Option<Time> {
+        // Out of `self` for the call: `port_unreachable` below borrows all
+        // of it.
+        let mut direct = std::mem::take(&mut self.direct);
+        let mut arrivals = match place {
+            Some(place) if self.place_on_arrival => Some(Arrivals {
+                direct: &mut direct,
+                place,
+            }),
+            _ => None,
+        };
+        let at = self.receive_into(&mut arrivals);
+        self.direct = direct;
+        at
+    }
+
+    fn receive_into(&mut self, arrivals: &mut Option<Arrivals<'_, '_, '_>>) -> Option<Time> {
         let mut at = None;
         let mut gone_reported = false;
         loop {
@@ -79,7 +101,8 @@ impl<L: DatagramLink> RumChannel<L> {
                 let (rx, conn, auth) = (&self.rx, &mut self.conn, self.auth.as_ref());
                 // Faults act as the network would: before authentication.
                 let mut deliver = |dg: &[u8]| {
-                    if open_and_handle(auth, conn, now, dg) {
+                    let placer = arrivals.as_mut().map(|a| a as &mut dyn SegmentPlacer);
+                    if open_and_handle(auth, conn, now, dg, placer) {
                         accepted = true;
                     }
                 };
@@ -91,7 +114,8 @@ impl<L: DatagramLink> RumChannel<L> {
             if let Some(f) = self.faults.as_mut() {
                 let (conn, auth) = (&mut self.conn, self.auth.as_ref());
                 f.end_batch(&mut |dg| {
-                    if open_and_handle(auth, conn, now, dg) {
+                    let placer = arrivals.as_mut().map(|a| a as &mut dyn SegmentPlacer);
+                    if open_and_handle(auth, conn, now, dg, placer) {
                         accepted = true;
                     }
                 });
@@ -132,14 +156,20 @@ impl<L: DatagramLink> RumChannel<L> {
     }
 }
 
-fn open_and_handle(auth: Option<&PacketAuth>, conn: &mut Connection, now: Time, dg: &[u8]) -> bool {
+fn open_and_handle(
+    auth: Option<&PacketAuth>,
+    conn: &mut Connection,
+    now: Time,
+    dg: &[u8],
+    placer: Option<&mut dyn SegmentPlacer>,
+) -> bool {
     match auth.map(|a| a.open(dg)) {
         None => {
-            conn.handle_datagram(now, dg);
+            conn.handle_datagram_placing(now, dg, placer);
             false
         }
         Some(Opened::Packet(p)) => {
-            conn.handle_datagram(now, p);
+            conn.handle_datagram_placing(now, p, placer);
             true
         }
         Some(Opened::Handshake) => {

@@ -11,9 +11,11 @@ use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod direct;
+
 use openvia_proto::{
-    Config, Connection, MessageInfo, MessageSink, OutgoingMessage, Payload, Placement as Placed,
-    Time, ViaOp,
+    Config, Connection, MessageInfo, MessageSink, OutgoingMessage, Payload, Piece,
+    Placement as Placed, Time, ViaOp,
 };
 use openvia_wire::handshake::ViAttrs;
 use openvia_wire::rum::{Body, Repr};
@@ -80,7 +82,7 @@ impl DatagramLink for ScriptedLink {
 
 struct TakeAll;
 impl MessageSink for TakeAll {
-    fn place(&mut self, _info: &MessageInfo, _segments: &[&[u8]]) -> Placed {
+    fn place(&mut self, _info: &MessageInfo, _pieces: &[Piece<'_>]) -> Placed {
         Placed::Placed
     }
 }

@@ -1,0 +1,249 @@
+//! Placement on arrival through a channel: in-order data lands in the
+//! posted receive as it comes, out-of-order data is buffered and placed at
+//! delivery, and nothing is written where no receive can take it: past a
+//! receive's end, into a receive not posted yet, or twice over the same
+//! bytes.
+
+use openvia_proto::{Connection, OutgoingMessage, Payload, ViaOp};
+use openvia_wire::rum::{Body, Repr};
+
+use super::{connected, now, progress_into, RumChannel, ScriptedLink};
+use crate::descriptor::{status, DescPtr, Descriptor};
+use crate::mem::HeldUses;
+use crate::ranges::Range;
+use crate::vi::queues::{RecvEntry, RecvQueue};
+
+/// Bytes after each receive's end that nothing may touch.
+const CANARY: usize = 64;
+
+/// Receives posted in buffers of their capacity plus a canary.
+struct Posted {
+    rq: RecvQueue,
+    bufs: Vec<Vec<u8>>,
+    caps: Vec<usize>,
+    // Boxed: a posted descriptor must not move when the list grows.
+    #[allow(clippy::vec_box)]
+    descs: Vec<Box<Descriptor>>,
+}
+
+impl Posted {
+    fn new() -> Self {
+        Self {
+            rq: RecvQueue::default(),
+            bufs: Vec::new(),
+            caps: Vec::new(),
+            descs: Vec::new(),
+        }
+    }
+
+    fn post(&mut self, cap: usize) {
+        let mut buf = vec![0u8; cap + CANARY];
+        buf[cap..].fill(0xAA);
+        let mut desc = Box::new(Descriptor::default());
+        self.rq.entries.push_back(RecvEntry {
+            desc: DescPtr(&mut *desc),
+            ranges: vec![Range {
+                addr: buf.as_mut_ptr() as u64,
+                len: cap as u64,
+            }],
+            capacity: cap as u64,
+            error: 0,
+            uses: HeldUses::default(),
+        });
+        // The heap buffer does not move when the Vec itself does.
+        self.bufs.push(buf);
+        self.caps.push(cap);
+        self.descs.push(desc);
+    }
+
+    /// Receive `k`'s completion: (status bits, length).
+    fn completion(&self, k: usize) -> (u32, u32) {
+        let d = &self.descs[k];
+        (DescPtr(&**d as *const _ as *mut _).status(), d.cs.length)
+    }
+
+    fn canaries_intact(&self) -> bool {
+        self.bufs
+            .iter()
+            .zip(&self.caps)
+            .all(|(b, &c)| b[c..].iter().all(|&x| x == 0xAA))
+    }
+}
+
+fn bytes(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+        .collect()
+}
+
+/// The peer's datagrams carrying `msgs` (1408-byte segments).
+fn peer_sends(server: &mut Connection, msgs: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let t = now();
+    for m in msgs {
+        server
+            .send_message(OutgoingMessage {
+                op: ViaOp::Send,
+                immediate: None,
+                mem_handle: 0,
+                remote_addr: 0,
+                data: Payload::Owned(m.clone()),
+            })
+            .unwrap();
+    }
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; server.max_datagram_len()];
+    while let Some(n) = server.poll_transmit(t, &mut buf) {
+        out.push(buf[..n].to_vec());
+    }
+    out
+}
+
+/// Feeds `datagrams` to the channel and runs it until they are read.
+fn run(
+    ch: &mut RumChannel<ScriptedLink>,
+    script: &super::Arc<super::Mutex<super::Script>>,
+    posted: &mut Posted,
+    datagrams: Vec<Vec<u8>>,
+) -> bool {
+    script
+        .lock()
+        .unwrap()
+        .inbound
+        .extend(datagrams.into_iter().map(Ok));
+    let mut ok = true;
+    for _ in 0..200 {
+        ok &= progress_into(ch, &mut posted.rq).is_ok();
+        if script.lock().unwrap().inbound.is_empty() {
+            break;
+        }
+    }
+    ok &= progress_into(ch, &mut posted.rq).is_ok();
+    ok
+}
+
+fn placed(ch: &RumChannel<ScriptedLink>) -> u64 {
+    ch.conn.counters().segments_placed
+}
+
+/// Messages in order: every segment is placed as it arrives and each
+/// receive holds its message; placement off gives the same bytes, all
+/// through the buffer.
+#[test]
+fn in_order_data_is_placed_on_arrival_and_delivered_whole() {
+    for direct in [true, false] {
+        let (ch, mut server, script) = connected();
+        let mut ch = ch.with_direct(direct);
+        let msgs = vec![bytes(1, 10_000), bytes(2, 1), bytes(3, 5000)];
+        let mut posted = Posted::new();
+        for _ in &msgs {
+            posted.post(16_384);
+        }
+        let dgs = peer_sends(&mut server, &msgs);
+        let segments = dgs.len() as u64;
+        assert!(run(&mut ch, &script, &mut posted, dgs));
+        assert_eq!(posted.rq.completed, 3, "direct {direct}");
+        for (k, m) in msgs.iter().enumerate() {
+            assert_eq!(&posted.bufs[k][..m.len()], &m[..], "direct {direct}");
+            let (bits, len) = posted.completion(k);
+            assert_eq!(bits & status::ERROR_MASK, 0);
+            assert_eq!(len as usize, m.len());
+        }
+        assert!(posted.canaries_intact());
+        assert_eq!(placed(&ch), if direct { segments } else { 0 });
+    }
+}
+
+/// A segment out of order is buffered; the message after it, arriving in
+/// order, is still placed in the receive after; both complete intact and
+/// in order.
+#[test]
+fn out_of_order_segments_are_buffered_and_later_messages_still_placed() {
+    let (mut ch, mut server, script) = connected();
+    let msgs = vec![bytes(4, 3 * 1408), bytes(5, 2 * 1408)];
+    let mut posted = Posted::new();
+    posted.post(8192);
+    posted.post(8192);
+    let dgs = peer_sends(&mut server, &msgs);
+    assert_eq!(dgs.len(), 5);
+    // Message 0's middle segment comes last.
+    let order = [0, 2, 3, 4, 1];
+    let reordered = order.iter().map(|&k| dgs[k].clone()).collect();
+    assert!(run(&mut ch, &script, &mut posted, reordered));
+    assert_eq!(posted.rq.completed, 2);
+    assert_eq!(&posted.bufs[0][..msgs[0].len()], &msgs[0][..]);
+    assert_eq!(&posted.bufs[1][..msgs[1].len()], &msgs[1][..]);
+    assert!(posted.canaries_intact());
+    // Message 0's first segment and all of message 1.
+    assert_eq!(placed(&ch), 3);
+}
+
+/// A message longer than the receive posted for it is never written
+/// there: it completes with a length error, the buffer untouched.
+#[test]
+fn a_message_longer_than_its_receive_is_not_placed() {
+    let (mut ch, mut server, script) = connected();
+    let mut posted = Posted::new();
+    posted.post(1000);
+    let dgs = peer_sends(&mut server, &[bytes(6, 3000)]);
+    run(&mut ch, &script, &mut posted, dgs);
+    assert_eq!(posted.rq.completed, 1);
+    let (bits, _) = posted.completion(0);
+    assert_ne!(bits & status::LENGTH_ERROR, 0);
+    assert!(posted.bufs[0][..1000].iter().all(|&b| b == 0));
+    assert!(posted.canaries_intact());
+    assert_eq!(placed(&ch), 0);
+}
+
+/// Data for which no receive is posted yet is buffered, not written
+/// anywhere; once a receive is posted the message lands there whole.
+#[test]
+fn nothing_is_placed_before_a_receive_is_posted() {
+    let (mut ch, mut server, script) = connected();
+    let mut posted = Posted::new();
+    let msg = bytes(7, 4000);
+    let dgs = peer_sends(&mut server, std::slice::from_ref(&msg));
+    run(&mut ch, &script, &mut posted, dgs);
+    assert_eq!(placed(&ch), 0);
+    posted.post(4096);
+    run(&mut ch, &script, &mut posted, Vec::new());
+    assert_eq!(posted.rq.completed, 1);
+    assert_eq!(&posted.bufs[0][..msg.len()], &msg[..]);
+}
+
+/// A forged segment claiming bytes a placed segment already holds (offset
+/// 0 of the same message again, with the next sequence number) is not
+/// written over them; the inconsistent message then fails the connection.
+#[test]
+fn a_second_claim_on_placed_bytes_is_not_written() {
+    let (mut ch, mut server, script) = connected();
+    let mut posted = Posted::new();
+    posted.post(8192);
+    let msg = bytes(8, 2 * 1408);
+    let dgs = peer_sends(&mut server, std::slice::from_ref(&msg));
+    assert_eq!(dgs.len(), 2);
+    let forged = {
+        let r = Repr::parse(&dgs[1]).unwrap();
+        let Body::Data(d) = r.body else {
+            panic!("not data")
+        };
+        let evil = vec![0xEE; 1408];
+        let f = Repr {
+            header: r.header,
+            body: Body::Data(openvia_wire::rum::DataRepr {
+                offset: 0,
+                payload: &evil,
+                ..d
+            }),
+        };
+        let mut b = vec![0u8; f.buffer_len()];
+        let n = f.emit(&mut b).unwrap();
+        b.truncate(n);
+        b
+    };
+    let ok = run(&mut ch, &script, &mut posted, vec![dgs[0].clone(), forged]);
+    assert_eq!(placed(&ch), 1, "only the genuine first segment");
+    assert_eq!(&posted.bufs[0][..1408], &msg[..1408]);
+    assert!(posted.canaries_intact());
+    // The message cannot be completed from what came: never delivered.
+    assert!(!ok || posted.rq.completed == 0);
+}
