@@ -4,9 +4,12 @@
 //! buffer and another at delivery).
 //!
 //! Only segments that arrive in order within their message are offered: a
-//! message's first segment (offset 0) starts a chain, and the segment with
-//! the next sequence number and the offset where the last one ended
-//! continues it. So no two offered segments can claim the same bytes, and
+//! message's first segment (offset 0) starts a chain if it sits where a
+//! message can start (the head of the receive buffer, or right after a
+//! segment that ended its message) and its message has not started
+//! before; the segment with the next sequence number, the same length and
+//! the offset where the last one ended continues it. So no two offered
+//! segments can claim the same bytes, and
 //! a segment that arrives out of order (after a loss, a retransmission)
 //! takes the buffered path, which checks the whole message before it is
 //! delivered. Only on the reliable levels: there every message reaches a
@@ -38,14 +41,16 @@ struct Chain {
 impl ArrivalChain {
     /// Offers segment `seq` of message `msg_id` to `placer` if it may be
     /// placed on arrival (the caller has checked that its slot is free;
-    /// `undelivered` is the first message not yet delivered); true when
-    /// the placer took its payload.
+    /// `undelivered` is the first message not yet delivered, `boundary`
+    /// whether a message may start at `seq`); true when the placer took
+    /// its payload.
     pub(crate) fn offer(
         &mut self,
         placer: &mut dyn SegmentPlacer,
         seq: u64,
         msg_id: MessageId,
         undelivered: MessageId,
+        boundary: bool,
         d: &DataRepr<'_>,
     ) -> bool {
         let end = d.offset as u64 + d.payload.len() as u64;
@@ -62,7 +67,7 @@ impl ArrivalChain {
         });
         // A message starts once: a second offset-0 segment of a message
         // already started is a claim on the bytes its first one placed.
-        let starts = d.offset == 0 && self.last_started.is_none_or(|l| msg_id > l);
+        let starts = d.offset == 0 && boundary && self.last_started.is_none_or(|l| msg_id > l);
         if !continues && !starts {
             return false;
         }
@@ -130,20 +135,31 @@ mod tests {
     #[test]
     fn only_the_next_segment_of_a_message_in_order_is_offered() {
         let (mut chain, mut p) = (ArrivalChain::default(), Taken::default());
-        assert!(chain.offer(&mut p, 10, 3, 3, &data(0, 16, 48)));
+        assert!(chain.offer(&mut p, 10, 3, 3, true, &data(0, 16, 48)));
         // Not the next sequence number, or not where the last one ended.
-        assert!(!chain.offer(&mut p, 12, 3, 3, &data(16, 16, 48)));
-        assert!(!chain.offer(&mut p, 11, 3, 3, &data(20, 16, 48)));
+        assert!(!chain.offer(&mut p, 12, 3, 3, true, &data(16, 16, 48)));
+        assert!(!chain.offer(&mut p, 11, 3, 3, true, &data(20, 16, 48)));
         // A second start of the same message: a claim on placed bytes.
-        assert!(!chain.offer(&mut p, 11, 3, 3, &data(0, 16, 48)));
-        assert!(chain.offer(&mut p, 11, 3, 3, &data(16, 16, 48)));
+        assert!(!chain.offer(&mut p, 11, 3, 3, true, &data(0, 16, 48)));
+        assert!(chain.offer(&mut p, 11, 3, 3, true, &data(16, 16, 48)));
         // Another length for the same message.
-        assert!(!chain.offer(&mut p, 12, 3, 3, &data(32, 16, 64)));
-        assert!(chain.offer(&mut p, 12, 3, 3, &data(32, 16, 48)));
+        assert!(!chain.offer(&mut p, 12, 3, 3, true, &data(32, 16, 64)));
+        assert!(chain.offer(&mut p, 12, 3, 3, true, &data(32, 16, 48)));
         // Past the message's end, or empty.
-        assert!(!chain.offer(&mut p, 13, 4, 3, &data(0, 16, 8)));
-        assert!(!chain.offer(&mut p, 13, 4, 3, &data(0, 0, 8)));
+        assert!(!chain.offer(&mut p, 13, 4, 3, true, &data(0, 16, 8)));
+        assert!(!chain.offer(&mut p, 13, 4, 3, true, &data(0, 0, 8)));
         assert_eq!(p.0, [(10, 3, 0), (11, 3, 16), (12, 3, 32)]);
+    }
+
+    /// Found by the fuzz target `direct_placement`: a message's first
+    /// segment at a sequence number where no message can start (its
+    /// genuine first segment came later, lower).
+    #[test]
+    fn a_message_starts_only_at_a_boundary() {
+        let (mut chain, mut p) = (ArrivalChain::default(), Taken::default());
+        assert!(!chain.offer(&mut p, 2, 0, 0, false, &data(0, 16, 16)));
+        assert!(chain.offer(&mut p, 0, 0, 0, true, &data(0, 16, 16)));
+        assert_eq!(p.0, [(0, 0, 0)]);
     }
 
     /// Found by the fuzz target `direct_placement`: a message started again
@@ -151,11 +167,11 @@ mod tests {
     #[test]
     fn a_message_starts_once() {
         let (mut chain, mut p) = (ArrivalChain::default(), Taken::default());
-        assert!(chain.offer(&mut p, 8, 4, 0, &data(0, 16, 16)));
-        assert!(!chain.offer(&mut p, 63, 4, 0, &data(0, 16, 16)));
+        assert!(chain.offer(&mut p, 8, 4, 0, true, &data(0, 16, 16)));
+        assert!(!chain.offer(&mut p, 63, 4, 0, true, &data(0, 16, 16)));
         // Nor an earlier message after a later one started.
-        assert!(!chain.offer(&mut p, 64, 2, 0, &data(0, 16, 16)));
-        assert!(chain.offer(&mut p, 65, 5, 0, &data(0, 16, 16)));
+        assert!(!chain.offer(&mut p, 64, 2, 0, true, &data(0, 16, 16)));
+        assert!(chain.offer(&mut p, 65, 5, 0, true, &data(0, 16, 16)));
         assert_eq!(p.0.len(), 2);
     }
 
@@ -164,7 +180,7 @@ mod tests {
     #[test]
     fn a_segment_of_a_delivered_message_is_not_offered() {
         let (mut chain, mut p) = (ArrivalChain::default(), Taken::default());
-        assert!(!chain.offer(&mut p, 20, 2, 3, &data(0, 16, 16)));
+        assert!(!chain.offer(&mut p, 20, 2, 3, true, &data(0, 16, 16)));
         assert!(p.0.is_empty());
     }
 }

@@ -457,7 +457,9 @@ impl Connection {
         let placed = match placer {
             Some(p) if reliable && self.recv.vacant(seq) => {
                 let next = self.recv.next_msg_id();
-                self.arrival.offer(p, seq, expand(next, d.msg_id), next, d)
+                let boundary = self.recv.message_boundary(seq);
+                self.arrival
+                    .offer(p, seq, expand(next, d.msg_id), next, boundary, d)
             }
             _ => false,
         };

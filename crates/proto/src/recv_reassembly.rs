@@ -205,6 +205,16 @@ impl Reassembly {
             && matches!(self.slot(seq), None | Some(Slot::Empty))
     }
 
+    /// Whether a message may start at `seq`: the head, or right after a
+    /// segment that ended its message.
+    pub fn message_boundary(&self, seq: u64) -> bool {
+        seq == self.consumed
+            || seq
+                .checked_sub(1)
+                .and_then(|p| self.slot(p))
+                .is_some_and(|s| matches!(s, Slot::Filled(seg) if seg.ends_message()))
+    }
+
     pub fn insert(&mut self, seq: u64, seg: RecvSegment) -> Insert {
         if seq < self.consumed {
             self.recycle(Slot::Filled(seg));
