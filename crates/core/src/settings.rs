@@ -139,6 +139,8 @@ pub const SETTINGS: &[Setting] = &[
       "0 turns UDP generic receive offload off."),
     s("OPENVIA_UDP_COPY_SENDS", "0", Scope::Udp,
       "1: copy large sends at post instead of reading them in place until acknowledged."),
+    s("OPENVIA_UDP_DIRECT", "1", Scope::Udp,
+      "0: buffer received data in the protocol and copy it at delivery, instead of placing data that arrives in order straight into the posted receive."),
     s("OPENVIA_UDP_KEEPALIVE_MS", "50", Scope::Udp,
       "Keepalive interval of an idle connection, in ms (its ICMP answer tells a dead peer process)."),
     s("OPENVIA_UDP_DEAD_MS", "3000", Scope::Udp,
