@@ -140,14 +140,14 @@ impl DirectPlacement {
         written
     }
 
-    /// Where the bytes of message `msg_id` placed on arrival went; None
-    /// when none were.
-    pub(super) fn placed_target(&self, msg_id: MessageId) -> Option<Target> {
+    /// Where the bytes of message `msg_id` placed on arrival went and how
+    /// many there are; None when none were.
+    pub(super) fn placed_target(&self, msg_id: MessageId) -> Option<(Target, u64)> {
         let first = self.plans.front()?.msg_id;
         let plan = self
             .plans
             .get(usize::try_from(msg_id.checked_sub(first)?).ok()?)?;
-        (plan.placed > 0).then_some(plan.target)
+        (plan.placed > 0).then_some((plan.target, plan.placed))
     }
 
     /// Message `msg_id` was delivered and the receive queue's next unfilled

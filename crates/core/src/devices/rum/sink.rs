@@ -58,6 +58,19 @@ pub(super) fn scatter_pieces(target: &[Range], pieces: &[Piece<'_>]) {
 }
 
 impl Sink<'_, '_> {
+    /// Bytes of the message placed on arrival are not where it is being
+    /// delivered: they are lost, so the VI fails (and a send's receive
+    /// completes with a transport error) rather than deliver wrong bytes.
+    fn misplaced(&mut self, info: &MessageInfo) -> Offer {
+        STATS.misplaced.fetch_add(1, Ordering::Relaxed);
+        let p = &mut *self.place;
+        p.faults.push(Fault::Transport);
+        if info.op == ViaOp::Send && p.recv_capacity().is_some() {
+            p.recv_complete(0, info.immediate, false, status::TRANSPORT_ERROR);
+        }
+        Offer::Placed
+    }
+
     /// No receive descriptor: hold the sender (reliable) or drop and count.
     pub(super) fn no_descriptor(&mut self) -> Offer {
         if self.reliable {
@@ -84,23 +97,29 @@ impl MessageSink for Sink<'_, '_> {
 impl Sink<'_, '_> {
     fn place_message(&mut self, info: &MessageInfo, pieces: &[Piece<'_>]) -> Offer {
         let len = info.len as u64;
-        let placed = self.direct.placed_target(info.msg_id);
+        // Where the bytes the delivered message counts as placed went. A
+        // plan's bytes that it does not count (`info.placed` 0) came with a
+        // segment that was not part of it (a forged second start of its
+        // id): its pieces then cover it all, over them.
+        let placed = match (info.placed, self.direct.placed_target(info.msg_id)) {
+            (0, _) => None,
+            (n, Some((target, bytes))) if bytes == n as u64 => Some(target),
+            // Cannot happen while each message is placed by one chain of
+            // its own segments; if it did, some of its bytes are lost.
+            _ => return self.misplaced(info),
+        };
         let p = &mut *self.place;
         match info.op {
             ViaOp::Send => {
                 let Some(cap) = p.recv_capacity() else {
                     return self.no_descriptor();
                 };
-                if let Some(Target::Recv(index)) = placed {
-                    if index != p.recv_head_index() {
-                        // Cannot happen while every message reaches a
-                        // receive in order; if it did, the bytes placed
-                        // on arrival are in another receive: lost.
-                        STATS.misplaced.fetch_add(1, Ordering::Relaxed);
-                        p.faults.push(Fault::Transport);
-                        p.recv_complete(0, info.immediate, false, status::TRANSPORT_ERROR);
-                        return Offer::Placed;
-                    }
+                match placed {
+                    None => {}
+                    Some(Target::Recv(index)) if index == p.recv_head_index() => {}
+                    // In another receive than the one delivery found:
+                    // never while every message reaches one in order.
+                    Some(_) => return self.misplaced(info),
                 }
                 if len > cap {
                     p.recv_complete(0, info.immediate, false, status::LENGTH_ERROR);
@@ -113,6 +132,13 @@ impl Sink<'_, '_> {
                 Offer::Placed
             }
             ViaOp::RdmaWrite => {
+                let planned = Target::Rdma {
+                    handle: info.mem_handle,
+                    addr: info.remote_addr,
+                };
+                if placed.is_some_and(|t| t != planned) {
+                    return self.misplaced(info);
+                }
                 if let Err(bits) = p.check_rdma(true, info.remote_addr, info.mem_handle, len) {
                     p.faults.push(Fault::RdmaWriteProtection);
                     self.replies.push(nack(info.msg_id + 1, bits));

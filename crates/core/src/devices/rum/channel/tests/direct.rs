@@ -210,6 +210,62 @@ fn nothing_is_placed_before_a_receive_is_posted() {
     assert_eq!(&posted.bufs[0][..msg.len()], &msg[..]);
 }
 
+/// A forged first segment of message 1 (offset 0, a later sequence
+/// number) arrives before the genuine one, which came early but out of
+/// order and was buffered: the forgery is placed, but the message
+/// delivered is the genuine one, whose bytes cover it all.
+#[test]
+fn a_forged_second_start_is_overwritten_by_the_message_delivered() {
+    let (mut ch, mut server, script) = connected();
+    let mut posted = Posted::new();
+    posted.post(8192);
+    posted.post(8192);
+    let msgs = vec![bytes(9, 2 * 1408), bytes(10, 1000)];
+    let dgs = peer_sends(&mut server, &msgs);
+    assert_eq!(dgs.len(), 3);
+    let forged = forge(&dgs[2], |d| d, 0xEE, 1000, 1);
+    let order = vec![dgs[0].clone(), dgs[2].clone(), forged, dgs[1].clone()];
+    run(&mut ch, &script, &mut posted, order);
+    assert_eq!(posted.rq.completed, 2);
+    assert_eq!(&posted.bufs[0][..msgs[0].len()], &msgs[0][..]);
+    assert_eq!(&posted.bufs[1][..msgs[1].len()], &msgs[1][..]);
+    let (bits, len) = posted.completion(1);
+    assert_eq!((bits & status::ERROR_MASK, len), (0, 1000));
+    assert!(posted.canaries_intact());
+    // Message 0's first segment and the forgery (which took over the
+    // arrival chain: message 0's second segment was buffered).
+    assert_eq!(placed(&ch), 2);
+}
+
+/// `dg` with its payload replaced by `len` bytes of `fill`, its data
+/// header changed by `change`, and its sequence number moved on by `seq_by`.
+fn forge(
+    dg: &[u8],
+    change: impl Fn(openvia_wire::rum::DataRepr<'_>) -> openvia_wire::rum::DataRepr<'_>,
+    fill: u8,
+    len: usize,
+    seq_by: u32,
+) -> Vec<u8> {
+    let r = Repr::parse(dg).unwrap();
+    let Body::Data(d) = r.body else {
+        panic!("not data")
+    };
+    let evil = vec![fill; len];
+    let mut header = r.header;
+    header.seq = header.seq.wrapping_add(seq_by);
+    let f = Repr {
+        header,
+        body: Body::Data(change(openvia_wire::rum::DataRepr {
+            payload: &evil,
+            ..d
+        })),
+    };
+    let mut b = vec![0u8; f.buffer_len()];
+    let n = f.emit(&mut b).unwrap();
+    b.truncate(n);
+    b
+}
+
 /// A forged segment claiming bytes a placed segment already holds (offset
 /// 0 of the same message again, with the next sequence number) is not
 /// written over them; the inconsistent message then fails the connection.
@@ -221,25 +277,13 @@ fn a_second_claim_on_placed_bytes_is_not_written() {
     let msg = bytes(8, 2 * 1408);
     let dgs = peer_sends(&mut server, std::slice::from_ref(&msg));
     assert_eq!(dgs.len(), 2);
-    let forged = {
-        let r = Repr::parse(&dgs[1]).unwrap();
-        let Body::Data(d) = r.body else {
-            panic!("not data")
-        };
-        let evil = vec![0xEE; 1408];
-        let f = Repr {
-            header: r.header,
-            body: Body::Data(openvia_wire::rum::DataRepr {
-                offset: 0,
-                payload: &evil,
-                ..d
-            }),
-        };
-        let mut b = vec![0u8; f.buffer_len()];
-        let n = f.emit(&mut b).unwrap();
-        b.truncate(n);
-        b
-    };
+    let forged = forge(
+        &dgs[1],
+        |d| openvia_wire::rum::DataRepr { offset: 0, ..d },
+        0xEE,
+        1408,
+        0,
+    );
     let ok = run(&mut ch, &script, &mut posted, vec![dgs[0].clone(), forged]);
     assert_eq!(placed(&ch), 1, "only the genuine first segment");
     assert_eq!(&posted.bufs[0][..1408], &msg[..1408]);
