@@ -207,8 +207,6 @@ mod tests {
     /// N connected pairs in this process; the server's receive queues
     /// feed one CQ and each has a receive posted.
     struct Fixture {
-        // Declared first, dropped last: posted receives point into it.
-        _mem: Vec<u8>,
         base: usize,
         handles: (u32, u32),
         _client: Nic,
@@ -216,6 +214,20 @@ mod tests {
         cq: Arc<CompletionQueue>,
         cvis: Vec<Arc<Vi>>,
         svis: Vec<Arc<Vi>>,
+        // Posted receives point into it: see the Drop below.
+        _mem: Vec<u8>,
+    }
+
+    impl Drop for Fixture {
+        /// Flushes every posted receive while the memory it names is
+        /// still there. Dropping the NICs does not: a progress thread
+        /// that sees the peer's VIs go away flushes the server's receives
+        /// after the fixture has gone (ASan: a use after free of `_mem`).
+        fn drop(&mut self) {
+            for vi in self.svis.iter().chain(&self.cvis) {
+                let _ = vi.disconnect();
+            }
+        }
     }
 
     impl Fixture {
