@@ -9,10 +9,13 @@
 //! levels every message is delivered, in order, and a send (or an RDMA
 //! write with immediate data) takes the next posted receive, so the
 //! receive a message will complete is known as soon as every message ahead
-//! of it has a plan. A message that cannot be planned yet (no receive
-//! posted for it, a receive too small, memory it may not write) is
-//! buffered whole and placed at delivery, as before; at its delivery the
-//! plans start again from the queue's head.
+//! of it has a plan. A message whose first segment comes before the one
+//! ahead of it is known (that one's first segment was lost and comes
+//! again later) is remembered, and planned as soon as it can be: its
+//! segments from then on are placed, those before were buffered. A
+//! message that cannot be planned (no receive posted for it, a receive too
+//! small, memory it may not write) is buffered and placed at delivery, as
+//! before; at its delivery the plans start again from the queue's head.
 
 use std::collections::VecDeque;
 
@@ -32,6 +35,33 @@ pub(super) enum Target {
     Buffered,
 }
 
+/// What a message's first segment says: enough to plan it.
+#[derive(Clone, Copy, Debug)]
+struct Start {
+    msg_id: MessageId,
+    op: ViaOp,
+    immediate: Option<u32>,
+    mem_handle: u32,
+    remote_addr: u64,
+    total: u32,
+}
+
+impl Start {
+    fn of(seg: &ArrivingSegment<'_>) -> Self {
+        Self {
+            msg_id: seg.msg_id,
+            op: seg.op,
+            immediate: seg.immediate,
+            mem_handle: seg.mem_handle,
+            remote_addr: seg.remote_addr,
+            total: seg.total,
+        }
+    }
+}
+
+/// Most first segments remembered ahead of the next message to plan.
+const WAITING: usize = 64;
+
 #[derive(Clone, Copy, Debug)]
 struct Plan {
     msg_id: MessageId,
@@ -50,6 +80,8 @@ pub(super) struct DirectPlacement {
     next_recv: u64,
     /// Plans for messages not yet delivered, by message id.
     plans: VecDeque<Plan>,
+    /// First segments of messages after `next_plan`, by message id.
+    waiting: VecDeque<Start>,
 }
 
 impl DirectPlacement {
@@ -61,7 +93,7 @@ impl DirectPlacement {
 
     /// Makes the plan of `seg`'s message, the next one to plan; None when
     /// it cannot be planned now (the receive it will take is not posted).
-    fn plan(&mut self, place: &Placement, seg: &ArrivingSegment<'_>) -> Option<Target> {
+    fn plan(&mut self, place: &Placement, seg: &Start) -> Option<Target> {
         let total = seg.total as u64;
         let takes_recv =
             seg.op == ViaOp::Send || (seg.op == ViaOp::RdmaWrite && seg.immediate.is_some());
@@ -99,18 +131,64 @@ impl DirectPlacement {
         Some(target)
     }
 
+    /// Plans the remembered messages that are next, in order, while their
+    /// receives are posted.
+    fn catch_up(&mut self, place: &Placement) {
+        while let Some(&start) = self.waiting.front() {
+            if start.msg_id < self.next_plan {
+                self.waiting.pop_front();
+                continue;
+            }
+            if start.msg_id != self.next_plan || self.plan(place, &start).is_none() {
+                return;
+            }
+            self.waiting.pop_front();
+        }
+    }
+
+    /// Remembers the first segment of a message that cannot be planned
+    /// yet (in message order; a full list forgets the newest).
+    fn remember(&mut self, start: Start) {
+        let at = self.waiting.partition_point(|s| s.msg_id < start.msg_id);
+        if self
+            .waiting
+            .get(at)
+            .is_some_and(|s| s.msg_id == start.msg_id)
+        {
+            return;
+        }
+        if self.waiting.len() == WAITING {
+            if at == WAITING {
+                return;
+            }
+            self.waiting.pop_back();
+        }
+        self.waiting.insert(at, start);
+    }
+
+    /// Where `seg`'s message goes, planning it (and the messages
+    /// remembered behind it) if it is a first segment that can be.
+    fn target_of(&mut self, place: &Placement, seg: &ArrivingSegment<'_>) -> Option<Target> {
+        if let Some(plan) = self.plan_of(seg.msg_id) {
+            return Some(plan.target);
+        }
+        if seg.offset == 0 && seg.msg_id >= self.next_plan {
+            self.remember(Start::of(seg));
+        }
+        if self
+            .waiting
+            .front()
+            .is_some_and(|s| s.msg_id == self.next_plan)
+        {
+            self.catch_up(place);
+        }
+        self.plan_of(seg.msg_id).map(|p| p.target)
+    }
+
     /// Places `seg` if its message's plan says where; true when written.
     pub(super) fn place(&mut self, place: &mut Placement, seg: &ArrivingSegment<'_>) -> bool {
-        let planned = self.plan_of(seg.msg_id).map(|p| p.target);
-        let target = match planned {
-            Some(t) => t,
-            None if seg.msg_id == self.next_plan && seg.offset == 0 => {
-                match self.plan(place, seg) {
-                    Some(t) => t,
-                    None => return false,
-                }
-            }
-            None => return false,
+        let Some(target) = self.target_of(place, seg) else {
+            return false;
         };
         let offset = seg.offset as u64;
         let len = seg.payload.len() as u64;
@@ -156,6 +234,9 @@ impl DirectPlacement {
     pub(super) fn delivered(&mut self, msg_id: MessageId, head: u64) {
         while self.plans.front().is_some_and(|p| p.msg_id <= msg_id) {
             self.plans.pop_front();
+        }
+        while self.waiting.front().is_some_and(|s| s.msg_id <= msg_id) {
+            self.waiting.pop_front();
         }
         if self.next_plan <= msg_id {
             self.next_plan = msg_id + 1;
