@@ -66,8 +66,6 @@ pub enum SendError {
     TooLarge { len: usize, max: u32 },
     #[error("RDMA read is not allowed on this connection")]
     RdmaReadNotAllowed,
-    #[error("an external payload needs retransmission (a reliable level, not flow-control-only)")]
-    ExternalNotAllowed,
 }
 
 /// One end of a RUM connection.
@@ -216,9 +214,6 @@ impl Connection {
                 len: msg.data.len(),
                 max: self.max_transfer_size,
             });
-        }
-        if matches!(msg.data, crate::events::Payload::External { .. }) && !self.send.keeps_data() {
-            return Err(SendError::ExternalNotAllowed);
         }
         if msg.op == openvia_wire::rum::ViaOp::RdmaReadRequest
             && !self.config.reliability.is_reliable()

@@ -95,8 +95,9 @@ pub trait MessageSink {
 }
 
 /// A data segment as it arrives, before the connection buffers it: in the
-/// window, its slot free, on a reliable level, and the next segment of its
-/// message in sequence order (no other segment can overlap it).
+/// window, its slot free, on a reliable level, and where its message's
+/// first segment says it must be (no other offered segment can overlap
+/// it; see `arrival.rs`).
 #[derive(Debug, Clone, Copy)]
 pub struct ArrivingSegment<'a> {
     pub seq: u64,
@@ -131,11 +132,13 @@ pub enum Payload {
     /// `len` bytes in the caller's memory at `addr`, which the connection
     /// never reads: their segments leave through
     /// [`Connection::poll_transmit_split`](crate::Connection::poll_transmit_split)
-    /// as a header plus a [`PayloadRef`] the caller sends scatter-gather,
-    /// and the message completes only once every segment is acknowledged.
-    /// The caller keeps the bytes unchanged until then, as a NIC's DMA
-    /// source. Only where there is retransmission (reliable levels, not
-    /// flow-control-only).
+    /// as a header plus a [`PayloadRef`] the caller sends scatter-gather.
+    /// Where there is retransmission (reliable levels, not
+    /// flow-control-only) the message completes only once every segment is
+    /// acknowledged; elsewhere as any message does (its last segment
+    /// taken on the unreliable level), and the caller must have sent or
+    /// copied what it took before it reports the completion. The caller
+    /// keeps the bytes unchanged until then, as a NIC's DMA source.
     External { addr: u64, len: usize },
 }
 

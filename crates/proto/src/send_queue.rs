@@ -518,8 +518,13 @@ impl SendQueue {
                 CompleteOn::Placed => placed > last,
             };
             // The caller's memory may change once it completes: not while
-            // a segment of it may still be sent again.
-            let external_held = matches!(m.data, Payload::External { .. }) && self.snd_una <= last;
+            // a segment of it may still be sent again. Without
+            // retransmission none is once the last has been taken (the
+            // caller sends, or copies, what it took before it reports the
+            // completion).
+            let external_held = matches!(m.data, Payload::External { .. })
+                && self.keep_data
+                && self.snd_una <= last;
             if !reached || external_held {
                 break;
             }

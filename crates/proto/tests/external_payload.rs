@@ -8,7 +8,7 @@ mod support;
 
 use std::time::Duration;
 
-use openvia_proto::{Config, FlowMode, OutgoingMessage, Payload, Reliability, SendError, Time};
+use openvia_proto::{Config, FlowMode, Reliability};
 use support::{content, LinkConfig, Sim};
 
 fn config(reliability: Reliability) -> Config {
@@ -95,24 +95,44 @@ fn external_and_split_payloads_survive_loss_reliable_reception() {
     }
 }
 
+/// Without retransmission (unreliable, flow-control-only) an external
+/// message is read in place too, and completes as soon as its last segment
+/// has been taken: the simulator copies a datagram's payload when it takes
+/// it and overwrites the buffer at completion, so a completion before the
+/// last segment was taken would deliver corrupt bytes.
 #[test]
-fn external_payload_needs_retransmission() {
-    let buf = [7u8; 100];
-    let msg = || OutgoingMessage {
-        data: Payload::External {
-            addr: buf.as_ptr() as u64,
-            len: buf.len(),
-        },
-        ..OutgoingMessage::send(Vec::new())
-    };
-    for cfg in [
-        config(Reliability::Unreliable),
-        Config {
-            flow_control_only: true,
-            ..config(Reliability::ReliableDelivery)
-        },
+fn external_payloads_without_retransmission_complete_once_taken() {
+    for (name, cfg) in [
+        ("unreliable", config(Reliability::Unreliable)),
+        (
+            "flow-control-only",
+            Config {
+                flow_control_only: true,
+                ..config(Reliability::ReliableDelivery)
+            },
+        ),
     ] {
-        let mut c = openvia_proto::Connection::connect(cfg, 5, b"d", Time::ZERO).unwrap();
-        assert_eq!(c.send_message(msg()), Err(SendError::ExternalNotAllowed));
+        for seed in 1..=3 {
+            let mut sim = Sim::new(seed, LinkConfig::perfect(), cfg.clone(), cfg.clone());
+            sim.split_min = 1024;
+            let mut want = Vec::new();
+            for (i, &(len, external)) in SIZES.iter().enumerate() {
+                let data = content(seed, i as u64, len);
+                if external {
+                    sim.send_a_external(data.clone());
+                } else {
+                    sim.send_a(data.clone());
+                }
+                want.push(data);
+            }
+            let n = SIZES.len();
+            let done = sim.run_until(Duration::from_secs(30), |s| {
+                Sim::completions(&s.a).len() == n && s.b.sink.received.len() == n
+            });
+            assert!(done, "{name} seed {seed}: did not finish");
+            for (info, bytes) in &sim.b.sink.received {
+                assert_eq!(bytes, &want[info.msg_id as usize], "{name} seed {seed}");
+            }
+        }
     }
 }

@@ -104,3 +104,13 @@ fn peer_vanishing_breaks_the_connection() {
     assert!(start.elapsed() < Duration::from_secs(5));
     assert!(errors.load(std::sync::atomic::Ordering::SeqCst) >= 1);
 }
+
+#[test]
+fn in_place_send_reused_at_completion_unreliable() {
+    scenarios::in_place_send_reused_at_completion(UDP, reliability::UNRELIABLE, "t-ip-ur");
+}
+
+#[test]
+fn in_place_send_reused_at_completion_reliable_delivery() {
+    scenarios::in_place_send_reused_at_completion(UDP, reliability::RELIABLE_DELIVERY, "t-ip-rd");
+}

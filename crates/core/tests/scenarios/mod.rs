@@ -390,3 +390,53 @@ pub fn completes_without_the_program_calling_in(dev: &str, disc: &str) {
         .expect("notify handler never ran");
     assert_eq!(got, rd2 as usize);
 }
+
+/// A large send is read in place (not copied at post); the program
+/// overwrites its buffer the moment the send completes, and the receiver
+/// must still get the bytes as they were at post. On the unreliable level
+/// a message may be lost (the attempt is made again, up to five times);
+/// what arrives must be whole.
+pub fn in_place_send_reused_at_completion(dev: &str, rel: u16, disc: &str) {
+    let p = pair(dev, rel, disc, 4 << 20);
+    let n = 1usize << 20;
+    let pattern = |attempt: usize, i: usize| (i as u8).wrapping_mul(7) ^ (attempt as u8);
+    let src = p.ma.data(4096);
+    let dst = p.mb.data(4096);
+    let rd = p.mb.desc(1);
+    set_desc(rd, 0, &[(dst as u64, p.mb.handle, n as u32)], 0);
+    p.b.post_recv(rd, p.mb.handle).unwrap();
+    for attempt in 0..5 {
+        for i in 0..n {
+            // SAFETY: inside the arena.
+            unsafe { *src.add(i) = pattern(attempt, i) };
+        }
+        let sd = p.ma.desc(1);
+        set_desc(sd, 0, &[(src as u64, p.ma.handle, n as u32)], 0);
+        p.a.post_send(sd, p.ma.handle).unwrap();
+        p.a.send_wait(Some(Duration::from_secs(10))).unwrap();
+        // SAFETY: a completed descriptor of ours.
+        assert_eq!(unsafe { (*sd).cs.status } & status::ERROR_MASK, 0);
+        // The program reuses its buffer at once.
+        // SAFETY: inside the arena; the send completed.
+        unsafe { std::ptr::write_bytes(src, 0xEE, n) };
+        let Ok(got) = p.b.recv_wait(Some(Duration::from_secs(3))) else {
+            assert_eq!(rel, reliability::UNRELIABLE, "a reliable send was lost");
+            continue;
+        };
+        assert_eq!(got.0, rd);
+        // SAFETY: the receive completed; its buffer is inside the arena.
+        unsafe {
+            assert_eq!((*rd).cs.status & status::ERROR_MASK, 0);
+            assert_eq!((*rd).cs.length as usize, n);
+            for i in 0..n {
+                assert_eq!(
+                    *dst.add(i),
+                    pattern(attempt, i),
+                    "attempt {attempt} byte {i}"
+                );
+            }
+        }
+        return;
+    }
+    panic!("five unreliable sends of 1 MiB lost in a row on loopback");
+}

@@ -62,12 +62,14 @@ const TX_BATCH: usize = 64;
 /// Segment payloads from this size on are sent from where they lie
 /// (scatter-gather) instead of being copied next to their headers first.
 const SPLIT_MIN: usize = 1024;
-/// Sends from this size on, from one contiguous range, on a level with
-/// retransmission, are read straight from the application's registered
-/// memory (as a NIC's DMA would) rather than copied into a retransmission
-/// buffer at post. They then complete when every segment is acknowledged,
-/// which a smaller message would feel: its acknowledgement may wait for a
-/// reply to carry it.
+/// Sends from this size on, from one contiguous range, are read straight
+/// from the application's registered memory (as a NIC's DMA would) rather
+/// than copied at post, at every level. Where there is retransmission they
+/// then complete when every segment is acknowledged, which a smaller
+/// message would feel: its acknowledgement may wait for a reply to carry
+/// it. Without, they complete as before (the unreliable level once the
+/// last segment has left; each flush sends, or copies in, what it took
+/// before the completion is reported).
 const EXTERNAL_MIN: u64 = 64 << 10;
 /// How long an acknowledgement for a delivered message waits for a reply
 /// to carry it. Sent by the next progress call instead, it went out just
@@ -125,7 +127,7 @@ pub struct RumChannel<L: DatagramLink> {
     conn: Connection,
     remote: ViAttrs,
     reliable: bool,
-    /// Large sends may be read in place (retransmission keeps them).
+    /// Large sends may be read in place (`OPENVIA_UDP_COPY_SENDS` not set).
     external_ok: bool,
     /// Flow-control-only: no retransmission, a lost datagram ends it.
     lossless: bool,
@@ -183,7 +185,7 @@ pub struct RumChannel<L: DatagramLink> {
 
 impl<L: DatagramLink> RumChannel<L> {
     /// `in_place_sends`: large sends may be read in place (see
-    /// [`EXTERNAL_MIN`]) where the level keeps segments for retransmission.
+    /// [`EXTERNAL_MIN`]).
     pub fn new(
         link: L,
         conn: Connection,
@@ -194,7 +196,7 @@ impl<L: DatagramLink> RumChannel<L> {
     ) -> Self {
         let reliable = conn.config().reliability.is_reliable();
         let lossless = conn.config().flow_control_only;
-        let external_ok = in_place_sends && reliable && !lossless;
+        let external_ok = in_place_sends;
         let auth =
             cluster_key.map(|k| PacketAuth::new(k, conn.local_conn_id(), conn.peer_conn_id()));
         let longest = conn.max_datagram_len() + overhead(auth.is_some());
@@ -662,8 +664,7 @@ impl<L: DatagramLink> RumChannel<L> {
     }
 
     /// The bytes of a send or RDMA write: read in place when they are
-    /// large, one range and retransmission keeps segments until
-    /// acknowledged (see [`EXTERNAL_MIN`]); copied otherwise.
+    /// large and one range (see [`EXTERNAL_MIN`]); copied otherwise.
     fn payload(&mut self, local: &[Range], len: u64) -> Payload {
         if let [r] = local {
             if len >= EXTERNAL_MIN && r.len >= len && self.external_ok {
