@@ -29,9 +29,14 @@
 //! message (kernel TCP 8–17 µs). So there are no tokens here.
 //!
 //! The kernel stream carries only the hellos and doorbells, then the FIN:
-//! a peer that closes flushes first (every message acknowledged), so EOF
-//! comes after the last byte; a killed peer's kernel closes its socket,
-//! which the reader sees within one sleep slice.
+//! a peer that closes flushes first (every message placed in the reader's
+//! receives), so EOF comes after the last byte; a killed peer's kernel
+//! closes its socket, which the reader sees within one sleep slice. The
+//! VI is on reliable reception for that: on reliable delivery a send
+//! completes once the reader's device holds it, possibly for want of a
+//! posted receive, and the writer's disconnect then ended the connection
+//! with those messages still held, lost (compat `threads` once read EOF
+//! 1.8 MB early in a CI run).
 //!
 //! This file sets the link up and writes; `reader` reads.
 
@@ -235,7 +240,8 @@ impl NetLink {
         let (region, vi) = Region::open(
             &nic,
             ptag,
-            reliability::RELIABLE_DELIVERY,
+            // Sends complete once placed: see the module text (close).
+            reliability::RELIABLE_RECEPTION,
             SEND_SLOTS + RECV_SLOTS,
             BUF,
         )?;
