@@ -34,9 +34,10 @@
 //! closes its socket, which the reader sees within one sleep slice. The
 //! VI is on reliable reception for that: on reliable delivery a send
 //! completes once the reader's device holds it, possibly for want of a
-//! posted receive, and the writer's disconnect then ended the connection
-//! with those messages still held, lost (compat `threads` once read EOF
-//! 1.8 MB early in a CI run).
+//! posted receive, and the writer's disconnect could then end the
+//! connection with those messages still held, lost: the likely cause of
+//! compat `threads` reading EOF 1.8 MB early in one CI run, not
+//! reproduced since.
 //!
 //! This file sets the link up and writes; `reader` reads.
 
