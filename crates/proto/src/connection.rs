@@ -452,7 +452,8 @@ impl Connection {
         let placed = match placer {
             Some(p) if reliable && self.recv.vacant(seq) => {
                 let next = self.recv.next_msg_id();
-                let boundary = self.recv.message_boundary(seq);
+                // Asked of first segments only (a look at the buffer).
+                let boundary = d.offset == 0 && self.recv.message_boundary(seq);
                 self.arrival
                     .offer(p, seq, expand(next, d.msg_id), next, boundary, d)
             }

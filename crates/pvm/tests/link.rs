@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use openvia_core::vi::Vi;
 use openvia_pvm::frame::{Frame, Msg};
-use openvia_pvm::link::{LinkEvent, LinkNic, Waker};
+use openvia_pvm::link::{Link, LinkEvent, LinkNic, Waker};
 
 fn msg(len: usize, seed: u8) -> Frame {
     Frame::Msg(Msg {
@@ -57,9 +57,20 @@ fn connected_pair(tag: &str) -> (LinkNic, Arc<Vi>, LinkNic, Arc<Vi>) {
     (a_nic, a_vi, b_nic, b_vi.expect("accept"))
 }
 
-#[test]
-fn frames_cross_intact_in_order_and_close_is_seen() {
-    let (a_nic, a_vi, b_nic, b_vi) = connected_pair("link-test");
+/// Both ends started: A is daemon 1 reaching 2 through link 2, B the
+/// other way; each end's events come on its receiver.
+struct Started {
+    a: Link,
+    b: Link,
+    a_rx: mpsc::Receiver<LinkEvent>,
+    b_rx: mpsc::Receiver<LinkEvent>,
+    b_nic: LinkNic,
+    // Kept for the test's length (bind it, not `..`, which drops it).
+    _a_nic: LinkNic,
+}
+
+fn started_pair(tag: &str) -> Started {
+    let (a_nic, a_vi, b_nic, b_vi) = connected_pair(tag);
     let waker = Waker::new().unwrap();
     let (a_tx, a_rx) = mpsc::channel();
     let (b_tx, b_rx) = mpsc::channel();
@@ -69,6 +80,26 @@ fn frames_cross_intact_in_order_and_close_is_seen() {
     let b = b_nic
         .start(b_vi, (1, 2), b_tx, waker.clone(), None)
         .unwrap();
+    Started {
+        a,
+        b,
+        a_rx,
+        b_rx,
+        b_nic,
+        _a_nic: a_nic,
+    }
+}
+
+#[test]
+fn frames_cross_intact_in_order_and_close_is_seen() {
+    let Started {
+        a,
+        b,
+        a_rx,
+        b_rx,
+        b_nic: _b_nic,
+        _a_nic,
+    } = started_pair("link-test");
 
     let sizes = [0usize, 1, 100, 65_000, 65_536, 300_000, 4 << 20];
     for (i, &n) in sizes.iter().enumerate() {
@@ -126,16 +157,14 @@ fn frames_cross_intact_in_order_and_close_is_seen() {
 /// class still cross intact and in order, nothing is lost or doubled.
 #[test]
 fn frames_cross_in_order_when_the_owner_drives_the_link() {
-    let (a_nic, a_vi, b_nic, b_vi) = connected_pair("link-drive-test");
-    let waker = Waker::new().unwrap();
-    let (a_tx, _a_rx) = mpsc::channel();
-    let (b_tx, b_rx) = mpsc::channel();
-    let a = a_nic
-        .start(a_vi, (2, 1), a_tx, waker.clone(), None)
-        .unwrap();
-    let b = b_nic
-        .start(b_vi, (1, 2), b_tx, waker.clone(), None)
-        .unwrap();
+    let Started {
+        a,
+        b,
+        a_rx: _a_rx,
+        b_rx,
+        b_nic,
+        _a_nic,
+    } = started_pair("link-drive-test");
     b_nic.set_event_driven(false);
 
     let sizes = [0usize, 16, 4096, 65_536, 300_000, 16, 1 << 20, 100];

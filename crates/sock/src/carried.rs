@@ -4,6 +4,22 @@
 //! (`netlink`).
 
 use std::os::fd::RawFd;
+use std::sync::{Mutex, MutexGuard, TryLockError};
+
+/// A reader's turn on a connection whose reads `m` serializes: another
+/// thread may be reading (and sleeping there), so a read that must not
+/// block (`nonblocking`, asked only then) gets EAGAIN instead of waiting.
+pub fn reader_turn<T>(
+    m: &Mutex<T>,
+    nonblocking: impl FnOnce() -> bool,
+) -> Result<MutexGuard<'_, T>, i32> {
+    match m.try_lock() {
+        Ok(g) => Ok(g),
+        Err(TryLockError::Poisoned(e)) => Ok(e.into_inner()),
+        Err(TryLockError::WouldBlock) if nonblocking() => Err(libc::EAGAIN),
+        Err(TryLockError::WouldBlock) => Ok(m.lock().unwrap_or_else(|e| e.into_inner())),
+    }
+}
 
 pub trait Carried: Send + Sync {
     /// read/recv into `out`: Ok(0) at EOF. `dontwait`: the call asked not

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use openvia_core::descriptor::{status, DescPtr};
 
-use crate::carried::copy_out;
+use crate::carried::{copy_out, reader_turn};
 use crate::control::RING_BYTES;
 use crate::kernel::{self, Peek};
 use crate::link::{Link, Rx, DOORBELL, SLOT_BYTES};
@@ -71,15 +71,7 @@ impl Link {
         all: bool,
     ) -> Result<usize, i32> {
         let nonblocking = || dontwait || self.is_nonblocking();
-        let mut rx = match self.rx.try_lock() {
-            Ok(g) => g,
-            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
-            // Another thread is reading (it may sleep there).
-            Err(std::sync::TryLockError::WouldBlock) if nonblocking() => return Err(libc::EAGAIN),
-            Err(std::sync::TryLockError::WouldBlock) => {
-                self.rx.lock().unwrap_or_else(|e| e.into_inner())
-            }
-        };
+        let mut rx = reader_turn(&self.rx, nonblocking)?;
         let mut nonblock = None;
         let want: usize = out.iter().map(|o| o.len()).sum();
         if want == 0 {

@@ -5,11 +5,10 @@
 //! sleeps on the kernel socket, and the kernel says when the stream ended.
 
 use std::os::fd::RawFd;
-use std::sync::TryLockError;
 use std::time::{Duration, Instant};
 
 use super::{bytes_in, lock, nap, NetLink, State, DOORBELL_FIRST, HDR, SLICE};
-use crate::carried::copy_out;
+use crate::carried::{copy_out, reader_turn};
 use crate::kernel::{self, Peek};
 
 impl NetLink {
@@ -134,12 +133,7 @@ impl NetLink {
         all: bool,
     ) -> Result<usize, i32> {
         let nonblocking = || dontwait || self.is_nonblocking();
-        let _reading = match self.reading.try_lock() {
-            Ok(g) => g,
-            Err(TryLockError::Poisoned(e)) => e.into_inner(),
-            Err(TryLockError::WouldBlock) if nonblocking() => return Err(libc::EAGAIN),
-            Err(TryLockError::WouldBlock) => lock(&self.reading),
-        };
+        let _reading = reader_turn(&self.reading, nonblocking)?;
         let want: usize = out.iter().map(|o| o.len()).sum();
         if want == 0 {
             return Ok(0);

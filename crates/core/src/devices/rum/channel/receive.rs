@@ -24,17 +24,17 @@ impl<L: DatagramLink> RumChannel<L> {
     /// arrival is on). Returns the time the datagrams were handled at, if
     /// any came.
     pub(super) fn receive(&mut self, place: Option<&mut Placement<'_>>) -> Option<Time> {
+        let place = match place {
+            Some(place) if self.place_on_arrival && self.reliable => place,
+            _ => return self.receive_into(&mut None),
+        };
         // Out of `self` for the call: `port_unreachable` below borrows all
         // of it.
         let mut direct = std::mem::take(&mut self.direct);
-        let mut arrivals = match place {
-            Some(place) if self.place_on_arrival => Some(Arrivals {
-                direct: &mut direct,
-                place,
-            }),
-            _ => None,
-        };
-        let at = self.receive_into(&mut arrivals);
+        let at = self.receive_into(&mut Some(Arrivals {
+            direct: &mut direct,
+            place,
+        }));
         self.direct = direct;
         at
     }
