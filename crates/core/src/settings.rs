@@ -141,6 +141,8 @@ pub const SETTINGS: &[Setting] = &[
       "1: copy large sends at post instead of reading them in place until acknowledged."),
     s("OPENVIA_UDP_DIRECT", "1", Scope::Udp,
       "0: buffer received data in the protocol and copy it at delivery, instead of placing data that arrives in order straight into the posted receive."),
+    s("OPENVIA_UDP_ACK_EVERY", "64", Scope::Udp,
+      "In-order segments per acknowledgement (1..65536); a message's end, a hole or a duplicate is acknowledged at once, and held data within 50 µs."),
     s("OPENVIA_UDP_KEEPALIVE_MS", "50", Scope::Udp,
       "Keepalive interval of an idle connection, in ms (its ICMP answer tells a dead peer process)."),
     s("OPENVIA_UDP_DEAD_MS", "3000", Scope::Udp,

@@ -45,6 +45,11 @@ impl Reliability {
     }
 }
 
+/// In-order segments per acknowledgement ([`Config::ack_every`]).
+pub const DEFAULT_ACK_EVERY: u32 = 64;
+/// See [`Config::ack_delay`].
+pub const DEFAULT_ACK_DELAY: Duration = Duration::from_micros(50);
+
 /// Settings of one connection (one VI).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -81,6 +86,17 @@ pub struct Config {
     /// Unreliable level: how long a hole may wait for a reordered segment
     /// before the message it belongs to is dropped.
     pub reorder_tolerance: Duration,
+    /// Reliable levels: in-order data is acknowledged once this many
+    /// segments have come since the last acknowledgement, when a message
+    /// ends, or [`Config::ack_delay`] after the first of them, whichever
+    /// is first; a hole or a duplicate is acknowledged at once. 1: every
+    /// segment. Fewer acknowledgements cost both ends less (each one is a
+    /// datagram the receiver sends and the sender reads), as TCP's delayed
+    /// and stretched ACKs do.
+    pub ack_every: u32,
+    /// The longest an in-order segment waits for its acknowledgement;
+    /// the sender's tail loss probe waits this much longer too.
+    pub ack_delay: Duration,
 }
 
 impl Default for Config {
@@ -104,6 +120,8 @@ impl Default for Config {
             dead_peer_timeout: Duration::from_secs(3),
             connect_timeout: Duration::from_secs(3),
             reorder_tolerance: Duration::from_millis(2),
+            ack_every: DEFAULT_ACK_EVERY,
+            ack_delay: DEFAULT_ACK_DELAY,
         }
     }
 }

@@ -94,6 +94,11 @@ pub struct Connection {
     pub(crate) handshake_deadline: Option<Time>,
     pub(crate) handshake_attempts: u32,
     pub(crate) ack_due: bool,
+    /// In-order data segments come since the last acknowledgement left
+    /// (see [`Config::ack_every`]).
+    pub(crate) unacked_segments: u32,
+    /// When held in-order data must be acknowledged at the latest.
+    pub(crate) ack_deadline: Option<Time>,
     pub(crate) probe_due: bool,
     pub(crate) keepalive_due: bool,
     pub(crate) disconnect_due: Option<u32>,
@@ -146,6 +151,8 @@ impl Connection {
             handshake_deadline: None,
             handshake_attempts: 0,
             ack_due: false,
+            unacked_segments: 0,
+            ack_deadline: None,
             probe_due: false,
             keepalive_due: false,
             disconnect_due: None,
@@ -303,6 +310,7 @@ impl Connection {
         self.hole_deadline = None;
         self.handshake_due = false;
         self.ack_due = false;
+        self.ack_deadline = None;
         self.probe_due = false;
         self.keepalive_due = false;
     }
@@ -465,15 +473,48 @@ impl Connection {
         } else {
             self.recv.segment(d)
         };
-        match self.recv.insert(seq, seg) {
-            Insert::Stored => {}
-            Insert::Duplicate => self.counters.duplicate_segments += 1,
-            Insert::OutOfWindow => self.counters.out_of_window += 1,
-        }
+        let next_in_line = seq == self.recv.expected() && !self.recv.has_hole();
+        let stored = match self.recv.insert(seq, seg) {
+            Insert::Stored => true,
+            Insert::Duplicate => {
+                self.counters.duplicate_segments += 1;
+                false
+            }
+            Insert::OutOfWindow => {
+                self.counters.out_of_window += 1;
+                false
+            }
+        };
         if !reliable && self.hole_deadline.is_none() {
             self.rearm_hole(now);
         }
-        self.ack_due = true;
+        let ends_message = d.offset as usize + d.payload.len() >= d.total_len as usize;
+        self.note_data_for_ack(now, stored && next_in_line, ends_message);
+    }
+
+    /// Decides when received data is acknowledged. A segment that came
+    /// out of line (a hole, a duplicate, beyond the window) is
+    /// acknowledged at once: the sender's loss recovery runs on those
+    /// acknowledgements. In-order data is acknowledged every
+    /// [`Config::ack_every`] segments, at a message's end (its sender
+    /// waits for that to complete it), and at the latest
+    /// [`Config::ack_delay`] after it came. Acknowledging once per
+    /// receive batch instead let a slowed receiver (smaller batches)
+    /// acknowledge more and so slow itself further.
+    fn note_data_for_ack(&mut self, now: Time, in_line: bool, ends_message: bool) {
+        self.unacked_segments += 1;
+        if !in_line || ends_message || self.unacked_segments >= self.config.ack_every.max(1) {
+            self.ack_due = true;
+        } else if self.ack_deadline.is_none() {
+            self.ack_deadline = Some(now + self.config.ack_delay);
+        }
+    }
+
+    /// An acknowledgement (bare or piggybacked) left: nothing is held.
+    pub(crate) fn ack_sent(&mut self) {
+        self.ack_due = false;
+        self.unacked_segments = 0;
+        self.ack_deadline = None;
     }
 
     /// Unreliable level: a hole waits `reorder_tolerance` for a late
@@ -578,7 +619,10 @@ impl Connection {
     /// most the retransmission timeout itself.
     pub(crate) fn probe_timeout(&self) -> std::time::Duration {
         let rto = self.rtt.rto();
-        (self.rtt.srtt() * 2).max(self.config.min_rto / 10).min(rto)
+        // The peer may hold its acknowledgement up to `ack_delay`.
+        (self.rtt.srtt() * 2 + self.config.ack_delay)
+            .max(self.config.min_rto / 10)
+            .min(rto)
     }
 
     /// Arms (or pushes back) the tail loss probe while data is unacknowledged.

@@ -25,6 +25,7 @@ impl Connection {
                 self.tlp_deadline,
                 self.probe_deadline,
                 self.hole_deadline,
+                self.ack_deadline,
                 Some(self.last_sent + self.config.keepalive_interval),
                 Some(self.last_heard + self.config.dead_peer_timeout),
             ]
@@ -84,6 +85,10 @@ impl Connection {
         if self.hole_deadline.is_some_and(|d| now >= d) {
             self.recv.skip_holes(None);
             self.rearm_hole(now);
+        }
+        if self.ack_deadline.is_some_and(|d| now >= d) {
+            self.ack_due = true;
+            self.ack_deadline = None;
         }
         if now >= self.last_sent + self.config.keepalive_interval {
             self.keepalive_due = true;

@@ -124,7 +124,7 @@ impl Connection {
             }
         }
         if self.ack_due {
-            self.ack_due = false;
+            self.ack_sent();
             self.counters.acks_sent += 1;
             let sack = self.recv.sack(self.sack_room());
             let repr = Repr {
@@ -244,7 +244,7 @@ impl Connection {
         };
         // Piggybacked feedback settles a due ACK unless holes need SACK.
         if !self.recv.has_hole() {
-            self.ack_due = false;
+            self.ack_sent();
         }
         Some(t)
     }

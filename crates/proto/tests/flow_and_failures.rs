@@ -9,8 +9,8 @@ use openvia_proto::Counters;
 use openvia_proto::{
     emit_reject, Config, Connection, Event, FlowMode, LostReason, Reliability, State, Time,
 };
-use openvia_wire::rum::{Body, DataRepr, HeaderRepr, Repr, ViaOp};
-use support::{content, LinkConfig, Rng, Sim};
+use openvia_wire::rum::{Body, Repr};
+use support::{content, data_packet, LinkConfig, Rng, Sim};
 
 fn small_window(mode: FlowMode, reliability: Reliability) -> Config {
     Config {
@@ -262,29 +262,15 @@ fn forged_message_id(reliability: Reliability) -> (Counters, usize) {
     let cid = sim.b().local_conn_id();
     for seq in 0..4u32 {
         let payload = b"forged";
-        let repr = Repr {
-            header: HeaderRepr {
-                conn_id: cid,
-                ack_request: false,
-                seq,
-                ack: 0,
-                consumed: 0,
-                window: 64,
-            },
-            body: Body::Data(DataRepr {
-                msg_id: 0xA163_0000 + seq,
-                offset: 0,
-                total_len: payload.len() as u32,
-                op: ViaOp::Send,
-                immediate: None,
-                mem_handle: 0,
-                remote_addr: 0,
-                payload,
-            }),
-        };
-        let mut buf = vec![0u8; repr.buffer_len()];
-        let n = repr.emit(&mut buf).unwrap();
-        sim.b().handle_datagram(now, &buf[..n]);
+        let dg = data_packet(
+            cid,
+            seq,
+            0xA163_0000 + seq,
+            0,
+            payload.len() as u32,
+            payload,
+        );
+        sim.b().handle_datagram(now, &dg);
     }
     sim.run_until(Duration::from_millis(50), |_| false);
     let forged = sim

@@ -12,7 +12,7 @@ use openvia_proto::{
     ArrivingSegment, Config, Connection, Event, MessageInfo, MessageSink, OutgoingMessage, Payload,
     Piece, Placement, SegmentPlacer, Time, Transmit,
 };
-use openvia_wire::rum::{Body, Repr};
+use openvia_wire::rum::{Body, DataRepr, HeaderRepr, Repr, ViaOp};
 
 /// splitmix64.
 #[derive(Debug, Clone)]
@@ -541,4 +541,41 @@ impl Sim {
             .map(|(_, e)| *e)
             .find(|e| matches!(e, Event::ConnectionLost(_) | Event::PeerDisconnected { .. }))
     }
+}
+
+/// A SEND data packet as a peer would emit it, for tests that hand a
+/// connection datagrams directly: acknowledging nothing (`ack` 0), with
+/// a window of 64.
+pub fn data_packet(
+    conn_id: u64,
+    seq: u32,
+    msg_id: u32,
+    offset: u32,
+    total_len: u32,
+    payload: &[u8],
+) -> Vec<u8> {
+    let repr = Repr {
+        header: HeaderRepr {
+            conn_id,
+            ack_request: false,
+            seq,
+            ack: 0,
+            consumed: 0,
+            window: 64,
+        },
+        body: Body::Data(DataRepr {
+            msg_id,
+            offset,
+            total_len,
+            op: ViaOp::Send,
+            immediate: None,
+            mem_handle: 0,
+            remote_addr: 0,
+            payload,
+        }),
+    };
+    let mut buf = vec![0u8; repr.buffer_len()];
+    let n = repr.emit(&mut buf).expect("room for the packet");
+    buf.truncate(n);
+    buf
 }

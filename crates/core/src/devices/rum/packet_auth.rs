@@ -170,6 +170,29 @@ mod tests {
         );
     }
 
+    /// The sender seals a header and a payload read in place (two parts,
+    /// cut anywhere); the receiver opens one contiguous datagram.
+    #[test]
+    fn a_packet_sealed_in_parts_opens_whole() {
+        let mut a = PacketAuth::new(KEY, 3, 4);
+        let b = PacketAuth::new(KEY, 4, 3);
+        let packet: Vec<u8> = (0..9000u32).map(|i| (i * 7 + 3) as u8).collect();
+        for cut in [0, 1, 37, 64, 1024, 1100, 8999, 9000] {
+            let (head, payload) = packet.split_at(cut);
+            let mut dg = packet.clone();
+            dg.resize(packet.len() + TRAILER_LEN, 0);
+            a.seal(&[head, payload], &mut dg[packet.len()..]);
+            assert_eq!(b.open(&dg), Opened::Packet(&packet[..]), "cut at {cut}");
+            let last = packet.len() - 1;
+            dg[last] ^= 1;
+            assert_eq!(
+                b.open(&dg),
+                Opened::Forged,
+                "cut at {cut}, last byte changed"
+            );
+        }
+    }
+
     #[test]
     fn any_changed_bit_is_refused() {
         let mut a = PacketAuth::new(KEY, 7, 9);

@@ -61,6 +61,9 @@ pub struct RumSettings {
     /// host) must not look like loss: each spurious timeout resends the
     /// whole window. SACK and fast retransmit handle real loss sooner.
     pub min_rto: Duration,
+    /// In-order segments per acknowledgement
+    /// (`openvia_proto::Config::ack_every`).
+    pub ack_every: u32,
     /// Faults injected into every connection's received datagrams.
     pub faults: Option<fault::FaultConfig>,
 }
@@ -149,6 +152,10 @@ impl RumSettings {
                     .unwrap_or(10_000)
                     .clamp(100, 1_000_000),
             ),
+            ack_every: env_num("OPENVIA_UDP_ACK_EVERY")
+                .map_or(openvia_proto::config::DEFAULT_ACK_EVERY, |n| {
+                    n.clamp(1, 1 << 16) as u32
+                }),
             faults: fault::FaultConfig::parse(&env("OPENVIA_UDP_FAULTS").unwrap_or_default())
                 .map_err(ViaError::InvalidParameter)?,
         })
@@ -191,6 +198,7 @@ impl RumSettings {
             authenticated: self.key.is_some(),
             keepalive_interval: keepalive,
             dead_peer_timeout: dead,
+            ack_every: self.ack_every,
             ..timers(self.min_rto)
         }
     }
