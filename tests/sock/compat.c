@@ -4,7 +4,7 @@
  * under viarun (where --stats must say the connection went over shm).
  *
  *   compat MODE   MODE: poll select epoll-lt epoll-et epoll-nested peek
- *                       dup threads sendfile stress reconnect hangup
+ *                       dup threads sendfile splice stress reconnect hangup
  *                       hangup-exit hangup-kill hangup-et wake nonblock
  *
  * Between hosts (tests/sock/hosts.sh): COMPAT_ADDR (IPv4) is where the
@@ -266,14 +266,21 @@ static void both_ways(int fd, uint64_t mine, uint64_t theirs) {
     pthread_join(tr, NULL);
 }
 
-static void sendfile_server(int fd) {
+/* An unlinked temporary file holding `n` bytes of the stream seeded
+ * `seed`, also left in `b`. */
+static int pattern_file(char *b, size_t n, uint64_t seed) {
     char path[] = "/tmp/viarun-compat-XXXXXX";
     int f = mkstemp(path);
     if (f < 0) FAIL("mkstemp");
     unlink(path);
+    for (size_t i = 0; i < n; i++) b[i] = (char)pattern(seed, i);
+    write_all(f, b, n);
+    return f;
+}
+
+static void sendfile_server(int fd) {
     static char b[300000];
-    for (size_t i = 0; i < sizeof b; i++) b[i] = (char)pattern(5, i);
-    write_all(f, b, sizeof b);
+    int f = pattern_file(b, sizeof b, 5);
     off_t off = 1000;
     size_t left = sizeof b - 1000;
     while (left > 0) {
@@ -292,6 +299,86 @@ static void sendfile_client(int fd) {
     read_all(fd, b, sizeof b);
     for (size_t i = 0; i < sizeof b; i++)
         if (b[i] != (char)pattern(5, (i + 1000) % sizeof b)) FAIL("sendfile byte %zu differs", i);
+    ack(fd);
+}
+
+/* splice: a file into the socket through a pipe (file -> pipe ->
+ * socket) and out of it the same way (socket -> pipe -> read), some calls
+ * with SPLICE_F_NONBLOCK; every byte checked. Under viarun the kernel
+ * socket carries doorbells, not the data: a splice the library did not
+ * take over would move those. */
+static void splice_server(int fd) {
+    static char b[300000];
+    int f = pattern_file(b, sizeof b, 6);
+    int p[2];
+    if (pipe(p)) FAIL("pipe");
+    /* Plain writes around the spliced stream, so that the connection is
+     * carried (and its kernel socket holds doorbells) while it splices. */
+    write_all(fd, "head", 4);
+    loff_t off = 0;
+    size_t left = sizeof b;
+    unsigned k = 0;
+    while (left > 0) {
+        if (k % 4 == 3) {
+            /* Now and then a plain write in the middle of the stream:
+             * the reader's splices must see it in its place. */
+            size_t n = left < 7000 ? left : 7000;
+            write_all(fd, b + off, n);
+            off += (loff_t)n;
+            left -= n;
+            k++;
+            continue;
+        }
+        ssize_t in = splice(f, &off, p[1], NULL, left < 50000 ? left : 50000, SPLICE_F_MOVE);
+        if (in <= 0) FAIL("splice from the file: %s", strerror(errno));
+        size_t queued = (size_t)in;
+        while (queued > 0) {
+            ssize_t out = splice(p[0], NULL, fd, NULL, queued, (k++ & 1) ? SPLICE_F_NONBLOCK : 0);
+            if (out < 0 && errno == EAGAIN) {
+                struct pollfd w = {.fd = fd, .events = POLLOUT};
+                poll(&w, 1, 1000);
+                continue;
+            }
+            if (out <= 0) FAIL("splice into the socket: %s", strerror(errno));
+            queued -= (size_t)out;
+            left -= (size_t)out;
+        }
+    }
+    write_all(fd, "tail", 4);
+    errno = 0;
+    if (splice(p[0], NULL, fd, NULL, 100, SPLICE_F_NONBLOCK) != -1 || errno != EAGAIN)
+        FAIL("splice from an empty pipe, nonblocking: %s", strerror(errno));
+    loff_t zero = 0;
+    write_all(p[1], "x", 1);
+    if (splice(p[0], &zero, fd, NULL, 1, 0) != -1 || errno != ESPIPE)
+        FAIL("splice from a pipe with an offset: %s", strerror(errno));
+    if (splice(p[0], NULL, fd, &zero, 1, 0) != -1 || errno != EINVAL)
+        FAIL("splice to a socket with an offset: %s", strerror(errno));
+    close(p[0]);
+    close(p[1]);
+    close(f);
+    await_ack(fd);
+}
+static void splice_client(int fd) {
+    int p[2];
+    if (pipe(p)) FAIL("pipe");
+    static char b[300000];
+    char word[4];
+    read_all(fd, word, 4);
+    if (memcmp(word, "head", 4)) FAIL("bytes before the spliced ones differ");
+    size_t got = 0;
+    while (got < sizeof b) {
+        ssize_t in = splice(fd, NULL, p[1], NULL, sizeof b - got, 0);
+        if (in <= 0) FAIL("splice out of the socket: %s", in ? strerror(errno) : "EOF");
+        read_all(p[0], b + got, (size_t)in);
+        got += (size_t)in;
+    }
+    for (size_t i = 0; i < sizeof b; i++)
+        if (b[i] != (char)pattern(6, i)) FAIL("splice byte %zu differs", i);
+    read_all(fd, word, 4);
+    if (memcmp(word, "tail", 4)) FAIL("bytes after the spliced ones differ");
+    close(p[0]);
+    close(p[1]);
     ack(fd);
 }
 
@@ -520,6 +607,7 @@ int main(int argc, char **argv) {
         else if (strcmp(mode, "dup") == 0) echo_client(fd);
         else if (strcmp(mode, "threads") == 0) both_ways(fd, 11, 12);
         else if (strcmp(mode, "sendfile") == 0) sendfile_client(fd);
+        else if (strcmp(mode, "splice") == 0) splice_client(fd);
         else readiness_client(fd);
         close(fd);
         return 0;
@@ -539,6 +627,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "nonblock") == 0) nonblock_server(fd);
     else if (strcmp(mode, "threads") == 0) both_ways(fd, 12, 11);
     else if (strcmp(mode, "sendfile") == 0) sendfile_server(fd);
+    else if (strcmp(mode, "splice") == 0) splice_server(fd);
     else if (!strcmp(mode, "poll") || !strcmp(mode, "select") || !strncmp(mode, "epoll-", 6)) readiness_server(fd);
     else FAIL("unknown mode");
     close(fd);

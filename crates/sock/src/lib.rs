@@ -27,6 +27,7 @@ mod real;
 mod region;
 mod remote;
 mod rendezvous;
+mod splice;
 mod stats;
 
 use libc::{c_int, c_void, iovec, msghdr, size_t, sockaddr, socklen_t, ssize_t};

@@ -43,6 +43,14 @@ pub struct Real {
     pub fcntl64: unsafe extern "C" fn(c_int, c_int, libc::c_ulong) -> c_int,
     pub ioctl: unsafe extern "C" fn(c_int, libc::c_ulong, *mut c_void) -> c_int,
     pub sendfile: unsafe extern "C" fn(c_int, c_int, *mut libc::off_t, size_t) -> ssize_t,
+    pub splice: unsafe extern "C" fn(
+        c_int,
+        *mut libc::loff_t,
+        c_int,
+        *mut libc::loff_t,
+        size_t,
+        libc::c_uint,
+    ) -> ssize_t,
 }
 
 fn sym<T: Copy>(name: &std::ffi::CStr) -> T {
@@ -83,5 +91,6 @@ pub fn real() -> &'static Real {
         fcntl64: sym(c"fcntl64"),
         ioctl: sym(c"ioctl"),
         sendfile: sym(c"sendfile"),
+        splice: sym(c"splice"),
     })
 }
