@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::carried::Carried;
 use crate::control::{Control, Side};
+use crate::inherit::Inherit;
 use crate::link::{HandshakeEnd, Link, Medium};
 use crate::netlink::NetLink;
 use crate::real::real;
@@ -58,11 +59,14 @@ pub enum Setup {
         offer: remote::Offer,
         dst: String,
     },
-    /// Both ends said yes; the VI is made on first use.
+    /// Both ends said yes; the VI is made on first use. `inherit`: the
+    /// record that hands an accepted connection to a program this one
+    /// execs before using it (module `inherit`).
     Agreed {
         side: Side,
         token: u64,
         control: Arc<Control>,
+        inherit: Option<Arc<Inherit>>,
     },
     /// Both ends said yes between hosts (the connector knows the
     /// acceptor's network address); the VI is made on first use.
@@ -70,6 +74,7 @@ pub enum Setup {
         side: Side,
         token: u64,
         peer_host: Vec<u8>,
+        inherit: Option<Arc<Inherit>>,
     },
     Via(Arc<dyn Carried>),
     Kernel,
@@ -233,6 +238,7 @@ fn settle(fd: RawFd) -> Route {
                                 side: Side::Connector,
                                 token,
                                 control: Arc::new(control),
+                                inherit: None,
                             },
                             // Both committed; without the page we cannot follow.
                             None => Setup::Broken,
@@ -245,9 +251,19 @@ fn settle(fd: RawFd) -> Route {
                 }
             }
             Setup::Agreed {
+                inherit: Some(i), ..
+            }
+            | Setup::AgreedNet {
+                inherit: Some(i), ..
+            } if !i.claim() => {
+                // A process this one forked used it first.
+                return Route::Fail(libc::EIO);
+            }
+            Setup::Agreed {
                 side,
                 token,
                 control,
+                ..
             } => match Link::handshake(fd, *side, *token, control.clone()) {
                 Ok(link) => Setup::Via(Arc::new(link)),
                 Err(HandshakeEnd::PeerNeverCame) => Setup::Kernel,
@@ -262,6 +278,7 @@ fn settle(fd: RawFd) -> Route {
                             side: Side::Connector,
                             token: yes.token,
                             peer_host: yes.host().to_vec(),
+                            inherit: None,
                         }
                     }
                     None => {
@@ -274,6 +291,7 @@ fn settle(fd: RawFd) -> Route {
                 side,
                 token,
                 peer_host,
+                ..
             } => {
                 let host = matches!(side, Side::Connector).then_some(&peer_host[..]);
                 match NetLink::handshake(fd, *side, *token, host) {

@@ -18,6 +18,7 @@
 mod carried;
 mod conn;
 mod control;
+mod inherit;
 mod kernel;
 mod link;
 mod netlink;
@@ -534,6 +535,7 @@ fn accepted_from_afar(reg: &remote::Registry, fd: c_int, peer: &libc::sockaddr_s
                     side: control::Side::Acceptor,
                     token,
                     peer_host: Vec::new(),
+                    inherit: inherit::Inherit::offer(fd, control::Side::Acceptor, token, None, &[]),
                 },
             );
             stats::record(link::device_short_name(link::Medium::Network), key);
@@ -590,6 +592,9 @@ fn accepted_here(
             page_fd
         })
     });
+    let inherit = answer.and_then(|token| {
+        inherit::Inherit::offer(fd, control::Side::Acceptor, token, page_fd, &[])
+    });
     if let Some(memfd) = page_fd {
         // SAFETY: the page's descriptor: mapped and handed on, ours to close.
         unsafe { (real().close)(memfd) };
@@ -602,6 +607,7 @@ fn accepted_here(
                     side: control::Side::Acceptor,
                     token,
                     control: std::sync::Arc::new(control),
+                    inherit,
                 },
             );
             stats::record(link::device_short_name(link::Medium::Local), key);
@@ -738,6 +744,8 @@ extern "C" fn at_exit() {
 
 extern "C" fn init() {
     process::init();
+    // An accepted connection handed over by the exec that started us.
+    let _ = catch_unwind(inherit::take_up);
     // SAFETY: registering a plain extern "C" function.
     unsafe { libc::atexit(at_exit) };
 }

@@ -1,0 +1,347 @@
+//! Accepted connections handed to a new program by exec before first use.
+//!
+//! An accepted connection both ends agreed to carry is handshaken by
+//! whichever process uses it first. A server that accepts and then execs
+//! a handler (inetd, tcpserver, sshd's re-exec) gives the socket to a new
+//! program whose library knows nothing of the agreement, while the peer
+//! waits for the VI. So while such a connection is agreed and unused, a
+//! small memfd holding a [`Record`] (and, on one host, a copy of the
+//! control page's memfd) stays open across exec. The library's
+//! constructor in the new program finds the records among its
+//! descriptors and takes the connections up again, under every
+//! descriptor that names the socket (found by inode, so `dup2` onto
+//! stdin and stdout before the exec is followed).
+//!
+//! The record is shared memory: the first process to use the connection
+//! marks it used, so a forked sibling that execs later does not take it
+//! up a second time. Once used, a connection is not handed over by exec
+//! (docs/sockets.md).
+
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use crate::conn::{self, Setup};
+use crate::control::{Control, Side};
+use crate::real::real;
+
+const MAGIC: u64 = u64::from_le_bytes(*b"viarunI1");
+const RECORD_NAME: &std::ffi::CStr = c"viarun-inherit";
+const HOST_MAX: usize = 64;
+
+/// What a new program needs to take an agreed connection up.
+#[repr(C)]
+struct Record {
+    magic: u64,
+    /// Nonzero once a process used the connection.
+    used: AtomicU32,
+    /// 0: connector, 1: acceptor.
+    side: u32,
+    token: u64,
+    socket_inode: u64,
+    /// The control page's memfd and its inode; -1 and 0 between hosts.
+    control_fd: i32,
+    host_len: u32,
+    control_inode: u64,
+    /// The peer's network address between hosts (the connector's only).
+    host: [u8; HOST_MAX],
+}
+
+/// This process's hold on a record: the memfd, its mapping, and the
+/// control page's memfd (one host). Dropped when the connection settles
+/// or its last descriptor closes: the descriptors are closed then.
+pub struct Inherit {
+    record_fd: RawFd,
+    record: *mut Record,
+    control_fd: Option<RawFd>,
+}
+
+// SAFETY: the record is reached only through its atomic `used` word after
+// it is written, and the descriptors are plain integers.
+unsafe impl Send for Inherit {}
+// SAFETY: as above.
+unsafe impl Sync for Inherit {}
+
+impl Inherit {
+    /// A record for the agreed connection on `socket`: `control`, the
+    /// control page's memfd on one host (copied; the caller keeps its
+    /// own), or `host` between hosts. `None` if a memfd cannot be made
+    /// (the connection then works, but not across exec).
+    pub fn offer(
+        socket: RawFd,
+        side: Side,
+        token: u64,
+        control: Option<RawFd>,
+        host: &[u8],
+    ) -> Option<Arc<Inherit>> {
+        let socket_inode = inode(socket)?;
+        if host.len() > HOST_MAX {
+            return None;
+        }
+        // SAFETY: a NUL-terminated name; no CLOEXEC: it must outlive exec.
+        let record_fd = unsafe { libc::memfd_create(RECORD_NAME.as_ptr(), 0) };
+        if record_fd < 0 {
+            return None;
+        }
+        let mut held = Inherit {
+            record_fd,
+            record: std::ptr::null_mut(),
+            control_fd: None,
+        };
+        let len = std::mem::size_of::<Record>();
+        // SAFETY: sizing the memfd just made.
+        if unsafe { libc::ftruncate(record_fd, len as libc::off_t) } != 0 {
+            return None;
+        }
+        held.record = map(record_fd)?;
+        let (control_fd, control_inode) = match control {
+            Some(c) => {
+                // SAFETY: dup of a descriptor the caller holds; the copy is
+                // not close-on-exec, as the record's.
+                let d = unsafe { libc::dup(c) };
+                if d < 0 {
+                    return None;
+                }
+                held.control_fd = Some(d);
+                (d, inode(d)?)
+            }
+            None => (-1, 0),
+        };
+        let mut h = [0u8; HOST_MAX];
+        h[..host.len()].copy_from_slice(host);
+        // SAFETY: the mapping is ours, as large as a Record, not yet seen
+        // by any other process.
+        unsafe {
+            held.record.write(Record {
+                magic: MAGIC,
+                used: AtomicU32::new(0),
+                side: matches!(side, Side::Acceptor) as u32,
+                token,
+                socket_inode,
+                control_fd,
+                host_len: host.len() as u32,
+                control_inode,
+                host: h,
+            })
+        };
+        Some(Arc::new(held))
+    }
+
+    /// Claims the connection for this process (before its handshake);
+    /// false if another process already did.
+    pub fn claim(&self) -> bool {
+        self.record().used.swap(1, Ordering::AcqRel) == 0
+    }
+
+    fn record(&self) -> &Record {
+        // SAFETY: mapped for our lifetime; written before it was shared.
+        unsafe { &*self.record }
+    }
+}
+
+impl Drop for Inherit {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping and descriptors, used by nothing else in
+        // this process once the last holder lets go.
+        unsafe {
+            if !self.record.is_null() {
+                libc::munmap(self.record.cast(), std::mem::size_of::<Record>());
+            }
+            (real().close)(self.record_fd);
+            if let Some(c) = self.control_fd {
+                (real().close)(c);
+            }
+        }
+    }
+}
+
+fn map(fd: RawFd) -> Option<*mut Record> {
+    // SAFETY: a shared mapping of a memfd at least a Record long (checked
+    // by the callers), owned by the Inherit that holds `fd`.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            std::mem::size_of::<Record>(),
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    (p != libc::MAP_FAILED).then_some(p.cast())
+}
+
+fn inode(fd: RawFd) -> Option<u64> {
+    // SAFETY: fstat into our own zeroed struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some(st.st_ino)
+}
+
+/// What `/proc/self/fd/N` links to.
+fn link_of(fd: RawFd) -> Option<String> {
+    std::fs::read_link(format!("/proc/self/fd/{fd}"))
+        .ok()
+        .map(|p| p.to_string_lossy().into_owned())
+}
+
+/// From the library's constructor: takes up every agreed, unused
+/// connection a record among this process's descriptors names.
+pub fn take_up() {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let fds: Vec<RawFd> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    let mut sockets: Vec<(RawFd, u64)> = Vec::new();
+    let mut records = Vec::new();
+    for &fd in &fds {
+        match link_of(fd) {
+            Some(l) if l.starts_with("socket:[") => {
+                let ino = l
+                    .strip_prefix("socket:[")
+                    .and_then(|r| r.strip_suffix(']'))
+                    .and_then(|n| n.parse().ok());
+                if let Some(ino) = ino {
+                    sockets.push((fd, ino));
+                }
+            }
+            Some(l) if l.starts_with("/memfd:viarun-inherit") => records.push(fd),
+            _ => {}
+        }
+    }
+    for record_fd in records {
+        take_up_one(record_fd, &sockets);
+    }
+}
+
+fn take_up_one(record_fd: RawFd, sockets: &[(RawFd, u64)]) {
+    // SAFETY: fstat into our own zeroed struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(record_fd, &mut st) } != 0
+        || st.st_size != std::mem::size_of::<Record>() as libc::off_t
+    {
+        return;
+    }
+    let Some(record) = map(record_fd) else { return };
+    let held = Inherit {
+        record_fd,
+        record,
+        control_fd: None,
+    };
+    let r = held.record();
+    if r.magic != MAGIC || r.used.load(Ordering::Acquire) != 0 {
+        // Not for us (or used elsewhere): let it go with this process's
+        // copy of its descriptor.
+        return;
+    }
+    let on: Vec<RawFd> = sockets
+        .iter()
+        .filter(|(fd, ino)| *ino == r.socket_inode && (*fd as usize) < conn::MAX_FD)
+        .map(|(fd, _)| *fd)
+        .collect();
+    let Some(&first) = on.first() else { return };
+    let side = if r.side == 1 {
+        Side::Acceptor
+    } else {
+        Side::Connector
+    };
+    let token = r.token;
+    let host = r.host[..(r.host_len as usize).min(HOST_MAX)].to_vec();
+    let control_fd = r.control_fd;
+    let control_inode = r.control_inode;
+    let mut held = held;
+    let setup = if control_fd >= 0 {
+        let ours = link_of(control_fd).is_some_and(|l| l.starts_with("/memfd:viarun-control"))
+            && inode(control_fd) == Some(control_inode);
+        if !ours {
+            return; // the number is the program's now: left alone
+        }
+        held.control_fd = Some(control_fd);
+        let Some(control) = Control::map(control_fd) else {
+            return;
+        };
+        Setup::Agreed {
+            side,
+            token,
+            control: Arc::new(control),
+            inherit: Some(Arc::new(held)),
+        }
+    } else {
+        Setup::AgreedNet {
+            side,
+            token,
+            peer_host: host,
+            inherit: Some(Arc::new(held)),
+        }
+    };
+    conn::insert(first, setup);
+    for &fd in &on[1..] {
+        conn::alias(first, fd);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn socket_pair() -> [RawFd; 2] {
+        let mut sv = [0; 2];
+        // SAFETY: socketpair fills two ints of ours.
+        assert_eq!(
+            unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, sv.as_mut_ptr()) },
+            0
+        );
+        sv
+    }
+
+    /// What a new program's constructor gets: its own copy of the record.
+    fn copy_of(rec: &Inherit) -> RawFd {
+        // SAFETY: dup of the record's descriptor.
+        unsafe { libc::dup(rec.record_fd) }
+    }
+
+    #[test]
+    fn a_record_is_taken_up_under_every_descriptor_of_its_socket_until_claimed() {
+        let sv = socket_pair();
+        // SAFETY: dup of our socket.
+        let other = unsafe { libc::dup(sv[0]) };
+        let ino = inode(sv[0]).unwrap();
+        let rec = Inherit::offer(sv[0], Side::Acceptor, 42, None, b"\x0a\0\0\x02").unwrap();
+        let sockets = [(sv[0], ino), (other, ino), (sv[1], inode(sv[1]).unwrap())];
+        take_up_one(copy_of(&rec), &sockets);
+        assert!(conn::lookup(sv[0]).is_some() && conn::lookup(other).is_some());
+        assert!(conn::lookup(sv[1]).is_none(), "the pair's other end is another socket");
+        conn::forget(sv[0]);
+        conn::forget(other);
+        // Used by some process: a later exec leaves it alone.
+        assert!(rec.claim());
+        assert!(!rec.claim());
+        take_up_one(copy_of(&rec), &sockets);
+        assert!(conn::lookup(sv[0]).is_none());
+        drop(rec);
+        for fd in [sv[0], sv[1], other] {
+            // SAFETY: closing our sockets.
+            unsafe { libc::close(fd) };
+        }
+    }
+
+    #[test]
+    fn a_descriptor_that_is_not_a_record_is_left_alone() {
+        let sv = socket_pair();
+        // A memfd of the right size but without the magic.
+        // SAFETY: memfd_create with a NUL-terminated name.
+        let fd = unsafe { libc::memfd_create(c"viarun-inherit".as_ptr(), 0) };
+        // SAFETY: sizing our memfd.
+        assert_eq!(
+            unsafe { libc::ftruncate(fd, std::mem::size_of::<Record>() as libc::off_t) },
+            0
+        );
+        take_up_one(fd, &[(sv[0], inode(sv[0]).unwrap())]);
+        assert!(conn::lookup(sv[0]).is_none());
+        for fd in sv {
+            // SAFETY: closing our sockets.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
