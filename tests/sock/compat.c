@@ -181,14 +181,24 @@ static void peek_client(int fd) {
     if (writev(fd, v, 3) != 6) FAIL("writev");
     await_ack(fd);
 }
+/* FIONREAD: bytes unread on the socket (the data's, not doorbells). */
+static int unread(int fd) {
+    int n = -1;
+    if (ioctl(fd, FIONREAD, &n)) FAIL("FIONREAD: %s", strerror(errno));
+    return n;
+}
 static void peek_server(int fd) {
     char b[3000];
     if (recv(fd, b, 5, MSG_PEEK) != 5 || memcmp(b, "hello", 5)) FAIL("MSG_PEEK 5");
     if (recv(fd, b, 100, MSG_PEEK) < 5 || memcmp(b, "hello", 5)) FAIL("MSG_PEEK again");
+    /* One write arrived whole (the peek of 100 saw it): all of it counts. */
+    if (unread(fd) != 11) FAIL("FIONREAD after the peek: %d, not 11", unread(fd));
     if (read(fd, b, 5) != 5 || memcmp(b, "hello", 5)) FAIL("read after peek");
+    if (unread(fd) != 6) FAIL("FIONREAD after reading 5: %d, not 6", unread(fd));
     ssize_t k = recv(fd, b, 100, MSG_PEEK);
     if (k != 6 || memcmp(b, " world", 6)) FAIL("peek of the rest: %zd", k);
     read_all(fd, b, 6);
+    if (unread(fd) != 0) FAIL("FIONREAD with everything read: %d", unread(fd));
     if (recv(fd, b, 1, MSG_DONTWAIT) != -1 || errno != EAGAIN) FAIL("MSG_DONTWAIT on empty");
     ack(fd);
     if (recv(fd, b, 3000, MSG_WAITALL) != 3000) FAIL("MSG_WAITALL short");

@@ -48,6 +48,11 @@ pub trait Carried: Send + Sync {
     fn set_nonblocking(&self, on: bool);
     /// The process that made the link (only it may use it).
     fn owner_pid(&self) -> u32;
+    /// Bytes a read would get now without waiting, as FIONREAD asks: at
+    /// least one if anything arrived (a lower bound where only the next
+    /// message is looked at); 0 when nothing did, or another thread is
+    /// reading.
+    fn unread(&self) -> usize;
 }
 
 /// Copies from `src` into the program's buffers `out` at the cursor

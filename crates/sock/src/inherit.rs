@@ -98,7 +98,7 @@ impl Inherit {
             Some(c) => {
                 // SAFETY: dup of a descriptor the caller holds; the copy is
                 // not close-on-exec, as the record's.
-                let d = unsafe { libc::dup(c) };
+                let d = unsafe { (real().dup)(c) };
                 if d < 0 {
                     return None;
                 }
@@ -311,7 +311,10 @@ mod tests {
         let sockets = [(sv[0], ino), (other, ino), (sv[1], inode(sv[1]).unwrap())];
         take_up_one(copy_of(&rec), &sockets);
         assert!(conn::lookup(sv[0]).is_some() && conn::lookup(other).is_some());
-        assert!(conn::lookup(sv[1]).is_none(), "the pair's other end is another socket");
+        assert!(
+            conn::lookup(sv[1]).is_none(),
+            "the pair's other end is another socket"
+        );
         conn::forget(sv[0]);
         conn::forget(other);
         // Used by some process: a later exec leaves it alone.

@@ -470,6 +470,20 @@ pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> c
 #[no_mangle]
 pub unsafe extern "C" fn ioctl(fd: c_int, request: libc::c_ulong, arg: *mut c_void) -> c_int {
     guarded(-1, || {
+        if request == libc::FIONREAD && !arg.is_null() {
+            // The kernel socket holds doorbells, not the data.
+            match conn::route(fd) {
+                Route::Kernel => {}
+                Route::Via(link) => {
+                    *(arg as *mut c_int) = link.unread().min(c_int::MAX as usize) as c_int;
+                    return 0;
+                }
+                Route::Fail(e) => {
+                    set_errno(e);
+                    return -1;
+                }
+            }
+        }
         let r = (real().ioctl)(fd, request, arg);
         if r == 0 && request == libc::FIONBIO && !arg.is_null() {
             if let Some(link) = conn::carried(fd) {

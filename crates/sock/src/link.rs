@@ -566,6 +566,9 @@ impl crate::carried::Carried for Link {
     fn owner_pid(&self) -> u32 {
         self.owner_pid
     }
+    fn unread(&self) -> usize {
+        Link::unread(self)
+    }
 }
 
 impl Drop for Link {

@@ -207,11 +207,14 @@ fn nap(vi: &Vi, tcp: RawFd, events: libc::c_short, limit: Duration) {
     unsafe { libc::ppoll(p.as_mut_ptr(), 2, &ts, std::ptr::null()) };
 }
 
-/// Bytes waiting in the kernel socket.
+/// Bytes waiting in the kernel socket (its doorbells): the C library's
+/// ioctl, not this library's, which answers FIONREAD with the data.
 fn bytes_in(fd: RawFd) -> usize {
     let mut n: libc::c_int = 0;
     // SAFETY: FIONREAD writes one int.
-    let r = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) };
+    let r = unsafe {
+        (crate::real::real().ioctl)(fd, libc::FIONREAD, (&mut n as *mut libc::c_int).cast())
+    };
     if r == 0 {
         n.max(0) as usize
     } else {
@@ -542,6 +545,11 @@ impl crate::carried::Carried for NetLink {
     }
     fn owner_pid(&self) -> u32 {
         self.owner_pid
+    }
+    fn unread(&self) -> usize {
+        let mut st = lock(&self.state);
+        self.pump(&mut st);
+        st.arrived.iter().map(|a| a.len).sum::<usize>() - st.taken
     }
 }
 

@@ -300,6 +300,23 @@ impl Link {
     /// A completed receive as (place in the data ring, length, 0), its
     /// receive posted again; None if it failed or names bytes outside the
     /// ring.
+    /// FIONREAD: the rest of the message being read, or of the next one
+    /// arrived (taken off the VI for the next read).
+    pub fn unread(&self) -> usize {
+        let Ok(mut rx) = reader_turn(&self.rx, || true) else {
+            return 0;
+        };
+        if rx.current.is_none() {
+            if let Ok(d) = self.vi.recv_done() {
+                // A flushed receive is no message; the next read finds the
+                // VI broken and asks the kernel.
+                rx.current = self.completed(d);
+            }
+        }
+        rx.current
+            .map_or(0, |(_, len, taken)| len.saturating_sub(taken))
+    }
+
     fn completed(&self, d: DescPtr) -> Option<(usize, usize, usize)> {
         let st = d.status();
         let j = self.recv_slot_of(d);
