@@ -4,7 +4,8 @@
  * under viarun (where --stats must say the connection went over shm).
  *
  *   compat MODE   MODE: poll select epoll-lt epoll-et epoll-nested peek
- *                       dup threads sendfile splice exec stress reconnect hangup
+ *                       dup threads sendfile splice exec exec-connect
+ *                       stress reconnect hangup
  *                       hangup-exit hangup-kill hangup-et wake nonblock
  *
  * Between hosts (tests/sock/hosts.sh): COMPAT_ADDR (IPv4) is where the
@@ -392,37 +393,40 @@ static void splice_client(int fd) {
     ack(fd);
 }
 
-/* exec: the acceptor forks a handler that puts the connection on its
- * stdin and stdout (dup2), closes the original and execs a new program
- * (this one, mode exec-handler) before anything used the connection, as
- * inetd and tcpserver do; the handler echoes what the client sends.
- * Under viarun the new program must carry on the connection both ends
- * agreed on (the client waits for its VI). */
+/* exec: a process hands the connection, not yet used, to a new program
+ * (this one again) on its stdin and stdout: dup2, close, exec. `exec`:
+ * the acceptor's forked handler does it, as inetd and tcpserver do, and
+ * the new program echoes what the client sends. `exec-connect`: the
+ * dialing child does it right after connect, as `nc -e` does, and the
+ * new program sends and checks the echo. Under viarun the new program
+ * must carry on the connection both ends agreed on: the peer waits for
+ * its VI. */
 #define EXEC_BYTES 200000
-static int exec_handler(void) {
+static void echo_bytes(int in, int out) {
     static char b[EXEC_BYTES];
-    read_all(0, b, sizeof b);
-    write_all(1, b, sizeof b);
-    return 0;
+    read_all(in, b, sizeof b);
+    write_all(out, b, sizeof b);
+}
+static void check_echo(int in, int out) {
+    static char b[EXEC_BYTES], back[EXEC_BYTES];
+    for (size_t i = 0; i < sizeof b; i++) b[i] = (char)pattern(8, i);
+    write_all(out, b, sizeof b);
+    read_all(in, back, sizeof back);
+    if (memcmp(b, back, sizeof b)) FAIL("echo through the exec'd program differs");
+}
+/* Puts `fd` on stdin and stdout and becomes `compat NEXT`. */
+static void exec_on(int fd, const char *next) {
+    if (dup2(fd, 0) != 0 || dup2(fd, 1) != 1) FAIL("dup2");
+    close(fd);
+    execl("/proc/self/exe", "compat", next, (char *)NULL);
+    FAIL("exec: %s", strerror(errno));
 }
 static void exec_server(int fd) {
     pid_t h = fork();
     if (h < 0) FAIL("fork");
-    if (h == 0) {
-        if (dup2(fd, 0) != 0 || dup2(fd, 1) != 1) FAIL("dup2");
-        close(fd);
-        execl("/proc/self/exe", "compat", "exec-handler", (char *)NULL);
-        FAIL("exec: %s", strerror(errno));
-    }
+    if (h == 0) exec_on(fd, "exec-handler");
     int st;
     if (waitpid(h, &st, 0) != h || !WIFEXITED(st) || WEXITSTATUS(st)) FAIL("handler failed");
-}
-static void exec_client(int fd) {
-    static char b[EXEC_BYTES], back[EXEC_BYTES];
-    for (size_t i = 0; i < sizeof b; i++) b[i] = (char)pattern(8, i);
-    write_all(fd, b, sizeof b);
-    read_all(fd, back, sizeof back);
-    if (memcmp(b, back, sizeof b)) FAIL("echo through the exec'd handler differs");
 }
 
 /* Across fork: clients fork before they connect; the server forks a
@@ -621,7 +625,8 @@ int main(int argc, char **argv) {
     if (argc != 2) { fprintf(stderr, "usage: compat MODE\n"); return 2; }
     mode = argv[1];
     alarm(60);
-    if (strcmp(mode, "exec-handler") == 0) return exec_handler();
+    if (strcmp(mode, "exec-handler") == 0) { echo_bytes(0, 1); return 0; }
+    if (strcmp(mode, "exec-dialer") == 0) { check_echo(0, 1); return 0; }
     int lfd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     const char *addr = getenv("COMPAT_ADDR");
@@ -652,7 +657,8 @@ int main(int argc, char **argv) {
         else if (strcmp(mode, "threads") == 0) both_ways(fd, 11, 12);
         else if (strcmp(mode, "sendfile") == 0) sendfile_client(fd);
         else if (strcmp(mode, "splice") == 0) splice_client(fd);
-        else if (strcmp(mode, "exec") == 0) exec_client(fd);
+        else if (strcmp(mode, "exec") == 0) check_echo(fd, fd);
+        else if (strcmp(mode, "exec-connect") == 0) exec_on(fd, "exec-dialer");
         else readiness_client(fd);
         close(fd);
         return 0;
@@ -674,6 +680,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "sendfile") == 0) sendfile_server(fd);
     else if (strcmp(mode, "splice") == 0) splice_server(fd);
     else if (strcmp(mode, "exec") == 0) exec_server(fd);
+    else if (strcmp(mode, "exec-connect") == 0) echo_bytes(fd, fd);
     else if (!strcmp(mode, "poll") || !strcmp(mode, "select") || !strncmp(mode, "epoll-", 6)) readiness_server(fd);
     else FAIL("unknown mode");
     close(fd);

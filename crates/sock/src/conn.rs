@@ -53,11 +53,13 @@ pub enum Setup {
         listener: RawFd,
         dst_port: u16,
         dst: String,
+        inherit: Option<Arc<Inherit>>,
     },
     /// Connector to another host: the acceptor's decision comes here.
     AwaitNet {
         offer: remote::Offer,
         dst: String,
+        inherit: Option<Arc<Inherit>>,
     },
     /// Both ends said yes; the VI is made on first use. `inherit`: the
     /// record that hands an accepted connection to a program this one
@@ -218,10 +220,26 @@ fn settle(fd: RawFd) -> Route {
                 // Carried by the parent before a fork: not usable here.
                 return Route::Fail(libc::EIO);
             }
+            Setup::Agreed {
+                inherit: Some(i), ..
+            }
+            | Setup::AgreedNet {
+                inherit: Some(i), ..
+            }
+            | Setup::AwaitAnswer {
+                inherit: Some(i), ..
+            }
+            | Setup::AwaitNet {
+                inherit: Some(i), ..
+            } if !i.claim() => {
+                // A process this one forked used it first.
+                return Route::Fail(libc::EIO);
+            }
             Setup::AwaitAnswer {
                 listener,
                 dst_port,
                 dst,
+                ..
             } => {
                 let answer = rendezvous::await_answer(*listener, *dst_port, fd);
                 // SAFETY: closing the answer socket we opened.
@@ -251,15 +269,6 @@ fn settle(fd: RawFd) -> Route {
                 }
             }
             Setup::Agreed {
-                inherit: Some(i), ..
-            }
-            | Setup::AgreedNet {
-                inherit: Some(i), ..
-            } if !i.claim() => {
-                // A process this one forked used it first.
-                return Route::Fail(libc::EIO);
-            }
-            Setup::Agreed {
                 side,
                 token,
                 control,
@@ -269,7 +278,7 @@ fn settle(fd: RawFd) -> Route {
                 Err(HandshakeEnd::PeerNeverCame) => Setup::Kernel,
                 Err(HandshakeEnd::Broken) => Setup::Broken,
             },
-            Setup::AwaitNet { offer, dst } => {
+            Setup::AwaitNet { offer, dst, .. } => {
                 let key = stats::key_of(fd, Some(dst.clone()));
                 match offer.decision(fd) {
                     Some(yes) => {

@@ -1,50 +1,88 @@
-//! Accepted connections handed to a new program by exec before first use.
+//! Connections handed to a new program by exec before their first use.
 //!
-//! An accepted connection both ends agreed to carry is handshaken by
-//! whichever process uses it first. A server that accepts and then execs
-//! a handler (inetd, tcpserver, sshd's re-exec) gives the socket to a new
-//! program whose library knows nothing of the agreement, while the peer
-//! waits for the VI. So while such a connection is agreed and unused, a
-//! small memfd holding a [`Record`] (and, on one host, a copy of the
-//! control page's memfd) stays open across exec. The library's
-//! constructor in the new program finds the records among its
-//! descriptors and takes the connections up again, under every
-//! descriptor that names the socket (found by inode, so `dup2` onto
-//! stdin and stdout before the exec is followed).
+//! A connection is settled (the acceptor's answer awaited, the VI made)
+//! by whichever process uses it first. A server that accepts and then
+//! execs a handler (inetd, tcpserver, sshd's re-exec), or a client that
+//! connects and then execs a program on the socket (`nc -e`), gives the
+//! socket to a new program whose library knows nothing of it, while the
+//! peer waits for the VI. So while a connection is not yet used, a small
+//! memfd holding a [`Record`] and a copy of the one descriptor its state
+//! needs (the control page's memfd, the Unix socket the acceptor's answer
+//! comes to, or the UDP socket of the offer between hosts) stay open
+//! across exec. The library's constructor in the new program finds the
+//! records among its descriptors and takes the connections up again,
+//! under every descriptor that names the socket (found by inode, so
+//! `dup2` onto stdin and stdout before the exec is followed).
 //!
 //! The record is shared memory: the first process to use the connection
-//! marks it used, so a forked sibling that execs later does not take it
-//! up a second time. Once used, a connection is not handed over by exec
-//! (docs/sockets.md).
+//! marks it used, so a forked sibling that uses it or execs later does
+//! not take it up a second time. Once used, a connection is not handed
+//! over by exec (docs/sockets.md).
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
+use std::os::fd::FromRawFd;
+
 use crate::conn::{self, Setup};
 use crate::control::{Control, Side};
 use crate::real::real;
+use crate::remote;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"viarunI1");
 const RECORD_NAME: &std::ffi::CStr = c"viarun-inherit";
 const HOST_MAX: usize = 64;
 
-/// What a new program needs to take an agreed connection up.
+/// What state a record takes a connection up in (`Record::kind`).
+const AGREED: u32 = 1;
+const AGREED_NET: u32 = 2;
+const AWAIT_ANSWER: u32 = 3;
+const AWAIT_NET: u32 = 4;
+
+/// What a new program needs to take an unused connection up.
 #[repr(C)]
 struct Record {
     magic: u64,
     /// Nonzero once a process used the connection.
     used: AtomicU32,
-    /// 0: connector, 1: acceptor.
+    kind: u32,
+    /// 0: connector, 1: acceptor (agreed connections).
     side: u32,
+    host_len: u32,
     token: u64,
     socket_inode: u64,
-    /// The control page's memfd and its inode; -1 and 0 between hosts.
-    control_fd: i32,
-    host_len: u32,
-    control_inode: u64,
+    /// The descriptor the state needs (see the module's text) and its
+    /// inode; -1 and 0 for none.
+    aux_fd: i32,
+    /// The ports of an offer between hosts, or the destination's.
+    ports: [u16; 2],
+    aux_inode: u64,
     /// The peer's network address between hosts (the connector's only).
     host: [u8; HOST_MAX],
+}
+
+/// A connection's state as the record keeps it.
+pub enum Offered<'a> {
+    Agreed {
+        side: Side,
+        token: u64,
+        control: RawFd,
+    },
+    AgreedNet {
+        side: Side,
+        token: u64,
+        host: &'a [u8],
+    },
+    AwaitAnswer {
+        listener: RawFd,
+        dst_port: u16,
+    },
+    AwaitNet {
+        udp: RawFd,
+        lport: u16,
+        cport: u16,
+    },
 }
 
 /// This process's hold on a record: the memfd, its mapping, and the
@@ -53,7 +91,7 @@ struct Record {
 pub struct Inherit {
     record_fd: RawFd,
     record: *mut Record,
-    control_fd: Option<RawFd>,
+    aux_fd: Option<RawFd>,
 }
 
 // SAFETY: the record is reached only through its atomic `used` word after
@@ -63,18 +101,38 @@ unsafe impl Send for Inherit {}
 unsafe impl Sync for Inherit {}
 
 impl Inherit {
-    /// A record for the agreed connection on `socket`: `control`, the
-    /// control page's memfd on one host (copied; the caller keeps its
-    /// own), or `host` between hosts. `None` if a memfd cannot be made
-    /// (the connection then works, but not across exec).
-    pub fn offer(
-        socket: RawFd,
-        side: Side,
-        token: u64,
-        control: Option<RawFd>,
-        host: &[u8],
-    ) -> Option<Arc<Inherit>> {
+    /// A record for the unused connection on `socket` in state `what`
+    /// (its descriptor is copied; the caller keeps its own). `None` if a
+    /// memfd cannot be made (the connection then works, but not across
+    /// exec).
+    pub fn offer(socket: RawFd, what: Offered<'_>) -> Option<Arc<Inherit>> {
         let socket_inode = inode(socket)?;
+        let (kind, side, token, aux, ports, host) = match what {
+            Offered::Agreed {
+                side,
+                token,
+                control,
+            } => (AGREED, side, token, Some(control), [0, 0], &[][..]),
+            Offered::AgreedNet { side, token, host } => {
+                (AGREED_NET, side, token, None, [0, 0], host)
+            }
+            Offered::AwaitAnswer { listener, dst_port } => (
+                AWAIT_ANSWER,
+                Side::Connector,
+                0,
+                Some(listener),
+                [dst_port, 0],
+                &[][..],
+            ),
+            Offered::AwaitNet { udp, lport, cport } => (
+                AWAIT_NET,
+                Side::Connector,
+                0,
+                Some(udp),
+                [lport, cport],
+                &[][..],
+            ),
+        };
         if host.len() > HOST_MAX {
             return None;
         }
@@ -86,7 +144,7 @@ impl Inherit {
         let mut held = Inherit {
             record_fd,
             record: std::ptr::null_mut(),
-            control_fd: None,
+            aux_fd: None,
         };
         let len = std::mem::size_of::<Record>();
         // SAFETY: sizing the memfd just made.
@@ -94,15 +152,15 @@ impl Inherit {
             return None;
         }
         held.record = map(record_fd)?;
-        let (control_fd, control_inode) = match control {
-            Some(c) => {
+        let (aux_fd, aux_inode) = match aux {
+            Some(a) => {
                 // SAFETY: dup of a descriptor the caller holds; the copy is
                 // not close-on-exec, as the record's.
-                let d = unsafe { (real().dup)(c) };
+                let d = unsafe { (real().dup)(a) };
                 if d < 0 {
                     return None;
                 }
-                held.control_fd = Some(d);
+                held.aux_fd = Some(d);
                 (d, inode(d)?)
             }
             None => (-1, 0),
@@ -115,12 +173,14 @@ impl Inherit {
             held.record.write(Record {
                 magic: MAGIC,
                 used: AtomicU32::new(0),
+                kind,
                 side: matches!(side, Side::Acceptor) as u32,
+                host_len: host.len() as u32,
                 token,
                 socket_inode,
-                control_fd,
-                host_len: host.len() as u32,
-                control_inode,
+                aux_fd,
+                ports,
+                aux_inode,
                 host: h,
             })
         };
@@ -148,8 +208,8 @@ impl Drop for Inherit {
                 libc::munmap(self.record.cast(), std::mem::size_of::<Record>());
             }
             (real().close)(self.record_fd);
-            if let Some(c) = self.control_fd {
-                (real().close)(c);
+            if let Some(a) = self.aux_fd {
+                (real().close)(a);
             }
         }
     }
@@ -224,12 +284,14 @@ fn take_up_one(record_fd: RawFd, sockets: &[(RawFd, u64)]) {
         return;
     }
     let Some(record) = map(record_fd) else { return };
-    let held = Inherit {
+    let mut held = Inherit {
         record_fd,
         record,
-        control_fd: None,
+        aux_fd: None,
     };
-    let r = held.record();
+    // A copy of the record's fields: `held` moves into the state below.
+    // SAFETY: mapped above, a whole Record long; `used` is read atomically.
+    let r = unsafe { &*record };
     if r.magic != MAGIC || r.used.load(Ordering::Acquire) != 0 {
         // Not for us (or used elsewhere): let it go with this process's
         // copy of its descriptor.
@@ -246,34 +308,74 @@ fn take_up_one(record_fd: RawFd, sockets: &[(RawFd, u64)]) {
     } else {
         Side::Connector
     };
-    let token = r.token;
+    let (kind, token, ports) = (r.kind, r.token, r.ports);
     let host = r.host[..(r.host_len as usize).min(HOST_MAX)].to_vec();
-    let control_fd = r.control_fd;
-    let control_inode = r.control_inode;
-    let mut held = held;
-    let setup = if control_fd >= 0 {
-        let ours = link_of(control_fd).is_some_and(|l| l.starts_with("/memfd:viarun-control"))
-            && inode(control_fd) == Some(control_inode);
-        if !ours {
+    let aux = (r.aux_fd >= 0).then_some((r.aux_fd, r.aux_inode));
+    if let Some((fd, ino)) = aux {
+        // Still the record's, not a number the program reused?
+        let expected = match kind {
+            AGREED => link_of(fd).is_some_and(|l| l.starts_with("/memfd:viarun-control")),
+            _ => link_of(fd).is_some_and(|l| l.starts_with("socket:[")),
+        };
+        if !expected || inode(fd) != Some(ino) {
             return; // the number is the program's now: left alone
         }
-        held.control_fd = Some(control_fd);
-        let Some(control) = Control::map(control_fd) else {
-            return;
-        };
-        Setup::Agreed {
-            side,
-            token,
-            control: Arc::new(control),
-            inherit: Some(Arc::new(held)),
+        held.aux_fd = Some(fd);
+    }
+    // The state's own copy of the descriptor (the record keeps its one
+    // for a further exec), close-on-exec as the original was.
+    let own_copy = || -> Option<RawFd> {
+        let (fd, _) = aux?;
+        // SAFETY: F_DUPFD_CLOEXEC of a descriptor checked above.
+        let d = unsafe { (real().fcntl)(fd, libc::F_DUPFD_CLOEXEC, 0) };
+        (d >= 0).then_some(d)
+    };
+    // The destination as the connect hook spelled it (`viarun --stats`
+    // counts a connection once by its two addresses).
+    let dst = || {
+        crate::rendezvous::name_of(first, true)
+            .map_or_else(String::new, |a| crate::rendezvous::text_of(&a))
+    };
+    let inherit = Some(Arc::new(held));
+    let setup = match kind {
+        AGREED => {
+            let Some((fd, _)) = aux else { return };
+            let Some(control) = Control::map(fd) else {
+                return;
+            };
+            Setup::Agreed {
+                side,
+                token,
+                control: Arc::new(control),
+                inherit,
+            }
         }
-    } else {
-        Setup::AgreedNet {
+        AGREED_NET => Setup::AgreedNet {
             side,
             token,
             peer_host: host,
-            inherit: Some(Arc::new(held)),
+            inherit,
+        },
+        AWAIT_ANSWER => {
+            let Some(listener) = own_copy() else { return };
+            Setup::AwaitAnswer {
+                listener,
+                dst_port: ports[0],
+                dst: dst(),
+                inherit,
+            }
         }
+        AWAIT_NET => {
+            let Some(udp) = own_copy() else { return };
+            // SAFETY: our own copy of the offer's UDP socket.
+            let udp = unsafe { std::net::UdpSocket::from_raw_fd(udp) };
+            Setup::AwaitNet {
+                offer: remote::Offer::adopt(udp, ports[0], ports[1]),
+                dst: dst(),
+                inherit,
+            }
+        }
+        _ => return,
     };
     conn::insert(first, setup);
     for &fd in &on[1..] {
@@ -307,7 +409,13 @@ mod tests {
         // SAFETY: dup of our socket.
         let other = unsafe { libc::dup(sv[0]) };
         let ino = inode(sv[0]).unwrap();
-        let rec = Inherit::offer(sv[0], Side::Acceptor, 42, None, b"\x0a\0\0\x02").unwrap();
+        let host = b"\x0a\0\0\x02";
+        let what = Offered::AgreedNet {
+            side: Side::Acceptor,
+            token: 42,
+            host,
+        };
+        let rec = Inherit::offer(sv[0], what).unwrap();
         let sockets = [(sv[0], ino), (other, ino), (sv[1], inode(sv[1]).unwrap())];
         take_up_one(copy_of(&rec), &sockets);
         assert!(conn::lookup(sv[0]).is_some() && conn::lookup(other).is_some());
@@ -324,6 +432,28 @@ mod tests {
         assert!(conn::lookup(sv[0]).is_none());
         drop(rec);
         for fd in [sv[0], sv[1], other] {
+            // SAFETY: closing our sockets.
+            unsafe { libc::close(fd) };
+        }
+    }
+
+    /// A connector's record (awaiting the acceptor's answer on a Unix
+    /// socket) is taken up with its own copy of that socket.
+    #[test]
+    fn an_awaited_answer_is_taken_up_with_the_socket_it_comes_to() {
+        let sv = socket_pair();
+        let answer = socket_pair();
+        let ino = inode(sv[0]).unwrap();
+        let what = Offered::AwaitAnswer {
+            listener: answer[0],
+            dst_port: 5,
+        };
+        let rec = Inherit::offer(sv[0], what).unwrap();
+        take_up_one(copy_of(&rec), &[(sv[0], ino)]);
+        assert!(conn::lookup(sv[0]).is_some());
+        conn::forget(sv[0]);
+        drop(rec);
+        for fd in sv.into_iter().chain(answer) {
             // SAFETY: closing our sockets.
             unsafe { libc::close(fd) };
         }

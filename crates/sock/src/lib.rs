@@ -549,7 +549,14 @@ fn accepted_from_afar(reg: &remote::Registry, fd: c_int, peer: &libc::sockaddr_s
                     side: control::Side::Acceptor,
                     token,
                     peer_host: Vec::new(),
-                    inherit: inherit::Inherit::offer(fd, control::Side::Acceptor, token, None, &[]),
+                    inherit: inherit::Inherit::offer(
+                        fd,
+                        inherit::Offered::AgreedNet {
+                            side: control::Side::Acceptor,
+                            token,
+                            host: &[],
+                        },
+                    ),
                 },
             );
             stats::record(link::device_short_name(link::Medium::Network), key);
@@ -606,8 +613,16 @@ fn accepted_here(
             page_fd
         })
     });
-    let inherit = answer.and_then(|token| {
-        inherit::Inherit::offer(fd, control::Side::Acceptor, token, page_fd, &[])
+    let inherit = answer.zip(page_fd).and_then(|(token, control)| {
+        let side = control::Side::Acceptor;
+        inherit::Inherit::offer(
+            fd,
+            inherit::Offered::Agreed {
+                side,
+                token,
+                control,
+            },
+        )
     });
     if let Some(memfd) = page_fd {
         // SAFETY: the page's descriptor: mapped and handed on, ours to close.
@@ -732,18 +747,28 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, alen: socklen
                     listener,
                     dst_port,
                     dst: dst_text,
+                    inherit: inherit::Inherit::offer(
+                        fd,
+                        inherit::Offered::AwaitAnswer { listener, dst_port },
+                    ),
                 },
             ),
             (Some(listener), _) => {
                 (real().close)(listener);
             }
-            (None, Some(offer)) if started => conn::insert(
-                fd,
-                Setup::AwaitNet {
-                    offer,
-                    dst: dst_text,
-                },
-            ),
+            (None, Some(offer)) if started => {
+                let (udp, lport, cport) = offer.parts();
+                let what = inherit::Offered::AwaitNet { udp, lport, cport };
+                let inherit = inherit::Inherit::offer(fd, what);
+                conn::insert(
+                    fd,
+                    Setup::AwaitNet {
+                        offer,
+                        dst: dst_text,
+                        inherit,
+                    },
+                )
+            }
             (None, None) if started => stats::record("tcp", &stats::key_of(fd, Some(dst_text))),
             _ => {}
         }

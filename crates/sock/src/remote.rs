@@ -471,6 +471,17 @@ fn exchange(udp: &UdpSocket, ask: &Msg, want: u8, limit: Duration) -> Result<Opt
 }
 
 impl Offer {
+    /// Its UDP socket's descriptor and its ports (listener's, connector's).
+    pub fn parts(&self) -> (std::os::fd::RawFd, u16, u16) {
+        use std::os::fd::AsRawFd;
+        (self.udp.as_raw_fd(), self.lport, self.cport)
+    }
+
+    /// An offer made by the program that exec'd this one (`inherit`).
+    pub fn adopt(udp: UdpSocket, lport: u16, cport: u16) -> Offer {
+        Offer { udp, lport, cport }
+    }
+
     /// Connector of TCP socket `fd` (bound to port `cport`) to `dst`:
     /// probes for viarun there and commits if it answers. None: stay on
     /// the kernel (nobody there will wait for us).
