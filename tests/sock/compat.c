@@ -5,7 +5,7 @@
  *
  *   compat MODE   MODE: poll select epoll-lt epoll-et epoll-nested peek
  *                       dup threads sendfile splice exec exec-connect
- *                       stress reconnect hangup
+ *                       epollout-et stress reconnect hangup
  *                       hangup-exit hangup-kill hangup-et wake nonblock
  *
  * Between hosts (tests/sock/hosts.sh): COMPAT_ADDR (IPv4) is where the
@@ -429,6 +429,61 @@ static void exec_server(int fd) {
     if (waitpid(h, &st, 0) != h || !WIFEXITED(st) || WEXITSTATUS(st)) FAIL("handler failed");
 }
 
+/* epollout-et: a nonblocking writer waits for EPOLLOUT with EPOLLET (as
+ * nginx does) after each EAGAIN; only then does the reader (told through
+ * a pipe) drain the connection. Under viarun the kernel socket never
+ * fills, so its writability must be announced anew when the data ring
+ * has room again; a writer that gets no edge within 10 s fails. */
+#define ET_BYTES (8u << 20)
+static int turn_pipe[2];
+static void epollout_writer(int fd) {
+    /* Both ends use the connection first (under viarun the first use
+     * meets the peer's), then the writer goes nonblocking. */
+    char h;
+    read_all(fd, &h, 1);
+    if (fcntl(fd, F_SETFL, O_NONBLOCK)) FAIL("O_NONBLOCK");
+    int ep = epoll_create1(0);
+    struct epoll_event ev = {.events = EPOLLOUT | EPOLLET, .data.fd = fd}, out;
+    if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev)) FAIL("epoll");
+    static char b[1 << 20];
+    size_t sent = 0, again = 0;
+    while (sent < ET_BYTES) {
+        size_t n = ET_BYTES - sent < sizeof b ? ET_BYTES - sent : sizeof b;
+        for (size_t i = 0; i < n; i++) b[i] = (char)pattern(9, sent + i);
+        ssize_t k = write(fd, b, n);
+        if (k > 0) { sent += (size_t)k; continue; }
+        if (errno != EAGAIN) FAIL("write: %s", strerror(errno));
+        again++;
+        if (write(turn_pipe[1], "g", 1) != 1) FAIL("turn");
+        int r;
+        do r = epoll_wait(ep, &out, 1, 10000); while (r < 0 && errno == EINTR);
+        if (r != 1 || !(out.events & EPOLLOUT)) FAIL("no EPOLLOUT within 10 s after EAGAIN at %zu bytes", sent);
+    }
+    if (again == 0) FAIL("never EAGAIN: the test did not test");
+    if (write(turn_pipe[1], "e", 1) != 1) FAIL("turn");
+    close(ep);
+}
+static void epollout_reader(int fd) {
+    static char b[1 << 16];
+    size_t got = 0;
+    char t = 0;
+    write_all(fd, "h", 1);
+    while (got < ET_BYTES && t != 'e') {
+        if (read(turn_pipe[0], &t, 1) != 1) FAIL("turn");
+        /* 'g': drain what is there; 'e': the writer is done, read the rest. */
+        int flags = t == 'g' ? MSG_DONTWAIT : 0;
+        while (got < ET_BYTES) {
+            ssize_t k = recv(fd, b, sizeof b, flags);
+            if (k < 0 && errno == EAGAIN && t == 'g') break;
+            if (k <= 0) FAIL("read: %zd %s", k, k ? strerror(errno) : "EOF");
+            for (ssize_t i = 0; i < k; i++)
+                if (b[i] != (char)pattern(9, got + (size_t)i)) FAIL("byte %zu differs", got + (size_t)i);
+            got += (size_t)k;
+        }
+    }
+    if (got != ET_BYTES) FAIL("read %zu of %u", got, ET_BYTES);
+}
+
 /* Across fork: clients fork before they connect; the server forks a
  * handler per accepted connection, which is the first to use it. Each
  * pair streams both ways at once, random sizes, every byte checked. */
@@ -637,7 +692,7 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "stress") == 0) return stress(lfd, &a);
     int reconnect = strcmp(mode, "reconnect") == 0;
     int hangup = strncmp(mode, "hangup", 6) == 0;
-    if (pipe(accepted_pipe)) FAIL("pipe");
+    if (pipe(accepted_pipe) || pipe(turn_pipe)) FAIL("pipe");
     pid_t pid = fork();
     if (pid == 0) {
         close(lfd);
@@ -659,6 +714,7 @@ int main(int argc, char **argv) {
         else if (strcmp(mode, "splice") == 0) splice_client(fd);
         else if (strcmp(mode, "exec") == 0) check_echo(fd, fd);
         else if (strcmp(mode, "exec-connect") == 0) exec_on(fd, "exec-dialer");
+        else if (strcmp(mode, "epollout-et") == 0) epollout_reader(fd);
         else readiness_client(fd);
         close(fd);
         return 0;
@@ -681,6 +737,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "splice") == 0) splice_server(fd);
     else if (strcmp(mode, "exec") == 0) exec_server(fd);
     else if (strcmp(mode, "exec-connect") == 0) echo_bytes(fd, fd);
+    else if (strcmp(mode, "epollout-et") == 0) epollout_writer(fd);
     else if (!strcmp(mode, "poll") || !strcmp(mode, "select") || !strncmp(mode, "epoll-", 6)) readiness_server(fd);
     else FAIL("unknown mode");
     close(fd);

@@ -53,6 +53,9 @@ pub trait Carried: Send + Sync {
     /// message is looked at); 0 when nothing did, or another thread is
     /// reading.
     fn unread(&self) -> usize;
+    /// Whether a nonblocking write would now take something (or fail at
+    /// once on a broken connection) instead of saying EAGAIN.
+    fn writable(&self) -> bool;
 }
 
 /// Copies from `src` into the program's buffers `out` at the cursor

@@ -28,6 +28,7 @@ mod real;
 mod region;
 mod remote;
 mod rendezvous;
+mod room;
 mod splice;
 mod stats;
 
@@ -119,7 +120,11 @@ fn via_write(link: &dyn Carried, fd: c_int, bufs: &[&[u8]], flags: c_int) -> ssi
         return result(Err(libc::EOPNOTSUPP));
     }
     let dontwait = flags & libc::MSG_DONTWAIT != 0;
-    result(link.write(fd, bufs, dontwait, flags & libc::MSG_NOSIGNAL != 0))
+    let r = link.write(fd, bufs, dontwait, flags & libc::MSG_NOSIGNAL != 0);
+    if r == Err(libc::EAGAIN) {
+        room::watch(fd);
+    }
+    result(r)
 }
 
 /// The program's buffer of `n` bytes (empty if none): one per call, on

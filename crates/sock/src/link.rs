@@ -516,6 +516,21 @@ impl Link {
         Ok(taken)
     }
 
+    /// Room for a whole message (a free slot and SLOT_BYTES of ring):
+    /// what the room watcher (`room`) waits for. A writer busy at it
+    /// (its lock taken) will see for itself.
+    fn writable(&self) -> bool {
+        let Ok(mut tx) = self.tx.try_lock() else {
+            return false;
+        };
+        if self.reap(&mut tx, false).is_err() {
+            return true; // broken: the write fails at once
+        }
+        let used = self.control.consumed(self.side);
+        tx.release(used);
+        !tx.free.is_empty() && tx.place(SLOT_BYTES).is_some()
+    }
+
     /// Waits (up to LINGER) until the peer holds everything sent.
     pub fn flush(&self) {
         let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
@@ -568,6 +583,9 @@ impl crate::carried::Carried for Link {
     }
     fn unread(&self) -> usize {
         Link::unread(self)
+    }
+    fn writable(&self) -> bool {
+        Link::writable(self)
     }
 }
 

@@ -546,6 +546,11 @@ impl crate::carried::Carried for NetLink {
     fn owner_pid(&self) -> u32 {
         self.owner_pid
     }
+    fn writable(&self) -> bool {
+        let mut st = lock(&self.state);
+        self.reap(&mut st);
+        st.broken || !st.free.is_empty()
+    }
     fn unread(&self) -> usize {
         let mut st = lock(&self.state);
         self.pump(&mut st);

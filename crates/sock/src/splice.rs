@@ -82,7 +82,13 @@ fn into_connection(
     let want = len.min(avail).min(SLOT_BYTES);
     let mut buf = vec![0u8; want];
     let copied = duplicate(pipe, &mut buf)?;
-    let taken = link.write(fd, &[&buf[..copied]], nonblock, false)?;
+    let taken = match link.write(fd, &[&buf[..copied]], nonblock, false) {
+        Err(libc::EAGAIN) => {
+            crate::room::watch(fd);
+            return Err(libc::EAGAIN);
+        }
+        r => r?,
+    };
     // Now take off the program's pipe exactly what the connection took.
     read_exact(pipe, &mut buf[..taken])?;
     Ok(taken)

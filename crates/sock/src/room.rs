@@ -1,0 +1,109 @@
+//! EPOLLOUT for a writer told EAGAIN.
+//!
+//! A nonblocking write to a carried connection says EAGAIN when the data
+//! ring or the message slots are full, and the program then waits for its
+//! socket to become writable. The kernel socket carries only doorbells,
+//! so it never filled and never becomes writable anew: a program that
+//! waits for an edge (epoll with EPOLLET, as nginx does) would wait for
+//! good. So a write that says EAGAIN hands the connection to this
+//! process's room watcher, a thread that looks every 100 µs whether the
+//! connection has room again and then *pokes* the socket: it sets
+//! TCP_NOTSENT_LOWAT to the value it already has, which makes the kernel
+//! run the socket's write-space callback, and that wakes poll, select and
+//! epoll waiters with EPOLLOUT (an edge for EPOLLET). Nothing about the
+//! socket changes. The thread sleeps while nobody waits.
+
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use crate::carried::Carried;
+use crate::conn;
+
+/// How often waiting connections are looked at.
+const LOOK: Duration = Duration::from_micros(100);
+
+struct Waiting {
+    fd: RawFd,
+    /// The socket's inode: the program may close the descriptor, and the
+    /// number may then name something else.
+    inode: u64,
+    link: Arc<dyn Carried>,
+}
+
+static WAITING: Mutex<Vec<Waiting>> = Mutex::new(Vec::new());
+static WAKE: Condvar = Condvar::new();
+/// The process whose watcher thread runs (a forked child starts its own).
+static WATCHER_PID: AtomicU32 = AtomicU32::new(0);
+
+fn inode(fd: RawFd) -> Option<u64> {
+    // SAFETY: fstat into our own zeroed struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some(st.st_ino)
+}
+
+/// A write on `fd` said EAGAIN for want of room: make its socket say
+/// writable once there is room.
+pub fn watch(fd: RawFd) {
+    let Some(link) = conn::carried(fd) else {
+        return;
+    };
+    let Some(inode) = inode(fd) else { return };
+    let pid = crate::process::id();
+    let mut w = WAITING.lock().unwrap_or_else(|e| e.into_inner());
+    if WATCHER_PID.swap(pid, Ordering::AcqRel) != pid {
+        // First here, or a child of the process that started the thread:
+        // the parent's waiting connections are not ours.
+        w.clear();
+        if std::thread::Builder::new()
+            .name("viarun-room".into())
+            .spawn(watcher)
+            .is_err()
+        {
+            WATCHER_PID.store(0, Ordering::Release);
+            return;
+        }
+    }
+    if !w.iter().any(|x| x.fd == fd && x.inode == inode) {
+        w.push(Waiting { fd, inode, link });
+    }
+    WAKE.notify_one();
+}
+
+fn watcher() {
+    let mut w = WAITING.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        while w.is_empty() {
+            w = WAKE.wait(w).unwrap_or_else(|e| e.into_inner());
+        }
+        w.retain(|x| {
+            if inode(x.fd) != Some(x.inode) {
+                return false; // closed (or the number reused)
+            }
+            if x.link.writable() {
+                poke(x.fd);
+                return false;
+            }
+            true
+        });
+        if !w.is_empty() {
+            drop(w);
+            std::thread::sleep(LOOK);
+            w = WAITING.lock().unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// Runs `fd`'s write-space callback (see the module's text).
+fn poke(fd: RawFd) {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: an int option read into and written from our own int.
+    unsafe {
+        let p = (&mut v as *mut libc::c_int).cast();
+        if libc::getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, p, &mut len) == 0 {
+            libc::setsockopt(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, p, len);
+        }
+    }
+}
