@@ -5,7 +5,7 @@
  *
  *   compat MODE   MODE: poll select epoll-lt epoll-et epoll-nested peek
  *                       dup threads sendfile splice exec exec-connect
- *                       epollout-et stress reconnect hangup
+ *                       epollout-et reuseport stress reconnect hangup
  *                       hangup-exit hangup-kill hangup-et wake nonblock
  *
  * Between hosts (tests/sock/hosts.sh): COMPAT_ADDR (IPv4) is where the
@@ -484,6 +484,57 @@ static void epollout_reader(int fd) {
     if (got != ET_BYTES) FAIL("read %zu of %u", got, ET_BYTES);
 }
 
+/* reuseport: two listeners on one port (SO_REUSEPORT), so that only one
+ * of them holds viarun's registration of the port; a child connects 16
+ * times, each an echo of 1000 bytes. A connection the kernel gives the
+ * other listener must not leave its connector waiting for an answer. */
+#define REUSE_CONNS 16
+static int reuse_listener(struct sockaddr_in *a) {
+    int one = 1, fd = socket(AF_INET, SOCK_STREAM, 0);
+    socklen_t len = sizeof *a;
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) ||
+        bind(fd, (struct sockaddr *)a, sizeof *a) || listen(fd, 32) ||
+        getsockname(fd, (struct sockaddr *)a, &len)) FAIL("listen: %s", strerror(errno));
+    return fd;
+}
+static int reuseport(void) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int l[2];
+    l[0] = reuse_listener(&a);
+    l[1] = reuse_listener(&a);
+    pid_t pid = fork();
+    if (pid == 0) {
+        char b[1000], c[1000];
+        for (int i = 0; i < REUSE_CONNS; i++) {
+            int fd = socket(AF_INET, SOCK_STREAM, 0);
+            if (connect(fd, (struct sockaddr *)&a, sizeof a)) FAIL("connect %d", i);
+            for (size_t j = 0; j < sizeof b; j++) b[j] = (char)pattern((uint64_t)i + 40, j);
+            write_all(fd, b, sizeof b);
+            read_all(fd, c, sizeof c);
+            if (memcmp(b, c, sizeof b)) FAIL("echo %d differs", i);
+            close(fd);
+        }
+        exit(0);
+    }
+    int by[2] = {0, 0};
+    for (int i = 0; i < REUSE_CONNS; i++) {
+        struct pollfd p[2] = {{.fd = l[0], .events = POLLIN}, {.fd = l[1], .events = POLLIN}};
+        if (poll(p, 2, 20000) <= 0) FAIL("no connection %d", i);
+        int k = (p[0].revents & POLLIN) ? 0 : 1;
+        int fd = accept(l[k], NULL, NULL);
+        if (fd < 0) FAIL("accept");
+        by[k]++;
+        char b[1000];
+        read_all(fd, b, sizeof b);
+        write_all(fd, b, sizeof b);
+        close(fd);
+    }
+    int st;
+    if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st)) FAIL("client failed");
+    printf("compat reuseport: ok (%d and %d connections on the two listeners)\n", by[0], by[1]);
+    return 0;
+}
+
 /* Across fork: clients fork before they connect; the server forks a
  * handler per accepted connection, which is the first to use it. Each
  * pair streams both ways at once, random sizes, every byte checked. */
@@ -682,6 +733,7 @@ int main(int argc, char **argv) {
     alarm(60);
     if (strcmp(mode, "exec-handler") == 0) { echo_bytes(0, 1); return 0; }
     if (strcmp(mode, "exec-dialer") == 0) { check_echo(0, 1); return 0; }
+    if (strcmp(mode, "reuseport") == 0) return reuseport();
     int lfd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     const char *addr = getenv("COMPAT_ADDR");
