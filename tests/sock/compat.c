@@ -486,8 +486,9 @@ static void epollout_reader(int fd) {
 
 /* reuseport: two listeners on one port (SO_REUSEPORT), so that only one
  * of them holds viarun's registration of the port; a child connects 16
- * times, each an echo of 1000 bytes. A connection the kernel gives the
- * other listener must not leave its connector waiting for an answer. */
+ * times (from the client's namespace between hosts), each an echo of
+ * 1000 bytes. A connection the kernel gives the other listener must not
+ * leave its connector waiting for an answer. */
 #define REUSE_CONNS 16
 static int reuse_listener(struct sockaddr_in *a) {
     int one = 1, fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -499,11 +500,14 @@ static int reuse_listener(struct sockaddr_in *a) {
 }
 static int reuseport(void) {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    const char *addr = getenv("COMPAT_ADDR");
+    if (addr && inet_pton(AF_INET, addr, &a.sin_addr) != 1) FAIL("COMPAT_ADDR %s", addr);
     int l[2];
     l[0] = reuse_listener(&a);
     l[1] = reuse_listener(&a);
     pid_t pid = fork();
     if (pid == 0) {
+        client_side();
         char b[1000], c[1000];
         for (int i = 0; i < REUSE_CONNS; i++) {
             int fd = socket(AF_INET, SOCK_STREAM, 0);

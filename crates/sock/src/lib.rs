@@ -572,7 +572,7 @@ fn accepted_from_afar(reg: &remote::Registry, fd: c_int, peer: &libc::sockaddr_s
 
 fn accepted(listener: c_int, fd: c_int) {
     let Some(reg) = conn::registry_of(listener) else {
-        declined_here(fd);
+        declined(fd);
         return;
     };
     let e = errno();
@@ -597,26 +597,34 @@ fn accepted(listener: c_int, fd: c_int) {
 }
 
 /// An accepted connection on a listener that holds no registration of
-/// its own: another listener on the port took the name (SO_REUSEPORT, two
-/// local addresses), or this program was exec'd with the listener. A
-/// connector on this host that found the port's registration waits for
-/// an answer that its acceptor must give: "no", so both stay on the
-/// kernel (without it the connector waited for good).
-fn declined_here(fd: c_int) {
+/// its own: another listener on the port took the names (SO_REUSEPORT,
+/// two local addresses), or this program was exec'd with the listener. A
+/// connector that found the port's registration waits for an answer that
+/// this acceptor must give: "no", so both stay on the kernel (without it
+/// the connector waited for good). On this host the answer goes to the
+/// connector's Unix socket; from another host, to the port's agent
+/// (`remote::decline`).
+fn declined(fd: c_int) {
     let e = errno();
     let peer = rendezvous::name_of(fd, true);
     let local = rendezvous::name_of(fd, false);
+    // A TCP connection only (this library's own accepts of Unix sockets
+    // come through this hook too).
     if let (Some(peer), Some(local)) = (peer, local) {
-        let here = rendezvous::is_local(
-            (&peer as *const libc::sockaddr_storage).cast(),
-            std::mem::size_of::<libc::sockaddr_storage>() as socklen_t,
-        );
-        let ports = rendezvous::port_of(&peer).zip(rendezvous::port_of(&local));
-        if let (true, Some((p, l))) = (here, ports) {
-            if rendezvous::answer(p, l, || None).is_none() {
-                let key = stats::key(rendezvous::text_of(&local), rendezvous::text_of(&peer));
-                stats::record("tcp", &key);
+        if let Some((p, l)) = rendezvous::port_of(&peer).zip(rendezvous::port_of(&local)) {
+            let here = rendezvous::is_local(
+                (&peer as *const libc::sockaddr_storage).cast(),
+                std::mem::size_of::<libc::sockaddr_storage>() as socklen_t,
+            );
+            if here {
+                rendezvous::answer(p, l, || None);
+            } else if let (Some(l), Some(p)) =
+                (remote::socket_addr(&local), remote::socket_addr(&peer))
+            {
+                remote::decline(l, p);
             }
+            let key = stats::key(rendezvous::text_of(&local), rendezvous::text_of(&peer));
+            stats::record("tcp", &key);
         }
     }
     set_errno(e);

@@ -49,6 +49,10 @@ const COMMIT: u8 = 3;
 const COMMITTED: u8 = 4;
 const QUERY: u8 = 5;
 const ANSWER: u8 = 6;
+/// From an acceptor on this host whose listener holds no registration:
+/// no for the connection from (host: the connector's address as 16
+/// bytes, connector port).
+const DECLINE: u8 = 7;
 /// Bytes of every datagram of this protocol.
 const MSG_LEN: usize = 64;
 /// Most bytes of a network address carried in an answer.
@@ -328,6 +332,10 @@ impl Registry {
     }
 
     fn handle(&self, m: Msg, from: SocketAddr) {
+        if m.kind == DECLINE {
+            self.declined(m, from);
+            return;
+        }
         let ip = ip16(from.ip());
         let reply = {
             let mut t = self.notes.lock();
@@ -365,6 +373,29 @@ impl Registry {
         if let Some(r) = reply {
             let _ = self.udp.send_to(&r, from);
         }
+    }
+
+    /// A DECLINE (see [`decline`]): the connection is decided no and the
+    /// connector told now. Taken only from this host's own addresses (it
+    /// can only keep a connection on the kernel anyway).
+    fn declined(&self, m: Msg, from: SocketAddr) {
+        if m.host_len != 16 || !from_this_host(from.ip()) {
+            return;
+        }
+        let mut ip = [0u8; 16];
+        ip.copy_from_slice(&m.host[..16]);
+        let answer = {
+            let mut t = self.notes.lock();
+            let n = t.claim(&ip, m.cport, m.lport);
+            if n.state != DECIDED {
+                n.answer = Msg::new(ANSWER, m.lport, m.cport).encode();
+                n.state = DECIDED;
+            }
+            n.answer
+        };
+        let v6 = Ipv6Addr::from(ip);
+        let peer = v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4);
+        let _ = self.udp.send_to(&answer, SocketAddr::new(peer, m.cport));
     }
 
     /// Acceptor: whether the connector at `peer` committed (so a yes is
@@ -408,6 +439,30 @@ impl Registry {
 impl Drop for Registry {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// Whether `ip` is an address of this host (one can bind to it).
+fn from_this_host(ip: IpAddr) -> bool {
+    UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
+}
+
+/// An acceptor whose listener holds no registration (another listener on
+/// the port has it: SO_REUSEPORT, or a program exec'd with the listener)
+/// declines the connection that came to `local` from `peer` on another
+/// host: the port's agent decides no for it, so its connector, which
+/// committed on that agent's word, stops asking and stays on the kernel.
+pub fn decline(local: SocketAddr, peer: SocketAddr) {
+    let Ok(udp) = UdpSocket::bind(SocketAddr::new(local.ip(), 0)) else {
+        return;
+    };
+    let mut m = Msg::new(DECLINE, local.port(), peer.port());
+    m.host_len = 16;
+    m.host[..16].copy_from_slice(&ip16(peer.ip()));
+    // Twice: a datagram to this host is lost only to a full buffer, and
+    // the connector's queries keep the note alive meanwhile.
+    for _ in 0..2 {
+        let _ = udp.send_to(&m.encode(), local);
     }
 }
 
@@ -571,11 +626,12 @@ mod tests {
         assert_eq!(Msg::decode(&m.encode()[..10]), None);
     }
 
-    /// The whole exchange against a real agent over loopback: a
-    /// committed connector gets yes with the acceptor's token and address;
-    /// a connection nobody noted gets no.
-    #[test]
-    fn only_a_committed_connector_gets_yes() {
+    /// A connector that committed, whose connection another listener on
+    /// the port accepted: that acceptor's DECLINE makes the agent answer
+    /// no, at once and to later queries, and a yes can no longer follow.
+    /// An agent on loopback and a connector committed to it: (registry,
+    /// the agent's address, the offer, the connector's address).
+    fn committed_pair() -> (Arc<Registry>, SocketAddr, Offer, SocketAddr) {
         let reg = Registry::start(SocketAddr::from(([127, 0, 0, 1], 0))).expect("registry");
         let dst = SocketAddr::from(([127, 0, 0, 1], reg.port));
         let cport = UdpSocket::bind("127.0.0.1:0")
@@ -585,6 +641,26 @@ mod tests {
         let offer = Offer::make(dst, cport).expect("the agent answers");
         let peer = SocketAddr::from(([127, 0, 0, 1], cport));
         assert!(reg.committed(peer));
+        (reg, dst, offer, peer)
+    }
+
+    #[test]
+    fn a_declined_connection_is_answered_no() {
+        let (reg, dst, offer, peer) = committed_pair();
+        decline(dst, peer);
+        assert!(offer.decision(-1).is_none(), "declined: no");
+        assert!(!reg.committed(peer));
+        assert_eq!(reg.decide(peer, Some((7, &[1]))), None, "decided already");
+        reg.stop();
+    }
+
+    /// The whole exchange against a real agent over loopback: a
+    /// committed connector gets yes with the acceptor's token and address;
+    /// a connection nobody noted gets no.
+    #[test]
+    fn only_a_committed_connector_gets_yes() {
+        let (reg, _, offer, peer) = committed_pair();
+        let cport = peer.port();
         assert_eq!(reg.decide(peer, Some((99, &[1, 2, 3]))), Some(99));
         let a = offer.decision(-1).expect("yes");
         assert_eq!((a.token, a.host()), (99, &[1u8, 2, 3][..]));
