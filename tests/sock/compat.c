@@ -5,7 +5,8 @@
  *
  *   compat MODE   MODE: poll select epoll-lt epoll-et epoll-nested peek
  *                       dup threads sendfile splice exec exec-connect
- *                       epollout-et reuseport stress reconnect hangup
+ *                       epollout-et reuseport selfloop stress reconnect
+ *                       hangup
  *                       hangup-exit hangup-kill hangup-et wake nonblock
  *
  * Between hosts (tests/sock/hosts.sh): COMPAT_ADDR (IPv4) is where the
@@ -539,6 +540,72 @@ static int reuseport(void) {
     return 0;
 }
 
+/* selfloop: one thread is both ends (an event loop that connects to its
+ * own listener, as asyncio tests do): nonblocking sockets, a
+ * level-triggered epoll loop that accepts, echoes and checks 100 000
+ * bytes. Neither end's first use may wait for the other's. */
+#define SELF_BYTES 100000
+static int selfloop(void) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof a;
+    int l = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof a) || listen(l, 4) ||
+        getsockname(l, (struct sockaddr *)&a, &alen)) FAIL("listen");
+    int c = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    if (connect(c, (struct sockaddr *)&a, sizeof a) && errno != EINPROGRESS) FAIL("connect: %s", strerror(errno));
+    int ep = epoll_create1(0);
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = l};
+    epoll_ctl(ep, EPOLL_CTL_ADD, l, &ev);
+    ev.events = EPOLLIN | EPOLLOUT; ev.data.fd = c;
+    epoll_ctl(ep, EPOLL_CTL_ADD, c, &ev);
+    static char out[SELF_BYTES], echo[SELF_BYTES], back[SELF_BYTES];
+    for (size_t i = 0; i < sizeof out; i++) out[i] = (char)pattern(10, i);
+    size_t sent = 0, echoed_in = 0, echoed_out = 0, got = 0;
+    int s = -1;
+    while (got < SELF_BYTES) {
+        struct epoll_event e[4];
+        int n = epoll_wait(ep, e, 4, 10000);
+        if (n <= 0) FAIL("nothing ready within 10 s (sent %zu, echoed %zu, got %zu)", sent, echoed_out, got);
+        for (int i = 0; i < n; i++) {
+            int fd = e[i].data.fd;
+            if (fd == l) {
+                s = accept4(l, NULL, NULL, SOCK_NONBLOCK);
+                if (s < 0) { if (errno == EAGAIN) continue; FAIL("accept"); }
+                struct epoll_event sv = {.events = EPOLLIN | EPOLLOUT, .data.fd = s};
+                epoll_ctl(ep, EPOLL_CTL_ADD, s, &sv);
+            } else if (fd == c) {
+                if ((e[i].events & EPOLLOUT) && sent < SELF_BYTES) {
+                    ssize_t k = write(c, out + sent, SELF_BYTES - sent);
+                    if (k > 0) sent += (size_t)k;
+                    else if (errno != EAGAIN) FAIL("client write: %s", strerror(errno));
+                }
+                if (e[i].events & EPOLLIN) {
+                    ssize_t k = read(c, back + got, SELF_BYTES - got);
+                    if (k > 0) got += (size_t)k;
+                    else if (k == 0 || errno != EAGAIN) FAIL("client read: %zd %s", k, strerror(errno));
+                }
+            } else if (fd == s) {
+                if ((e[i].events & EPOLLIN) && echoed_in < SELF_BYTES) {
+                    ssize_t k = read(s, echo + echoed_in, SELF_BYTES - echoed_in);
+                    if (k > 0) echoed_in += (size_t)k;
+                    else if (k == 0 || errno != EAGAIN) FAIL("server read: %zd %s", k, strerror(errno));
+                }
+                if ((e[i].events & EPOLLOUT) && echoed_out < echoed_in) {
+                    ssize_t k = write(s, echo + echoed_out, echoed_in - echoed_out);
+                    if (k > 0) echoed_out += (size_t)k;
+                    else if (errno != EAGAIN) FAIL("server write: %s", strerror(errno));
+                }
+            }
+        }
+    }
+    if (memcmp(out, back, sizeof out)) FAIL("echo differs");
+    close(c);
+    close(s);
+    close(l);
+    printf("compat selfloop: ok\n");
+    return 0;
+}
+
 /* Across fork: clients fork before they connect; the server forks a
  * handler per accepted connection, which is the first to use it. Each
  * pair streams both ways at once, random sizes, every byte checked. */
@@ -738,6 +805,7 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "exec-handler") == 0) { echo_bytes(0, 1); return 0; }
     if (strcmp(mode, "exec-dialer") == 0) { check_echo(0, 1); return 0; }
     if (strcmp(mode, "reuseport") == 0) return reuseport();
+    if (strcmp(mode, "selfloop") == 0) return selfloop();
     int lfd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     const char *addr = getenv("COMPAT_ADDR");

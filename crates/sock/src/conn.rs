@@ -86,6 +86,8 @@ pub enum Setup {
 
 pub struct Conn {
     setup: Mutex<Setup>,
+    /// A thread is settling it for a nonblocking socket (`settle`).
+    settling: AtomicBool,
 }
 
 /// Where a call on a descriptor goes.
@@ -101,6 +103,7 @@ pub fn insert(fd: RawFd, setup: Setup) {
     }
     let conn = Arc::new(Conn {
         setup: Mutex::new(setup),
+        settling: AtomicBool::new(false),
     });
     let mut t = TABLE.lock().unwrap_or_else(|e| e.into_inner());
     t.get_or_insert_with(HashMap::new).insert(fd, conn);
@@ -204,11 +207,81 @@ pub fn route(fd: RawFd) -> Route {
 }
 
 /// `route` through the table.
+///
+/// Settling a connection waits for its peer: for the acceptor's answer,
+/// then for the peer's first use (the VI handshake). A nonblocking socket
+/// must not wait, and must not deadlock a program whose one thread is
+/// both ends (an event loop that connects to its own listener, as
+/// asyncio tests do): so its first call hands the settling to a thread of
+/// its own and says EAGAIN, as do its calls until that thread is done;
+/// the thread then makes the socket report itself writable (`room`), and
+/// the peer's doorbells make it readable.
 fn settle(fd: RawFd) -> Route {
     let Some(conn) = lookup(fd) else {
         return Route::Kernel;
     };
-    let mut g = conn.setup.lock().unwrap_or_else(|e| e.into_inner());
+    // Once the kernel stream holds something (the peer's hello, its
+    // first doorbell, its FIN), the peer is settling too and ours ends
+    // soon without this thread: waiting is then safe, and saying EAGAIN
+    // to a socket that polls readable would cost an edge-triggered reader
+    // its only edge.
+    let waits_for_peer = || {
+        crate::kernel::is_nonblocking(fd)
+            && matches!(crate::kernel::peek_state(fd), crate::kernel::Peek::Empty)
+    };
+    if conn.settling.load(Ordering::Acquire) {
+        if waits_for_peer() {
+            return Route::Fail(libc::EAGAIN);
+        }
+    } else if unsettled(&conn) && waits_for_peer() && settle_aside(fd, &conn) {
+        return Route::Fail(libc::EAGAIN);
+    }
+    let g = conn.setup.lock().unwrap_or_else(|e| e.into_inner());
+    settle_locked(fd, g)
+}
+
+/// Whether `conn` still waits for its peer (its first use to come).
+fn unsettled(conn: &Conn) -> bool {
+    match conn.setup.try_lock() {
+        Ok(g) => !matches!(&*g, Setup::Kernel | Setup::Broken | Setup::Via(_)),
+        Err(_) => false,
+    }
+}
+
+/// Settles `conn` on a thread of its own, through a duplicate of `fd`
+/// (the program may close its descriptor meanwhile); false if no thread
+/// could be made (the caller then settles it itself).
+fn settle_aside(fd: RawFd, conn: &Arc<Conn>) -> bool {
+    if conn.settling.swap(true, Ordering::AcqRel) {
+        return true; // another call started it just now
+    }
+    // SAFETY: dup of the program's socket, closed by the thread.
+    let dup = unsafe { (real().dup)(fd) };
+    if dup < 0 {
+        conn.settling.store(false, Ordering::Release);
+        return false;
+    }
+    let c = conn.clone();
+    let started = std::thread::Builder::new()
+        .name("viarun-settle".into())
+        .spawn(move || {
+            let g = c.setup.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = settle_locked(dup, g);
+            c.settling.store(false, Ordering::Release);
+            crate::room::poke(dup);
+            // SAFETY: closing the duplicate this thread was given.
+            unsafe { (real().close)(dup) };
+        })
+        .is_ok();
+    if !started {
+        // SAFETY: closing the duplicate no thread took.
+        unsafe { (real().close)(dup) };
+        conn.settling.store(false, Ordering::Release);
+    }
+    started
+}
+
+fn settle_locked(fd: RawFd, mut g: std::sync::MutexGuard<'_, Setup>) -> Route {
     loop {
         let next = match &*g {
             Setup::Kernel => return Route::Kernel,

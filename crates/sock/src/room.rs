@@ -96,7 +96,7 @@ fn watcher() {
 }
 
 /// Runs `fd`'s write-space callback (see the module's text).
-fn poke(fd: RawFd) {
+pub fn poke(fd: RawFd) {
     let mut v: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: an int option read into and written from our own int.
