@@ -20,7 +20,7 @@
 //! over by exec (docs/sockets.md).
 
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use std::os::fd::FromRawFd;
@@ -33,6 +33,24 @@ use crate::remote;
 const MAGIC: u64 = u64::from_le_bytes(*b"viarunI1");
 const RECORD_NAME: &std::ffi::CStr = c"viarun-inherit";
 const HOST_MAX: usize = 64;
+/// Most records this process holds at once. Each costs two descriptors
+/// while its connection is unused (a server waiting on epoll for idle
+/// clients has many): past this, or with the descriptor table half full,
+/// a connection is not offered (it works, but not across exec).
+const MAX_HELD: usize = 64;
+
+static HELD: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether another record may be made for a connection on `socket`.
+fn room_for_a_record(socket: RawFd) -> bool {
+    if HELD.load(Ordering::Relaxed) >= MAX_HELD {
+        return false;
+    }
+    // SAFETY: getrlimit into our own struct.
+    let mut r: libc::rlimit = unsafe { std::mem::zeroed() };
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0;
+    !ok || (socket.max(0) as u64).saturating_mul(2) < r.rlim_cur
+}
 
 /// What state a record takes a connection up in (`Record::kind`).
 const AGREED: u32 = 1;
@@ -106,6 +124,9 @@ impl Inherit {
     /// memfd cannot be made (the connection then works, but not across
     /// exec).
     pub fn offer(socket: RawFd, what: Offered<'_>) -> Option<Arc<Inherit>> {
+        if !room_for_a_record(socket) {
+            return None;
+        }
         let socket_inode = inode(socket)?;
         let (kind, side, token, aux, ports, host) = match what {
             Offered::Agreed {
@@ -141,11 +162,7 @@ impl Inherit {
         if record_fd < 0 {
             return None;
         }
-        let mut held = Inherit {
-            record_fd,
-            record: std::ptr::null_mut(),
-            aux_fd: None,
-        };
+        let mut held = Inherit::holding(record_fd, std::ptr::null_mut());
         let len = std::mem::size_of::<Record>();
         // SAFETY: sizing the memfd just made.
         if unsafe { libc::ftruncate(record_fd, len as libc::off_t) } != 0 {
@@ -187,6 +204,17 @@ impl Inherit {
         Some(Arc::new(held))
     }
 
+    /// This process's hold on `record_fd` (mapped at `record`), counted
+    /// in [`HELD`] until dropped.
+    fn holding(record_fd: RawFd, record: *mut Record) -> Inherit {
+        HELD.fetch_add(1, Ordering::Relaxed);
+        Inherit {
+            record_fd,
+            record,
+            aux_fd: None,
+        }
+    }
+
     /// Claims the connection for this process (before its handshake);
     /// false if another process already did.
     pub fn claim(&self) -> bool {
@@ -201,6 +229,7 @@ impl Inherit {
 
 impl Drop for Inherit {
     fn drop(&mut self) {
+        HELD.fetch_sub(1, Ordering::Relaxed);
         // SAFETY: our own mapping and descriptors, used by nothing else in
         // this process once the last holder lets go.
         unsafe {
@@ -284,11 +313,7 @@ fn take_up_one(record_fd: RawFd, sockets: &[(RawFd, u64)]) {
         return;
     }
     let Some(record) = map(record_fd) else { return };
-    let mut held = Inherit {
-        record_fd,
-        record,
-        aux_fd: None,
-    };
+    let mut held = Inherit::holding(record_fd, record);
     // A copy of the record's fields: `held` moves into the state below.
     // SAFETY: mapped above, a whole Record long; `used` is read atomically.
     let r = unsafe { &*record };
