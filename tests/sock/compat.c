@@ -4,7 +4,7 @@
  * under viarun (where --stats must say the connection went over shm).
  *
  *   compat MODE   MODE: poll select epoll-lt epoll-et epoll-nested peek
- *                       dup threads sendfile splice exec exec-connect
+ *                       dup threads sendfile splice exec exec-vfork exec-connect
  *                       epollout-et reuseport selfloop stress reconnect
  *                       hangup
  *                       hangup-exit hangup-kill hangup-et wake nonblock
@@ -429,6 +429,24 @@ static void exec_server(int fd) {
     int st;
     if (waitpid(h, &st, 0) != h || !WIFEXITED(st) || WEXITSTATUS(st)) FAIL("handler failed");
 }
+/* exec-vfork: as exec, but the handler is started as Python's subprocess
+ * starts one: vfork, then dup2 and close in the child, in the parent's
+ * memory, before the exec. The parent's own descriptors must be left as
+ * they were: it then writes to its stdout. */
+static void exec_vfork_server(int fd) {
+    pid_t h = vfork();
+    if (h < 0) FAIL("vfork");
+    if (h == 0) {
+        if (dup2(fd, 0) != 0 || dup2(fd, 1) != 1) _exit(3);
+        close(fd);
+        execl("/proc/self/exe", "compat", "exec-handler", (char *)NULL);
+        _exit(4);
+    }
+    int st;
+    if (waitpid(h, &st, 0) != h || !WIFEXITED(st) || WEXITSTATUS(st)) FAIL("handler failed");
+    static const char line[] = "compat exec-vfork: the parent's stdout still works\n";
+    if (write(1, line, sizeof line - 1) != (ssize_t)(sizeof line - 1)) FAIL("stdout: %s", strerror(errno));
+}
 
 /* epollout-et: a nonblocking writer waits for EPOLLOUT with EPOLLET (as
  * nginx does) after each EAGAIN; only then does the reader (told through
@@ -836,7 +854,7 @@ int main(int argc, char **argv) {
         else if (strcmp(mode, "threads") == 0) both_ways(fd, 11, 12);
         else if (strcmp(mode, "sendfile") == 0) sendfile_client(fd);
         else if (strcmp(mode, "splice") == 0) splice_client(fd);
-        else if (strcmp(mode, "exec") == 0) check_echo(fd, fd);
+        else if (strcmp(mode, "exec") == 0 || strcmp(mode, "exec-vfork") == 0) check_echo(fd, fd);
         else if (strcmp(mode, "exec-connect") == 0) exec_on(fd, "exec-dialer");
         else if (strcmp(mode, "epollout-et") == 0) epollout_reader(fd);
         else readiness_client(fd);
@@ -860,6 +878,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "sendfile") == 0) sendfile_server(fd);
     else if (strcmp(mode, "splice") == 0) splice_server(fd);
     else if (strcmp(mode, "exec") == 0) exec_server(fd);
+    else if (strcmp(mode, "exec-vfork") == 0) exec_vfork_server(fd);
     else if (strcmp(mode, "exec-connect") == 0) echo_bytes(fd, fd);
     else if (strcmp(mode, "epollout-et") == 0) epollout_writer(fd);
     else if (!strcmp(mode, "poll") || !strcmp(mode, "select") || !strncmp(mode, "epoll-", 6)) readiness_server(fd);

@@ -384,9 +384,19 @@ pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     guarded(-1, || {
-        conn::forget(fd);
+        if !process::borrowing_parent_memory() {
+            conn::forget(fd);
+        }
         (real().close)(fd)
     })
+}
+
+/// Notes that `new` names what `old` does, unless this is a vfork child
+/// (whose tables are its parent's; see `process`).
+fn follow_dup(old: c_int, new: c_int) {
+    if !process::borrowing_parent_memory() {
+        conn::alias(old, new);
+    }
 }
 
 /// # Safety
@@ -396,7 +406,7 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
     guarded(-1, || {
         let r = (real().dup)(fd);
         if r >= 0 {
-            conn::alias(fd, r);
+            follow_dup(fd, r);
         }
         r
     })
@@ -412,7 +422,7 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
         }
         let r = (real().dup2)(old, new);
         if r >= 0 {
-            conn::alias(old, r);
+            follow_dup(old, r);
         }
         r
     })
@@ -425,7 +435,7 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     guarded(-1, || {
         let r = (real().dup3)(old, new, flags);
         if r >= 0 {
-            conn::alias(old, r);
+            follow_dup(old, r);
         }
         r
     })
@@ -443,7 +453,7 @@ fn fcntl_with(
         // SAFETY: the program's own call, passed on unchanged.
         let r = unsafe { call(fd, cmd, arg) };
         if r >= 0 && (cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC) {
-            conn::alias(fd, r);
+            follow_dup(fd, r);
         }
         if r >= 0 && cmd == libc::F_SETFL {
             if let Some(link) = conn::carried(fd) {

@@ -23,3 +23,16 @@ pub fn id() -> u32 {
         p => p,
     }
 }
+
+/// Whether this is the child of a vfork (or a clone sharing our memory)
+/// before its exec: it runs in the parent's memory, so the connection
+/// tables it sees are the parent's, and a close or dup here (Python's
+/// subprocess calls them between its vfork and exec) must not change
+/// them. Fork handlers do not run for vfork, so the cached id is still
+/// the parent's. One getpid system call.
+pub fn borrowing_parent_memory() -> bool {
+    // SAFETY: getpid has no preconditions.
+    let now = unsafe { libc::getpid() } as u32;
+    let cached = PID.load(Ordering::Relaxed);
+    cached != 0 && cached != now
+}
