@@ -132,6 +132,19 @@ pub fn alias(old: RawFd, new: RawFd) {
     MARK[new as usize].store(true, Ordering::Release);
 }
 
+/// Whether the tables know `fd` (a connection or a listener): only then
+/// can a close or dup change them.
+pub fn tracks(fd: RawFd) -> bool {
+    if fd < 0 {
+        return false;
+    }
+    if (fd as usize) < MAX_FD && MARK[fd as usize].load(Ordering::Acquire) {
+        return true;
+    }
+    let l = LISTENERS.lock().unwrap_or_else(|e| e.into_inner());
+    l.as_ref().is_some_and(|m| m.contains_key(&fd))
+}
+
 /// Drops `fd`'s entry; the last descriptor of a connection in this
 /// process flushes it (waiting for the peer to hold what was sent) and
 /// tears its VI down. The caller closes the kernel descriptor afterwards.

@@ -261,9 +261,7 @@ fn map(fd: RawFd) -> Option<*mut Record> {
 }
 
 fn inode(fd: RawFd) -> Option<u64> {
-    // SAFETY: fstat into our own zeroed struct.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some(st.st_ino)
+    crate::kernel::inode_of(fd).map(|(ino, _)| ino)
 }
 
 /// What `/proc/self/fd/N` links to.

@@ -133,3 +133,13 @@ pub fn is_nonblocking(fd: RawFd) -> bool {
     let fl = unsafe { (real().fcntl)(fd, libc::F_GETFL, 0) };
     fl >= 0 && fl & libc::O_NONBLOCK != 0
 }
+
+/// The inode number of `fd` and whether it is a pipe: what lets a
+/// descriptor number kept across calls be checked to still name the same
+/// object (a program may close it and reuse the number).
+pub fn inode_of(fd: RawFd) -> Option<(u64, bool)> {
+    // SAFETY: fstat into our own zeroed struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    (unsafe { libc::fstat(fd, &mut st) } == 0)
+        .then_some((st.st_ino, st.st_mode & libc::S_IFMT == libc::S_IFIFO))
+}

@@ -384,7 +384,8 @@ pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     guarded(-1, || {
-        if !process::borrowing_parent_memory() {
+        // (The getpid of the vfork check only for descriptors we track.)
+        if conn::tracks(fd) && !process::borrowing_parent_memory() {
             conn::forget(fd);
         }
         (real().close)(fd)
@@ -394,7 +395,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 /// Notes that `new` names what `old` does, unless this is a vfork child
 /// (whose tables are its parent's; see `process`).
 fn follow_dup(old: c_int, new: c_int) {
-    if !process::borrowing_parent_memory() {
+    if (conn::tracks(old) || conn::tracks(new)) && !process::borrowing_parent_memory() {
         conn::alias(old, new);
     }
 }

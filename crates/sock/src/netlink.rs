@@ -104,6 +104,13 @@ struct State {
     broken: bool,
 }
 
+impl State {
+    /// Bytes arrived and not yet read.
+    fn unread(&self) -> usize {
+        self.arrived.iter().map(|a| a.len).sum::<usize>() - self.taken
+    }
+}
+
 pub struct NetLink {
     nic: Nic,
     vi: Arc<Vi>,
@@ -391,8 +398,7 @@ impl NetLink {
     /// finds nothing more costs a system call, which a read already
     /// satisfied does without.
     fn pump_for(&self, st: &mut State, need: usize) {
-        let unread = |st: &State| st.arrived.iter().map(|a| a.len).sum::<usize>() - st.taken;
-        while unread(st) < need {
+        while st.unread() < need {
             let Ok(d) = self.vi.recv_done() else { break };
             self.received(st, d);
         }
@@ -554,7 +560,7 @@ impl crate::carried::Carried for NetLink {
     fn unread(&self) -> usize {
         let mut st = lock(&self.state);
         self.pump(&mut st);
-        st.arrived.iter().map(|a| a.len).sum::<usize>() - st.taken
+        st.unread()
     }
 }
 

@@ -38,9 +38,7 @@ static WAKE: Condvar = Condvar::new();
 static WATCHER_PID: AtomicU32 = AtomicU32::new(0);
 
 fn inode(fd: RawFd) -> Option<u64> {
-    // SAFETY: fstat into our own zeroed struct.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some(st.st_ino)
+    crate::kernel::inode_of(fd).map(|(ino, _)| ino)
 }
 
 /// A write on `fd` said EAGAIN for want of room: make its socket say

@@ -18,7 +18,7 @@ use crate::carried::Carried;
 use crate::conn::{self, Route};
 use crate::link::SLOT_BYTES;
 use crate::real::real;
-use crate::{guarded, result};
+use crate::{errno, guarded, result};
 
 /// # Safety
 /// The C prototype of splice(2).
@@ -137,19 +137,13 @@ fn worth_a_call(pipe: c_int, len: usize) -> Result<bool, i32> {
     Ok(len > 0)
 }
 
-fn last_errno() -> i32 {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
-}
-
 /// Bytes waiting in a pipe.
 fn unread(pipe: c_int) -> Result<usize, i32> {
     let mut n: c_int = 0;
     // SAFETY: FIONREAD writes one int; the real ioctl (a pipe is never ours).
     let r = unsafe { (real().ioctl)(pipe, libc::FIONREAD, (&mut n as *mut c_int).cast()) };
     if r < 0 {
-        return Err(last_errno());
+        return Err(errno());
     }
     Ok(n.max(0) as usize)
 }
@@ -159,7 +153,7 @@ fn capacity(pipe: c_int) -> Result<usize, i32> {
     // SAFETY: F_GETPIPE_SZ takes no argument.
     let r = unsafe { libc::fcntl(pipe, libc::F_GETPIPE_SZ) };
     if r < 0 {
-        return Err(last_errno());
+        return Err(errno());
     }
     Ok(r as usize)
 }
@@ -186,7 +180,7 @@ fn poll_one(fd: c_int, events: i16, timeout_ms: c_int) -> Result<i16, i32> {
         if r >= 0 {
             return Ok(p.revents);
         }
-        let e = last_errno();
+        let e = errno();
         if e != libc::EINTR {
             return Err(e);
         }
@@ -200,11 +194,11 @@ fn read_exact(pipe: c_int, mut buf: &mut [u8]) -> Result<(), i32> {
         match r {
             0 => return Err(libc::EIO), // fewer than tee(2) saw: another reader
             r if r > 0 => buf = &mut buf[r as usize..],
-            _ if last_errno() == libc::EINTR => {}
-            _ if last_errno() == libc::EAGAIN => {
+            _ if errno() == libc::EINTR => {}
+            _ if errno() == libc::EAGAIN => {
                 wait(pipe, libc::POLLIN)?;
             }
-            _ => return Err(last_errno()),
+            _ => return Err(errno()),
         }
     }
     Ok(())
@@ -216,11 +210,11 @@ fn write_all(pipe: c_int, mut buf: &[u8]) -> Result<(), i32> {
         let r = unsafe { (real().write)(pipe, buf.as_ptr().cast(), buf.len()) };
         match r {
             r if r > 0 => buf = &buf[r as usize..],
-            _ if last_errno() == libc::EINTR => {}
-            _ if last_errno() == libc::EAGAIN => {
+            _ if errno() == libc::EINTR => {}
+            _ if errno() == libc::EAGAIN => {
                 wait(pipe, libc::POLLOUT)?;
             }
-            _ => return Err(last_errno()),
+            _ => return Err(errno()),
         }
     }
     Ok(())
@@ -234,7 +228,7 @@ fn duplicate(pipe: c_int, buf: &mut [u8]) -> Result<usize, i32> {
     // SAFETY: tee between two pipes, no memory passed.
     let n = unsafe { libc::tee(pipe, w, buf.len(), libc::SPLICE_F_NONBLOCK) };
     if n < 0 {
-        return Err(last_errno());
+        return Err(errno());
     }
     read_exact(r, &mut buf[..n as usize])?;
     Ok(n as usize)
@@ -275,10 +269,7 @@ thread_local! {
 
 /// The inode number of `fd` if it is a pipe.
 fn inode(fd: c_int) -> Option<u64> {
-    // SAFETY: fstat into our own zeroed struct.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    let ok = unsafe { libc::fstat(fd, &mut st) } == 0 && st.st_mode & libc::S_IFMT == libc::S_IFIFO;
-    ok.then_some(st.st_ino)
+    crate::kernel::inode_of(fd).and_then(|(ino, pipe)| pipe.then_some(ino))
 }
 
 /// The private pipe's (read end, write end), made anew when the old one
@@ -296,7 +287,7 @@ fn scratch() -> Result<(c_int, c_int), i32> {
         let mut fds = [0 as c_int; 2];
         // SAFETY: pipe2 fills two ints of ours.
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
-            return Err(last_errno());
+            return Err(errno());
         }
         let (Some(ir), Some(iw)) = (inode(fds[0]), inode(fds[1])) else {
             return Err(libc::EIO);
