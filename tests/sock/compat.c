@@ -5,6 +5,7 @@
  *
  *   compat MODE   MODE: poll select epoll-lt epoll-et epoll-nested peek
  *                       dup threads sendfile splice exec exec-vfork exec-connect
+ *                       exec-closerange exec-closeloop exec-closefrom
  *                       epollout-et reuseport selfloop stress reconnect
  *                       hangup
  *                       hangup-exit hangup-kill hangup-et wake nonblock
@@ -448,6 +449,36 @@ static void exec_vfork_server(int fd) {
     if (write(1, line, sizeof line - 1) != (ssize_t)(sizeof line - 1)) FAIL("stdout: %s", strerror(errno));
 }
 
+/* exec-closerange, exec-closeloop, exec-closefrom: as exec, but before
+ * its exec the handing process closes every descriptor above stderr, as
+ * programs about to exec do: Python's subprocess by default (vfork, then
+ * close_range), a loop of close (daemons), closefrom (OpenSSH; here on
+ * the dialing side). The connection lives on in stdin and stdout, and the
+ * new program must be able to carry on with it. */
+static void close_above_stderr(const char *how) {
+    if (strcmp(how, "range") == 0) {
+        if (close_range(3, ~0U, 0)) _exit(5);
+    } else if (strcmp(how, "from") == 0) {
+        closefrom(3);
+    } else {
+        for (int fd = 3; fd < 1024; fd++) close(fd);
+    }
+}
+static void exec_closing_on(int fd, const char *how, const char *next) {
+    if (dup2(fd, 0) != 0 || dup2(fd, 1) != 1) _exit(3);
+    close_above_stderr(how);
+    execl("/proc/self/exe", "compat", next, (char *)NULL);
+    _exit(4);
+}
+static void exec_closing_server(int fd, const char *how) {
+    /* vfork where Python would use it, fork for the loop. */
+    pid_t h = strcmp(how, "range") == 0 ? vfork() : fork();
+    if (h < 0) FAIL("fork");
+    if (h == 0) exec_closing_on(fd, how, "exec-handler");
+    int st;
+    if (waitpid(h, &st, 0) != h || !WIFEXITED(st) || WEXITSTATUS(st)) FAIL("handler failed");
+}
+
 /* epollout-et: a nonblocking writer waits for EPOLLOUT with EPOLLET (as
  * nginx does) after each EAGAIN; only then does the reader (told through
  * a pipe) drain the connection. Under viarun the kernel socket never
@@ -854,8 +885,10 @@ int main(int argc, char **argv) {
         else if (strcmp(mode, "threads") == 0) both_ways(fd, 11, 12);
         else if (strcmp(mode, "sendfile") == 0) sendfile_client(fd);
         else if (strcmp(mode, "splice") == 0) splice_client(fd);
-        else if (strcmp(mode, "exec") == 0 || strcmp(mode, "exec-vfork") == 0) check_echo(fd, fd);
+        else if (strcmp(mode, "exec") == 0 || strcmp(mode, "exec-vfork") == 0 ||
+                 strcmp(mode, "exec-closerange") == 0 || strcmp(mode, "exec-closeloop") == 0) check_echo(fd, fd);
         else if (strcmp(mode, "exec-connect") == 0) exec_on(fd, "exec-dialer");
+        else if (strcmp(mode, "exec-closefrom") == 0) exec_closing_on(fd, "from", "exec-dialer");
         else if (strcmp(mode, "epollout-et") == 0) epollout_reader(fd);
         else readiness_client(fd);
         close(fd);
@@ -879,7 +912,9 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "splice") == 0) splice_server(fd);
     else if (strcmp(mode, "exec") == 0) exec_server(fd);
     else if (strcmp(mode, "exec-vfork") == 0) exec_vfork_server(fd);
-    else if (strcmp(mode, "exec-connect") == 0) echo_bytes(fd, fd);
+    else if (strcmp(mode, "exec-closerange") == 0) exec_closing_server(fd, "range");
+    else if (strcmp(mode, "exec-closeloop") == 0) exec_closing_server(fd, "loop");
+    else if (strcmp(mode, "exec-connect") == 0 || strcmp(mode, "exec-closefrom") == 0) echo_bytes(fd, fd);
     else if (strcmp(mode, "epollout-et") == 0) epollout_writer(fd);
     else if (!strcmp(mode, "poll") || !strcmp(mode, "select") || !strncmp(mode, "epoll-", 6)) readiness_server(fd);
     else FAIL("unknown mode");

@@ -20,7 +20,7 @@
 //! over by exec (docs/sockets.md).
 
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use std::os::fd::FromRawFd;
@@ -37,9 +37,84 @@ const HOST_MAX: usize = 64;
 /// while its connection is unused (a server waiting on epoll for idle
 /// clients has many): past this, or with the descriptor table half full,
 /// a connection is not offered (it works, but not across exec).
-const MAX_HELD: usize = 64;
+pub const MAX_HELD: usize = 64;
 
 static HELD: AtomicUsize = AtomicUsize::new(0);
+
+/// The descriptors of each record this process holds, where the close
+/// hooks can see them without a lock (a vfork child runs the hooks in
+/// our memory, beside our other threads): `record_fd` -1 is a free slot.
+struct Slot {
+    record_fd: AtomicI32,
+    aux_fd: AtomicI32,
+    socket_inode: AtomicU64,
+}
+
+static SLOTS: [Slot; MAX_HELD] = [const {
+    Slot {
+        record_fd: AtomicI32::new(-1),
+        aux_fd: AtomicI32::new(-1),
+        socket_inode: AtomicU64::new(0),
+    }
+}; MAX_HELD];
+
+/// A held record's descriptors, as the close hooks see them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeldRecord {
+    pub record_fd: RawFd,
+    /// -1 for none.
+    pub aux_fd: RawFd,
+    pub socket_inode: u64,
+}
+
+/// Every record this process holds now (`None` in the free places).
+pub fn held_records() -> [Option<HeldRecord>; MAX_HELD] {
+    let mut out = [None; MAX_HELD];
+    if HELD.load(Ordering::Acquire) == 0 {
+        return out;
+    }
+    for (o, s) in out.iter_mut().zip(&SLOTS) {
+        let record_fd = s.record_fd.load(Ordering::Acquire);
+        if record_fd >= 0 {
+            *o = Some(HeldRecord {
+                record_fd,
+                aux_fd: s.aux_fd.load(Ordering::Acquire),
+                socket_inode: s.socket_inode.load(Ordering::Acquire),
+            });
+        }
+    }
+    out
+}
+
+/// Whether `fd` is one of this process's record descriptors (the memfd
+/// or its copy of the state's descriptor). Cheap while none is held.
+pub fn is_held(fd: RawFd) -> bool {
+    fd >= 0
+        && HELD.load(Ordering::Acquire) != 0
+        && SLOTS.iter().any(|s| {
+            s.record_fd.load(Ordering::Acquire) == fd || s.aux_fd.load(Ordering::Acquire) == fd
+        })
+}
+
+/// The program closed `fd`, one of our record descriptors, itself (a
+/// loop closing every descriptor): forget the number, so that dropping
+/// the record later does not close whatever the number names by then.
+/// The record then no longer reaches a new program. Not for a vfork
+/// child (the slots are its parent's).
+pub fn closed_by_program(fd: RawFd) {
+    for s in &SLOTS {
+        let _ = s
+            .aux_fd
+            .compare_exchange(fd, -1, Ordering::AcqRel, Ordering::Acquire);
+        // The slot stays taken (its holder frees it) but names nothing.
+        let _ = s
+            .record_fd
+            .compare_exchange(fd, CLOSED, Ordering::AcqRel, Ordering::Acquire);
+    }
+}
+
+/// A taken slot whose memfd the program closed.
+const CLOSED: RawFd = -2;
 
 /// Whether another record may be made for a connection on `socket`.
 fn room_for_a_record(socket: RawFd) -> bool {
@@ -107,9 +182,9 @@ pub enum Offered<'a> {
 /// control page's memfd (one host). Dropped when the connection settles
 /// or its last descriptor closes: the descriptors are closed then.
 pub struct Inherit {
-    record_fd: RawFd,
+    /// Our place in [`SLOTS`], which holds the descriptors.
+    slot: usize,
     record: *mut Record,
-    aux_fd: Option<RawFd>,
 }
 
 // SAFETY: the record is reached only through its atomic `used` word after
@@ -162,7 +237,7 @@ impl Inherit {
         if record_fd < 0 {
             return None;
         }
-        let mut held = Inherit::holding(record_fd, std::ptr::null_mut());
+        let mut held = Inherit::holding(record_fd, std::ptr::null_mut(), socket_inode)?;
         let len = std::mem::size_of::<Record>();
         // SAFETY: sizing the memfd just made.
         if unsafe { libc::ftruncate(record_fd, len as libc::off_t) } != 0 {
@@ -177,7 +252,7 @@ impl Inherit {
                 if d < 0 {
                     return None;
                 }
-                held.aux_fd = Some(d);
+                held.set_aux(d);
                 (d, inode(d)?)
             }
             None => (-1, 0),
@@ -204,15 +279,36 @@ impl Inherit {
         Some(Arc::new(held))
     }
 
-    /// This process's hold on `record_fd` (mapped at `record`), counted
-    /// in [`HELD`] until dropped.
-    fn holding(record_fd: RawFd, record: *mut Record) -> Inherit {
-        HELD.fetch_add(1, Ordering::Relaxed);
-        Inherit {
-            record_fd,
-            record,
-            aux_fd: None,
-        }
+    /// This process's hold on `record_fd` (mapped at `record`), for the
+    /// connection on the socket `socket_inode`, in a slot of [`SLOTS`]
+    /// until dropped. `None` (and `record_fd` closed) if every slot is
+    /// taken.
+    fn holding(record_fd: RawFd, record: *mut Record, socket_inode: u64) -> Option<Inherit> {
+        let free = SLOTS.iter().position(|s| {
+            s.record_fd
+                .compare_exchange(-1, record_fd, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        });
+        let Some(slot) = free else {
+            // SAFETY: the memfd is ours and not yet handed to anyone.
+            unsafe { (real().close)(record_fd) };
+            return None;
+        };
+        SLOTS[slot].aux_fd.store(-1, Ordering::Release);
+        SLOTS[slot]
+            .socket_inode
+            .store(socket_inode, Ordering::Release);
+        HELD.fetch_add(1, Ordering::AcqRel);
+        Some(Inherit { slot, record })
+    }
+
+    fn set_aux(&mut self, fd: RawFd) {
+        SLOTS[self.slot].aux_fd.store(fd, Ordering::Release);
+    }
+
+    #[cfg(test)]
+    fn record_fd(&self) -> RawFd {
+        SLOTS[self.slot].record_fd.load(Ordering::Acquire)
     }
 
     /// Claims the connection for this process (before its handshake);
@@ -229,18 +325,25 @@ impl Inherit {
 
 impl Drop for Inherit {
     fn drop(&mut self) {
-        HELD.fetch_sub(1, Ordering::Relaxed);
-        // SAFETY: our own mapping and descriptors, used by nothing else in
-        // this process once the last holder lets go.
+        let slot = &SLOTS[self.slot];
+        let aux = slot.aux_fd.swap(-1, Ordering::AcqRel);
+        let record_fd = slot.record_fd.load(Ordering::Acquire);
+        // SAFETY: our own mapping and descriptors (those the program has
+        // not closed itself), used by nothing else in this process once
+        // the last holder lets go.
         unsafe {
             if !self.record.is_null() {
                 libc::munmap(self.record.cast(), std::mem::size_of::<Record>());
             }
-            (real().close)(self.record_fd);
-            if let Some(a) = self.aux_fd {
-                (real().close)(a);
+            if record_fd >= 0 {
+                (real().close)(record_fd);
+            }
+            if aux >= 0 {
+                (real().close)(aux);
             }
         }
+        HELD.fetch_sub(1, Ordering::AcqRel);
+        slot.record_fd.store(-1, Ordering::Release);
     }
 }
 
@@ -311,7 +414,13 @@ fn take_up_one(record_fd: RawFd, sockets: &[(RawFd, u64)]) {
         return;
     }
     let Some(record) = map(record_fd) else { return };
-    let mut held = Inherit::holding(record_fd, record);
+    // SAFETY: mapped above, a whole Record long.
+    let socket_inode = unsafe { (*record).socket_inode };
+    let Some(mut held) = Inherit::holding(record_fd, record, socket_inode) else {
+        // SAFETY: our mapping of a record no slot holds.
+        unsafe { libc::munmap(record.cast(), std::mem::size_of::<Record>()) };
+        return;
+    };
     // A copy of the record's fields: `held` moves into the state below.
     // SAFETY: mapped above, a whole Record long; `used` is read atomically.
     let r = unsafe { &*record };
@@ -343,7 +452,7 @@ fn take_up_one(record_fd: RawFd, sockets: &[(RawFd, u64)]) {
         if !expected || inode(fd) != Some(ino) {
             return; // the number is the program's now: left alone
         }
-        held.aux_fd = Some(fd);
+        held.set_aux(fd);
     }
     // The state's own copy of the descriptor (the record keeps its one
     // for a further exec), close-on-exec as the original was.
@@ -423,7 +532,7 @@ mod tests {
     /// What a new program's constructor gets: its own copy of the record.
     fn copy_of(rec: &Inherit) -> RawFd {
         // SAFETY: dup of the record's descriptor.
-        unsafe { libc::dup(rec.record_fd) }
+        unsafe { libc::dup(rec.record_fd()) }
     }
 
     #[test]

@@ -16,6 +16,7 @@
 //! No panic leaves a hook: one becomes -1/EIO.
 
 mod carried;
+mod closing;
 mod conn;
 mod control;
 mod inherit;
@@ -383,13 +384,25 @@ pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
 /// The C prototype of close(2).
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
-    guarded(-1, || {
-        // (The getpid of the vfork check only for descriptors we track.)
-        if conn::tracks(fd) && !process::borrowing_parent_memory() {
-            conn::forget(fd);
-        }
-        (real().close)(fd)
-    })
+    guarded(-1, || closing::close(fd))
+}
+
+/// # Safety
+/// The C prototype of close_range(2).
+#[no_mangle]
+pub unsafe extern "C" fn close_range(
+    first: libc::c_uint,
+    last: libc::c_uint,
+    flags: c_int,
+) -> c_int {
+    guarded(-1, || closing::close_range(first, last, flags))
+}
+
+/// # Safety
+/// The C prototype of closefrom(3).
+#[no_mangle]
+pub unsafe extern "C" fn closefrom(first: c_int) {
+    guarded((), || closing::closefrom(first))
 }
 
 /// Notes that `new` names what `old` does, unless this is a vfork child
