@@ -6,7 +6,7 @@
  *   compat MODE   MODE: poll select epoll-lt epoll-et epoll-nested peek
  *                       dup threads sendfile splice exec exec-vfork exec-connect
  *                       exec-closerange exec-closeloop exec-closefrom
- *                       epollout-et reuseport selfloop stress reconnect
+ *                       epollout-et reuseport reuseport-plain selfloop stress reconnect
  *                       hangup
  *                       hangup-exit hangup-kill hangup-et wake nonblock
  *
@@ -548,6 +548,30 @@ static int reuse_listener(struct sockaddr_in *a) {
         getsockname(fd, (struct sockaddr *)a, &len)) FAIL("listen: %s", strerror(errno));
     return fd;
 }
+/* The connecting child: REUSE_CONNS echoes of 1000 bytes each, the
+ * connector writing first; exits. */
+static void reuse_clients(const struct sockaddr_in *a, uint64_t seed) {
+    char b[1000], c[1000];
+    for (int i = 0; i < REUSE_CONNS; i++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (connect(fd, (const struct sockaddr *)a, sizeof *a)) FAIL("connect %d", i);
+        for (size_t j = 0; j < sizeof b; j++) b[j] = (char)pattern((uint64_t)i + seed, j);
+        write_all(fd, b, sizeof b);
+        read_all(fd, c, sizeof c);
+        if (memcmp(b, c, sizeof b)) FAIL("echo %d differs", i);
+        close(fd);
+    }
+    exit(0);
+}
+/* Accepts one connection on `l` and echoes its 1000 bytes. */
+static void reuse_serve_one(int l) {
+    int fd = accept(l, NULL, NULL);
+    if (fd < 0) FAIL("accept");
+    char b[1000];
+    read_all(fd, b, sizeof b);
+    write_all(fd, b, sizeof b);
+    close(fd);
+}
 static int reuseport(void) {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     const char *addr = getenv("COMPAT_ADDR");
@@ -558,34 +582,92 @@ static int reuseport(void) {
     pid_t pid = fork();
     if (pid == 0) {
         client_side();
-        char b[1000], c[1000];
-        for (int i = 0; i < REUSE_CONNS; i++) {
-            int fd = socket(AF_INET, SOCK_STREAM, 0);
-            if (connect(fd, (struct sockaddr *)&a, sizeof a)) FAIL("connect %d", i);
-            for (size_t j = 0; j < sizeof b; j++) b[j] = (char)pattern((uint64_t)i + 40, j);
-            write_all(fd, b, sizeof b);
-            read_all(fd, c, sizeof c);
-            if (memcmp(b, c, sizeof b)) FAIL("echo %d differs", i);
-            close(fd);
-        }
-        exit(0);
+        reuse_clients(&a, 40);
     }
     int by[2] = {0, 0};
     for (int i = 0; i < REUSE_CONNS; i++) {
         struct pollfd p[2] = {{.fd = l[0], .events = POLLIN}, {.fd = l[1], .events = POLLIN}};
         if (poll(p, 2, 20000) <= 0) FAIL("no connection %d", i);
         int k = (p[0].revents & POLLIN) ? 0 : 1;
-        int fd = accept(l[k], NULL, NULL);
-        if (fd < 0) FAIL("accept");
+        reuse_serve_one(l[k]);
         by[k]++;
-        char b[1000];
-        read_all(fd, b, sizeof b);
-        write_all(fd, b, sizeof b);
-        close(fd);
     }
     int st;
     if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st)) FAIL("client failed");
     printf("compat reuseport: ok (%d and %d connections on the two listeners)\n", by[0], by[1]);
+    return 0;
+}
+
+/* reuseport-plain: as reuseport, but the second listener's program does
+ * not run under viarun (this program again, exec'd without LD_PRELOAD:
+ * mode plain-listener), so nobody there can answer a connector that
+ * found the port's registration: a connection the kernel gives it must
+ * still go through, over kernel TCP. The connector writes first (as an
+ * HTTP client does), so a connector waiting for an answer hangs. */
+static int plain_listener(void) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    const char *addr = getenv("COMPAT_ADDR"), *port = getenv("COMPAT_PORT");
+    if (addr && inet_pton(AF_INET, addr, &a.sin_addr) != 1) FAIL("COMPAT_ADDR %s", addr);
+    if (!port) FAIL("COMPAT_PORT");
+    a.sin_port = htons((uint16_t)atoi(port));
+    int l = reuse_listener(&a), n = 0;
+    if (write(1, "r", 1) != 1) FAIL("ready");
+    for (;;) {
+        struct pollfd p[2] = {{.fd = l, .events = POLLIN}, {.fd = 0, .events = POLLIN}};
+        if (poll(p, 2, -1) <= 0) FAIL("poll");
+        if (p[1].revents) break; /* told to stop: stdin's EOF */
+        reuse_serve_one(l);
+        n++;
+    }
+    fprintf(stderr, "compat plain-listener: %d connections\n", n);
+    return 0;
+}
+static int reuseport_plain(void) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    const char *addr = getenv("COMPAT_ADDR");
+    if (addr && inet_pton(AF_INET, addr, &a.sin_addr) != 1) FAIL("COMPAT_ADDR %s", addr);
+    int l = reuse_listener(&a), stop[2], ready[2], done[2];
+    if (pipe(stop) || pipe(ready)) FAIL("pipe");
+    char port[16];
+    snprintf(port, sizeof port, "%u", ntohs(a.sin_port));
+    pid_t plain = fork();
+    if (plain == 0) {
+        if (dup2(stop[0], 0) != 0 || dup2(ready[1], 1) != 1) _exit(3);
+        close(l); /* and the pipes' other ends: stdin's EOF is the stop */
+        close(stop[0]); close(stop[1]); close(ready[0]); close(ready[1]);
+        unsetenv("LD_PRELOAD");
+        setenv("COMPAT_PORT", port, 1);
+        execl("/proc/self/exe", "compat", "plain-listener", (char *)NULL);
+        _exit(4);
+    }
+    close(stop[0]);
+    close(ready[1]);
+    char r;
+    if (read(ready[0], &r, 1) != 1) FAIL("plain listener not ready");
+    if (pipe(done)) FAIL("pipe"); /* after the plain fork: its EOF is the client's exit */
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(done[0]);
+        client_side();
+        reuse_clients(&a, 60);
+    }
+    close(done[1]);
+    int mine = 0;
+    for (;;) {
+        struct pollfd p[2] = {{.fd = l, .events = POLLIN}, {.fd = done[0], .events = POLLIN}};
+        if (poll(p, 2, -1) <= 0) FAIL("poll");
+        if (p[0].revents & POLLIN) {
+            reuse_serve_one(l);
+            mine++;
+            continue;
+        }
+        break; /* the client is done: its end of `done` closed */
+    }
+    int st;
+    if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st)) FAIL("client failed");
+    close(stop[1]);
+    if (waitpid(plain, &st, 0) != plain || !WIFEXITED(st) || WEXITSTATUS(st)) FAIL("plain listener failed");
+    printf("compat reuseport-plain: ok (%d of %d connections on the viarun listener)\n", mine, REUSE_CONNS);
     return 0;
 }
 
@@ -854,6 +936,8 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "exec-handler") == 0) { echo_bytes(0, 1); return 0; }
     if (strcmp(mode, "exec-dialer") == 0) { check_echo(0, 1); return 0; }
     if (strcmp(mode, "reuseport") == 0) return reuseport();
+    if (strcmp(mode, "reuseport-plain") == 0) return reuseport_plain();
+    if (strcmp(mode, "plain-listener") == 0) return plain_listener();
     if (strcmp(mode, "selfloop") == 0) return selfloop();
     int lfd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};

@@ -47,9 +47,16 @@ expect client "$SHM1"
 # Each socket feature (compat.c): kernel TCP first (the reference), then
 # both ends under viarun, where the connections must have gone over shm.
 for mode in poll select epoll-lt epoll-et epoll-nested peek dup threads sendfile splice exec exec-vfork exec-connect exec-closerange exec-closeloop exec-closefrom epollout-et \
-    reuseport selfloop stress reconnect hangup hangup-exit hangup-kill hangup-et wake nonblock; do
+    reuseport reuseport-plain selfloop stress reconnect hangup hangup-exit hangup-kill hangup-et wake nonblock; do
     "$dir/compat" "$mode"
     $VS "$dir/compat" "$mode" 2>"$dir/compat.err" || { cat "$dir/compat.err"; exit 1; }
+    if [ "$mode" = reuseport-plain ]; then
+        # The plain listener's connections (its count on stderr) must
+        # have stayed on kernel TCP, every other one over shm.
+        plain=$(awk '/^compat plain-listener: [0-9]+ connections$/ { print $3 }' "$dir/compat.err")
+        expect compat "viarun: $((16 - plain)) connections over shm, $plain over kernel TCP"
+        continue
+    fi
     if [ "$mode" = reuseport ]; then
         # The kernel spreads the 16 connections over the two listeners:
         # those of the one holding the registration go over shm, the

@@ -19,6 +19,7 @@ mod carried;
 mod closing;
 mod conn;
 mod control;
+mod holder;
 mod inherit;
 mod kernel;
 mod link;

@@ -337,6 +337,7 @@ impl Registry {
             return;
         }
         let ip = ip16(from.ip());
+        let mut plain_check = false;
         let reply = {
             let mut t = self.notes.lock();
             match m.kind {
@@ -356,6 +357,10 @@ impl Registry {
                     Some(n) => {
                         // Not accepted yet; a query is a commit too.
                         n.state = NOTED_COMMIT;
+                        // Unless a program without viarun took it (a
+                        // second listener on the port), which never
+                        // answers: looked at below, without the lock.
+                        plain_check = true;
                         None
                     }
                     None => {
@@ -370,9 +375,31 @@ impl Registry {
                 _ => None,
             }
         };
+        let reply = match reply {
+            None if plain_check => self.taken_by_a_plain_process(m, from),
+            r => r,
+        };
         if let Some(r) = reply {
             let _ = self.udp.send_to(&r, from);
         }
+    }
+
+    /// A connection not decided yet whose other end a process without
+    /// viarun on this host accepted (holder.rs): decided no, and that
+    /// answer returned. None while it is queued or held by viarun.
+    fn taken_by_a_plain_process(&self, m: Msg, from: SocketAddr) -> Option<[u8; MSG_LEN]> {
+        let here = SocketAddr::new(self.udp.local_addr().ok()?.ip(), m.lport);
+        let peer = SocketAddr::new(from.ip(), m.cport);
+        if crate::holder::of_peer(peer, here) != crate::holder::Holder::Plain {
+            return None;
+        }
+        let mut t = self.notes.lock();
+        let n = t.find(&ip16(from.ip()), m.cport, m.lport)?;
+        if n.state != DECIDED {
+            n.answer = Msg::new(ANSWER, m.lport, m.cport).encode();
+            n.state = DECIDED;
+        }
+        Some(n.answer)
     }
 
     /// A DECLINE (see [`decline`]): the connection is decided no and the

@@ -16,6 +16,7 @@
 use libc::{c_int, sockaddr, sockaddr_storage, sockaddr_un, socklen_t};
 use std::os::fd::RawFd;
 
+use crate::holder;
 use crate::real::real;
 
 const MAGIC: u32 = 0x3152_564f; // "OVR1"
@@ -267,7 +268,13 @@ pub fn await_answer(listener: RawFd, dst_port: u16, tcp: RawFd) -> Option<(u64, 
             },
         ];
         // SAFETY: two pollfds of ours.
-        unsafe { libc::poll(p.as_mut_ptr(), 2, -1) };
+        let ready = unsafe { libc::poll(p.as_mut_ptr(), 2, ASK_HOLDER_MS) };
+        if ready == 0 {
+            if accepted_by_a_plain_process(tcp) && !answer_waiting(listener) {
+                return None;
+            }
+            continue;
+        }
         if p[1].revents & libc::POLLERR != 0 && p[0].revents & libc::POLLIN == 0 {
             return None;
         }
@@ -330,6 +337,33 @@ pub fn await_answer(listener: RawFd, dst_port: u16, tcp: RawFd) -> Option<(u64, 
             }
         };
     }
+}
+
+/// How long a connector waits for an answer before it looks who took
+/// its connection (holder.rs), and again between looks.
+const ASK_HOLDER_MS: c_int = 100;
+
+/// Whether the other end of `tcp` was accepted by a process on this host
+/// that does not run under viarun (a second listener on the port): it
+/// will never answer.
+fn accepted_by_a_plain_process(tcp: RawFd) -> bool {
+    let here = name_of(tcp, false).and_then(|a| crate::remote::socket_addr(&a));
+    let there = name_of(tcp, true).and_then(|a| crate::remote::socket_addr(&a));
+    match (here, there) {
+        (Some(here), Some(there)) => holder::of_peer(here, there) == holder::Holder::Plain,
+        _ => false,
+    }
+}
+
+/// Whether an answer waits on the connector's listener now.
+fn answer_waiting(listener: RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd: listener,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd of ours, no waiting.
+    unsafe { libc::poll(&mut p, 1, 0) == 1 }
 }
 
 /// Port of a socket address (IPv4 or IPv6), None for other families.
