@@ -333,7 +333,11 @@ fn settle_locked(fd: RawFd, mut g: std::sync::MutexGuard<'_, Setup>) -> Route {
                 let key = stats::key_of(fd, Some(dst.clone()));
                 match answer {
                     Some((token, page)) => {
-                        stats::record(crate::link::device_short_name(Medium::Local), &key);
+                        stats::record(
+                            crate::link::device_short_name(Medium::Local),
+                            &key,
+                            Side::Connector,
+                        );
                         let control = Control::map(page);
                         // SAFETY: the received page's descriptor, ours to close.
                         unsafe { (real().close)(page) };
@@ -349,7 +353,7 @@ fn settle_locked(fd: RawFd, mut g: std::sync::MutexGuard<'_, Setup>) -> Route {
                         }
                     }
                     None => {
-                        stats::record("tcp", &key);
+                        stats::record("tcp", &key, Side::Connector);
                         Setup::Kernel
                     }
                 }
@@ -368,7 +372,11 @@ fn settle_locked(fd: RawFd, mut g: std::sync::MutexGuard<'_, Setup>) -> Route {
                 let key = stats::key_of(fd, Some(dst.clone()));
                 match offer.decision(fd) {
                     Some(yes) => {
-                        stats::record(crate::link::device_short_name(Medium::Network), &key);
+                        stats::record(
+                            crate::link::device_short_name(Medium::Network),
+                            &key,
+                            Side::Connector,
+                        );
                         Setup::AgreedNet {
                             side: Side::Connector,
                             token: yes.token,
@@ -377,7 +385,7 @@ fn settle_locked(fd: RawFd, mut g: std::sync::MutexGuard<'_, Setup>) -> Route {
                         }
                     }
                     None => {
-                        stats::record("tcp", &key);
+                        stats::record("tcp", &key, Side::Connector);
                         Setup::Kernel
                     }
                 }

@@ -589,9 +589,13 @@ fn accepted_from_afar(reg: &remote::Registry, fd: c_int, peer: &libc::sockaddr_s
                     ),
                 },
             );
-            stats::record(link::device_short_name(link::Medium::Network), key);
+            stats::record(
+                link::device_short_name(link::Medium::Network),
+                key,
+                control::Side::Acceptor,
+            );
         }
-        None => stats::record("tcp", key),
+        None => stats::record("tcp", key, control::Side::Acceptor),
     }
 }
 
@@ -615,7 +619,7 @@ fn accepted(listener: c_int, fd: c_int) {
         match (&reg.remote, from_here) {
             (Some(remote), false) => accepted_from_afar(remote, fd, &peer, &key),
             (_, true) if reg.local.is_some() => accepted_here(fd, &peer, &local, &key),
-            _ => stats::record("tcp", &key),
+            _ => stats::record("tcp", &key, control::Side::Acceptor),
         }
     }
     set_errno(e);
@@ -649,7 +653,7 @@ fn declined(fd: c_int) {
                 remote::decline(l, p);
             }
             let key = stats::key(rendezvous::text_of(&local), rendezvous::text_of(&peer));
-            stats::record("tcp", &key);
+            stats::record("tcp", &key, control::Side::Acceptor);
         }
     }
     set_errno(e);
@@ -704,9 +708,13 @@ fn accepted_here(
                     inherit,
                 },
             );
-            stats::record(link::device_short_name(link::Medium::Local), key);
+            stats::record(
+                link::device_short_name(link::Medium::Local),
+                key,
+                control::Side::Acceptor,
+            );
         }
-        None => stats::record("tcp", key),
+        None => stats::record("tcp", key, control::Side::Acceptor),
     }
 }
 
@@ -834,7 +842,11 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, alen: socklen
                     },
                 )
             }
-            (None, None) if started => stats::record("tcp", &stats::key_of(fd, Some(dst_text))),
+            (None, None) if started => stats::record(
+                "tcp",
+                &stats::key_of(fd, Some(dst_text)),
+                control::Side::Connector,
+            ),
             _ => {}
         }
         set_errno(e);

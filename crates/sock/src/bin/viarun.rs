@@ -6,7 +6,7 @@
 //! this way ends the server and still gives the line. (SIGINT from a
 //! terminal reaches PROG directly: it is in the same process group.)
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::Command;
@@ -39,37 +39,58 @@ fn usage() -> ! {
     std::process::exit(2);
 }
 
+/// Connections of one device, from the lines its ends wrote: per key,
+/// the lines of each end (connector, acceptor).
+#[derive(Default)]
+struct Ends(BTreeMap<String, [usize; 2]>);
+
+impl Ends {
+    fn note(&mut self, key: &str, side: &str) {
+        let e = self.0.entry(key.to_string()).or_default();
+        e[usize::from(side == "a")] += 1;
+    }
+
+    /// A connection is one key seen from one or both ends; the same key
+    /// twice from one end is two (its port used again).
+    fn count(&self) -> usize {
+        self.0.values().map(|[c, a]| (*c).max(*a)).sum()
+    }
+}
+
 /// "viarun: 3 connections over shm, 0 over kernel TCP".
 fn summary(lines: &str) -> String {
-    let mut devices: Vec<(String, BTreeSet<String>)> = Vec::new();
-    let mut kernel = BTreeSet::new();
+    let mut devices: Vec<(String, Ends)> = Vec::new();
+    let mut kernel = Ends::default();
     for line in lines.lines() {
-        let Some((device, key)) = line.split_once(' ') else {
+        let mut f = line.split(' ');
+        let (Some(device), Some(key), Some(side)) = (f.next(), f.next(), f.next()) else {
             continue;
         };
         if device == "tcp" {
-            kernel.insert(key.to_string());
+            kernel.note(key, side);
             continue;
         }
         match devices.iter_mut().find(|(d, _)| d == device) {
-            Some((_, keys)) => {
-                keys.insert(key.to_string());
+            Some((_, ends)) => ends.note(key, side),
+            None => {
+                let mut ends = Ends::default();
+                ends.note(key, side);
+                devices.push((device.to_string(), ends));
             }
-            None => devices.push((device.to_string(), BTreeSet::from([key.to_string()]))),
         }
     }
     if devices.is_empty() {
-        devices.push(("shm".to_string(), BTreeSet::new()));
+        devices.push(("shm".to_string(), Ends::default()));
     }
     let mut out = String::from("viarun: ");
-    for (i, (device, keys)) in devices.iter().enumerate() {
+    for (i, (device, ends)) in devices.iter().enumerate() {
         if i == 0 {
-            out += &format!("{} connections over {device}, ", keys.len());
+            out += &format!("{} connections over {device}, ", ends.count());
         } else {
-            out += &format!("{} over {device}, ", keys.len());
+            out += &format!("{} over {device}, ", ends.count());
         }
     }
-    out += &format!("{} over kernel TCP", kernel.len());
+    out += &format!("{} over kernel TCP", kernel.count());
     out
 }
 
@@ -140,9 +161,16 @@ mod tests {
 
     #[test]
     fn counts_each_connection_once() {
-        let lines = "shm a-b\nshm a-b\nshm c-d\ntcp e-f\n";
+        // Both ends of a-b; one end of c-d; e-f on the kernel.
+        let lines = "shm a-b c\nshm a-b a\nshm c-d a\ntcp e-f c\n";
         assert_eq!(
             summary(lines),
+            "viarun: 2 connections over shm, 1 over kernel TCP"
+        );
+        // A port used again: a-b twice from each end is two connections.
+        let again = "shm a-b c\nshm a-b a\nshm a-b c\nshm a-b a\ntcp a-b c\n";
+        assert_eq!(
+            summary(again),
             "viarun: 2 connections over shm, 1 over kernel TCP"
         );
         assert_eq!(
