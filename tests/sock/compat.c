@@ -183,6 +183,12 @@ static void peek_client(int fd) {
     struct iovec v[3] = {{"ab", 2}, {"cde", 3}, {"f", 1}};
     if (writev(fd, v, 3) != 6) FAIL("writev");
     await_ack(fd);
+    /* A peek across writes: the second comes only after an ack, so the
+     * reader's MSG_PEEK|MSG_WAITALL must wait for it. */
+    write_all(fd, "abc", 3);
+    await_ack(fd);
+    write_all(fd, "defgh", 5);
+    await_ack(fd);
 }
 /* FIONREAD: bytes unread on the socket (the data's, not doorbells). */
 static int unread(int fd) {
@@ -211,6 +217,16 @@ static void peek_server(int fd) {
     struct iovec v[2] = {{x, 2}, {y, 4}};
     struct msghdr m = {.msg_iov = v, .msg_iovlen = 2};
     if (recvmsg(fd, &m, MSG_WAITALL) != 6 || memcmp(x, "ab", 2) || memcmp(y, "cdef", 4)) FAIL("recvmsg iovec");
+    ack(fd);
+    if (recv(fd, b, 3, MSG_PEEK | MSG_WAITALL) != 3 || memcmp(b, "abc", 3)) FAIL("MSG_PEEK of the first write");
+    ack(fd);
+    k = recv(fd, b, 8, MSG_PEEK | MSG_WAITALL);
+    if (k != 8 || memcmp(b, "abcdefgh", 8)) FAIL("MSG_PEEK|MSG_WAITALL across two writes: %zd", k);
+    if (unread(fd) != 8) FAIL("FIONREAD with two writes unread: %d, not 8", unread(fd));
+    k = recv(fd, b, 100, MSG_PEEK);
+    if (k != 8 || memcmp(b, "abcdefgh", 8)) FAIL("MSG_PEEK of two writes: %zd", k);
+    read_all(fd, b, 8);
+    if (memcmp(b, "abcdefgh", 8)) FAIL("read after the peeks");
     ack(fd);
 }
 

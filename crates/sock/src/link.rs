@@ -154,6 +154,10 @@ pub(crate) struct Rx {
     /// The message being read: (place in the data ring, length, bytes
     /// already taken).
     pub current: Option<(usize, usize, usize)>,
+    /// Messages after `current`, taken from the VI by a peek or a count
+    /// of what is unread (FIONREAD) but not begun: (place, length), in
+    /// order. A read takes them before it asks the VI again.
+    pub later: std::collections::VecDeque<(usize, usize)>,
     /// Messages used up (compared with the writer's count on the page).
     pub consumed: u32,
     /// The doorbell byte is known to be in the socket (seen there since
@@ -290,6 +294,7 @@ impl Link {
             }),
             rx: Mutex::new(Rx {
                 current: None,
+                later: std::collections::VecDeque::with_capacity(RECV_SLOTS),
                 consumed: 0,
                 bell_in_socket: false,
             }),

@@ -49,6 +49,9 @@ const ANNOUNCED_SPIN: u32 = 128;
 /// still announced and not arrived (a writer killed in that moment).
 const ANNOUNCED_LOOK: u32 = 1024;
 
+/// How long a MSG_PEEK|MSG_WAITALL short of data sleeps between looks.
+const PEEK_NAP: Duration = Duration::from_micros(50);
+
 /// How a spin with a token ended.
 enum Spin {
     /// A message was announced (or the page or VI changed): look again.
@@ -98,6 +101,14 @@ impl Link {
                 at += n;
                 got += n;
                 if peek {
+                    got += self.peek_later(
+                        fd,
+                        &mut rx,
+                        out,
+                        (seg, off),
+                        want - got,
+                        all && !nonblocking(),
+                    );
                     self.bell_visible(fd, &mut rx);
                     return Ok(got);
                 }
@@ -115,6 +126,9 @@ impl Link {
                     // Like the kernel, hand over what has already arrived
                     // (fewer calls for a reader with a large buffer).
                     if rx.current.is_none() {
+                        rx.current = rx.later.pop_front().map(|(p, l)| (p, l, 0));
+                    }
+                    if rx.current.is_none() {
                         if let Ok(d) = self.vi.recv_done() {
                             rx.current = self.completed(d);
                         }
@@ -123,6 +137,10 @@ impl Link {
                         return Ok(self.leave(fd, &mut rx, got));
                     }
                 }
+                continue;
+            }
+            if let Some((place, len)) = rx.later.pop_front() {
+                rx.current = Some((place, len, 0));
                 continue;
             }
             if let Ok(d) = self.vi.recv_done() {
@@ -306,15 +324,63 @@ impl Link {
         let Ok(mut rx) = reader_turn(&self.rx, || true) else {
             return 0;
         };
-        if rx.current.is_none() {
-            if let Ok(d) = self.vi.recv_done() {
-                // A flushed receive is no message; the next read finds the
-                // VI broken and asks the kernel.
-                rx.current = self.completed(d);
+        self.take_arrived(&mut rx);
+        let current = rx
+            .current
+            .map_or(0, |(_, len, taken)| len.saturating_sub(taken));
+        current + rx.later.iter().map(|&(_, len)| len).sum::<usize>()
+    }
+
+    /// Takes every message the VI completed into `later` (a flushed
+    /// receive is no message: the next read finds the VI broken and asks
+    /// the kernel).
+    fn take_arrived(&self, rx: &mut Rx) {
+        while let Ok(d) = self.vi.recv_done() {
+            if let Some((place, len, _)) = self.completed(d) {
+                rx.later.push_back((place, len));
             }
         }
-        rx.current
-            .map_or(0, |(_, len, taken)| len.saturating_sub(taken))
+    }
+
+    /// A peek past the message being read: copies from the messages after
+    /// it, from `at` (segment, offset) of `out` on, at most `room` bytes,
+    /// and leaves them unread. With MSG_WAITALL (`wait_all`) it waits for
+    /// more until `room` is filled or the stream ends, napping (a peek
+    /// takes no token, and the doorbell already in the socket would wake
+    /// a sleep at once). How many bytes it copied.
+    fn peek_later(
+        &self,
+        fd: RawFd,
+        rx: &mut Rx,
+        out: &mut [&mut [u8]],
+        at: (usize, usize),
+        room: usize,
+        wait_all: bool,
+    ) -> usize {
+        let (mut seg, mut off) = at;
+        let (mut got, mut copied) = (0usize, 0usize);
+        let mut naps = 0u32;
+        loop {
+            self.take_arrived(rx);
+            for &(place, len) in rx.later.iter().skip(copied) {
+                if got == room {
+                    break;
+                }
+                // SAFETY: as for the message being read: the ring holds
+                // its `len` bytes at `place` until we use it up.
+                let src = unsafe { std::slice::from_raw_parts(self.data_in(place), len) };
+                got += copy_out(src, out, &mut seg, &mut off);
+                copied += 1;
+            }
+            if got == room || !wait_all || self.broken() || self.rx_word().seen().shut {
+                return got;
+            }
+            naps += 1;
+            if naps % 64 == 0 && kernel::peer_hung_up(fd) {
+                return got;
+            }
+            std::thread::sleep(PEEK_NAP);
+        }
     }
 
     fn completed(&self, d: DescPtr) -> Option<(usize, usize, usize)> {

@@ -27,18 +27,20 @@ impl NetLink {
                 off = 0;
             }
         }
+        // A peek copies from every message that has arrived, using none up.
+        let mut peeked = 0usize;
         while *got < want {
-            let Some(front) = st.arrived.front() else {
+            let Some(front) = st.arrived.get(peeked) else {
                 break;
             };
-            if front.number != st.consumed.wrapping_add(1) {
+            if front.number != st.consumed.wrapping_add(1 + peeked as u32) {
                 // Numbers follow one another on a reliable VI; one out of
                 // order is not read (the peer does not follow the protocol).
                 st.broken = true;
                 break;
             }
             let (slot, len, belled) = (front.slot, front.len, front.belled);
-            let mut at = st.taken;
+            let mut at = if peeked == 0 { st.taken } else { 0 };
             // SAFETY: the receive buffer holds the message's `len` bytes
             // after its header; it stays ours until posted again.
             let rest = unsafe {
@@ -51,7 +53,8 @@ impl NetLink {
             at += k;
             *got += k;
             if peek {
-                return true;
+                peeked += 1;
+                continue;
             }
             if at < len {
                 st.taken = at;
@@ -67,7 +70,7 @@ impl NetLink {
                 st.broken = true;
             }
         }
-        false
+        peek && peeked > 0
     }
 
     /// Before a read returns: takes the doorbell bytes of the messages it
@@ -144,7 +147,16 @@ impl NetLink {
                 let mut st = lock(&self.state);
                 self.pump_for(&mut st, want - got);
                 if self.copy_out(&mut st, out, &mut got, peek) {
+                    let broken = st.broken;
                     drop(st);
+                    if got < want && all && !nonblocking() && !broken && !kernel::peer_hung_up(fd) {
+                        // MSG_PEEK|MSG_WAITALL short of data: wait for
+                        // more (asleep on the VI's socket), then copy
+                        // again from the start.
+                        got = 0;
+                        nap(&self.vi, fd, 0, SLICE);
+                        continue;
+                    }
                     if got > 0 {
                         self.leave(fd, 0);
                     }
