@@ -6,7 +6,7 @@
  *   compat MODE   MODE: poll select epoll-lt epoll-et epoll-nested peek
  *                       dup threads sendfile splice exec exec-vfork exec-connect
  *                       exec-closerange exec-closeloop exec-closefrom
- *                       epollout-et reuseport reuseport-plain selfloop stress reconnect
+ *                       epollout-et epollout-lt reuseport reuseport-plain selfloop stress reconnect
  *                       hangup
  *                       hangup-exit hangup-kill hangup-et wake nonblock
  *
@@ -529,6 +529,58 @@ static void epollout_writer(int fd) {
     if (write(turn_pipe[1], "e", 1) != 1) FAIL("turn");
     close(ep);
 }
+/* epollout-lt: as epollout-et, but the writer waits level-triggered
+ * (epoll without EPOLLET, as libevent and libuv do), and after its first
+ * EAGAIN the reader stalls for 100 ms before it drains everything. Under
+ * viarun the kernel socket says writable all along, so a writer that is
+ * not held back spins: write, EAGAIN, epoll_wait, again, thousands of
+ * times, on a CPU its reader may need. Fails above 2000 EAGAINs in the
+ * stall (kernel TCP: one or two; held back: at most one per 200 us). */
+#define LT_STALL_NS 100000000LL
+static long long now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+static void epollout_lt_writer(int fd) {
+    char h;
+    read_all(fd, &h, 1);
+    if (fcntl(fd, F_SETFL, O_NONBLOCK)) FAIL("O_NONBLOCK");
+    int ep = epoll_create1(0);
+    struct epoll_event ev = {.events = EPOLLOUT, .data.fd = fd}, out;
+    if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev)) FAIL("epoll");
+    static char b[1 << 20];
+    size_t sent = 0;
+    long spins = -1; /* EAGAINs in the stall; -1 before the first */
+    long long stall = 0;
+    int told = 0;
+    size_t filled = (size_t)-1; /* the offset b holds the bytes of */
+    while (sent < ET_BYTES) {
+        size_t n = ET_BYTES - sent < sizeof b ? ET_BYTES - sent : sizeof b;
+        if (filled != sent)
+            for (size_t i = 0; i < n; i++) b[i] = (char)pattern(9, sent + i);
+        filled = sent;
+        ssize_t k = write(fd, b, n);
+        if (k > 0) { sent += (size_t)k; continue; }
+        if (errno != EAGAIN) FAIL("write: %s", strerror(errno));
+        if (spins < 0) { spins = 0; stall = now_ns(); }
+        long long left = stall + LT_STALL_NS - now_ns();
+        if (!told && left <= 0) {
+            told = 1;
+            if (write(turn_pipe[1], "e", 1) != 1) FAIL("turn");
+        }
+        if (!told) spins++;
+        int r;
+        do r = epoll_wait(ep, &out, 1, told ? 10000 : (int)(left / 1000000) + 1); while (r < 0 && errno == EINTR);
+        if (r < 0) FAIL("epoll_wait: %s", strerror(errno));
+        if (told && r != 1) FAIL("no EPOLLOUT within 10 s after EAGAIN at %zu bytes", sent);
+    }
+    if (spins < 0) FAIL("never EAGAIN: the test did not test");
+    if (!told && write(turn_pipe[1], "e", 1) != 1) FAIL("turn");
+    if (spins > 2000) FAIL("%ld writes said EAGAIN in a 100 ms stall: a level-triggered writer spins", spins);
+    fprintf(stderr, "compat epollout-lt: %ld EAGAINs in the stall\n", spins);
+    close(ep);
+}
 static void epollout_reader(int fd) {
     static char b[1 << 16];
     size_t got = 0;
@@ -989,7 +1041,7 @@ int main(int argc, char **argv) {
                  strcmp(mode, "exec-closerange") == 0 || strcmp(mode, "exec-closeloop") == 0) check_echo(fd, fd);
         else if (strcmp(mode, "exec-connect") == 0) exec_on(fd, "exec-dialer");
         else if (strcmp(mode, "exec-closefrom") == 0) exec_closing_on(fd, "from", "exec-dialer");
-        else if (strcmp(mode, "epollout-et") == 0) epollout_reader(fd);
+        else if (strcmp(mode, "epollout-et") == 0 || strcmp(mode, "epollout-lt") == 0) epollout_reader(fd);
         else readiness_client(fd);
         close(fd);
         return 0;
@@ -1016,6 +1068,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "exec-closeloop") == 0) exec_closing_server(fd, "loop");
     else if (strcmp(mode, "exec-connect") == 0 || strcmp(mode, "exec-closefrom") == 0) echo_bytes(fd, fd);
     else if (strcmp(mode, "epollout-et") == 0) epollout_writer(fd);
+    else if (strcmp(mode, "epollout-lt") == 0) epollout_lt_writer(fd);
     else if (!strcmp(mode, "poll") || !strcmp(mode, "select") || !strncmp(mode, "epoll-", 6)) readiness_server(fd);
     else FAIL("unknown mode");
     close(fd);

@@ -48,14 +48,16 @@ pub trait Carried: Send + Sync {
     fn set_nonblocking(&self, on: bool);
     /// The process that made the link (only it may use it).
     fn owner_pid(&self) -> u32;
-    /// Bytes a read would get now without waiting, as FIONREAD asks: at
-    /// least one if anything arrived (a lower bound where only the next
-    /// message is looked at); 0 when nothing did, or another thread is
-    /// reading.
+    /// Bytes a read would get now without waiting, as FIONREAD asks:
+    /// every byte arrived and unread; 0 when nothing did, or another
+    /// thread is reading.
     fn unread(&self) -> usize;
     /// Whether a nonblocking write would now take something (or fail at
     /// once on a broken connection) instead of saying EAGAIN.
     fn writable(&self) -> bool;
+    /// Sleeps until the reader makes room (or something else happens on
+    /// the link), at most `limit`; at once if there is room.
+    fn wait_room(&self, fd: RawFd, limit: std::time::Duration);
 }
 
 /// Copies from `src` into the program's buffers `out` at the cursor

@@ -122,7 +122,11 @@ fn via_write(link: &dyn Carried, fd: c_int, bufs: &[&[u8]], flags: c_int) -> ssi
         return result(Err(libc::EOPNOTSUPP));
     }
     let dontwait = flags & libc::MSG_DONTWAIT != 0;
-    let r = link.write(fd, bufs, dontwait, flags & libc::MSG_NOSIGNAL != 0);
+    let nosignal = flags & libc::MSG_NOSIGNAL != 0;
+    let mut r = link.write(fd, bufs, dontwait, nosignal);
+    if r == Err(libc::EAGAIN) && room::backoff(fd, link) {
+        r = link.write(fd, bufs, dontwait, nosignal);
+    }
     if r == Err(libc::EAGAIN) {
         room::watch(fd);
     }

@@ -592,6 +592,12 @@ impl crate::carried::Carried for Link {
     fn writable(&self) -> bool {
         Link::writable(self)
     }
+    fn wait_room(&self, _fd: RawFd, limit: std::time::Duration) {
+        let used = self.control.consumed(self.side);
+        if !Link::writable(self) {
+            self.control.wait_for_room(self.side, used, limit);
+        }
+    }
 }
 
 impl Drop for Link {

@@ -562,6 +562,12 @@ impl crate::carried::Carried for NetLink {
         self.pump(&mut st);
         st.unread()
     }
+    fn wait_room(&self, fd: RawFd, limit: Duration) {
+        if !self.writable() {
+            // Room comes with the peer's acknowledgements, on the VI's socket.
+            nap(&self.vi, fd, 0, limit);
+        }
+    }
 }
 
 impl Drop for NetLink {

@@ -12,6 +12,15 @@
 //! run the socket's write-space callback, and that wakes poll, select and
 //! epoll waiters with EPOLLOUT (an edge for EPOLLET). Nothing about the
 //! socket changes. The thread sleeps while nobody waits.
+//!
+//! A level-triggered waiter (poll, select, epoll without EPOLLET) is told
+//! writable at once, again and again, while the ring is full: the kernel
+//! socket always has room. Such a program writes, gets EAGAIN, waits,
+//! writes again, spinning a CPU its reader may need. So a thread whose
+//! write on a descriptor says EAGAIN again soon after the last time
+//! (`RETRY`) first sleeps until the reader makes room, at most `BACKOFF`
+//! ([`backoff`]), and tries once more. A writer that waits for an edge
+//! tries again only once there is room, and never waits here.
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -23,6 +32,43 @@ use crate::conn;
 
 /// How often waiting connections are looked at.
 const LOOK: Duration = Duration::from_micros(100);
+/// A second EAGAIN on one descriptor within this is a program spinning.
+const RETRY: Duration = Duration::from_millis(1);
+/// The longest a spinning writer's nonblocking write sleeps for room.
+const BACKOFF: Duration = Duration::from_micros(200);
+
+thread_local! {
+    /// This thread's last EAGAINs: (descriptor, when, in ns of
+    /// CLOCK_MONOTONIC); a few, for a loop with several full connections.
+    static LAST_EAGAIN: std::cell::Cell<[(RawFd, u64); 8]> =
+        const { std::cell::Cell::new([(-1, 0); 8]) };
+}
+
+/// A nonblocking write on `fd` (carried by `link`) said EAGAIN. If this
+/// thread heard that for `fd` less than `RETRY` ago, it is spinning on a
+/// level-triggered wait: sleep until the reader makes room (at most
+/// `BACKOFF`) and say whether there is room now (then write again).
+pub fn backoff(fd: RawFd, link: &dyn Carried) -> bool {
+    let now = openvia_core::sys::now_ns();
+    let mut last = LAST_EAGAIN.get();
+    let slot = last.iter().position(|&(f, _)| f == fd);
+    let spinning = slot.is_some_and(|i| now.saturating_sub(last[i].1) < RETRY.as_nanos() as u64);
+    // Remember this one (in place of its own entry, else the oldest).
+    let i = slot.unwrap_or_else(|| (0..last.len()).min_by_key(|&i| last[i].1).unwrap_or(0));
+    last[i] = (fd, now);
+    LAST_EAGAIN.set(last);
+    if !spinning {
+        return false;
+    }
+    link.wait_room(fd, BACKOFF);
+    let room = link.writable();
+    if room {
+        // Written again at once: the next EAGAIN is no repeat.
+        last[i] = (fd, 0);
+        LAST_EAGAIN.set(last);
+    }
+    room
+}
 
 struct Waiting {
     fd: RawFd,
