@@ -6,7 +6,7 @@
  *   compat MODE   MODE: poll select epoll-lt epoll-et epoll-nested peek
  *                       dup threads sendfile splice exec exec-vfork exec-connect
  *                       exec-closerange exec-closeloop exec-closefrom
- *                       epollout-et epollout-lt reuseport reuseport-plain selfloop stress reconnect
+ *                       epollout-et epollout-lt fork-settling reuseport reuseport-plain selfloop stress reconnect
  *                       hangup
  *                       hangup-exit hangup-kill hangup-et wake nonblock
  *
@@ -495,13 +495,74 @@ static void exec_closing_server(int fd, const char *how) {
     if (waitpid(h, &st, 0) != h || !WIFEXITED(st) || WEXITSTATUS(st)) FAIL("handler failed");
 }
 
+/* fork-settling: a nonblocking connector's first write hands the
+ * settling to a thread (under viarun: EAGAIN until the acceptor's first
+ * use), and the process forks meanwhile. The child, which has no such
+ * thread, writes once more and exits through exit(): neither may hang
+ * (under viarun its write says EIO, as for a connection its parent
+ * carries). Then the acceptor starts reading, and the connector's 1000
+ * bytes must arrive after whatever the first two writes put in. */
+#define SETTLE_BYTES 1000
+/* Tells one side of a mode when to go on (see each mode). */
+static int turn_pipe[2];
+static void fork_settling_client(int fd) {
+    nonblocking(fd);
+    ssize_t w = write(fd, "x", 1);
+    if (w != 1 && !(w < 0 && errno == EAGAIN)) FAIL("first write: %s", strerror(errno));
+    pid_t c = fork();
+    if (c < 0) FAIL("fork");
+    if (c == 0) {
+        alarm(5); /* a hang here fails the test, not just the child */
+        for (;;) {
+            ssize_t k = write(fd, "y", 1);
+            if (k == 1 || (k < 0 && errno != EAGAIN)) break;
+            struct pollfd q = {fd, POLLOUT, 0};
+            poll(&q, 1, 100);
+        }
+        exit(0);
+    }
+    int st;
+    if (waitpid(c, &st, 0) != c) FAIL("waitpid");
+    if (!WIFEXITED(st) || WEXITSTATUS(st)) FAIL("the child forked while settling hung (status %#x)", st);
+    if (write(turn_pipe[1], "g", 1) != 1) FAIL("turn");
+    char z[SETTLE_BYTES];
+    memset(z, 'z', sizeof z);
+    write_all(fd, z, sizeof z);
+    shutdown(fd, SHUT_WR);
+    for (;;) {
+        struct pollfd q = {fd, POLLIN, 0};
+        poll(&q, 1, 1000);
+        char b;
+        ssize_t k = read(fd, &b, 1);
+        if (k == 0) break;
+        if (k < 0 && errno == EAGAIN) continue;
+        FAIL("no EOF: %zd %s", k, k < 0 ? strerror(errno) : "");
+    }
+}
+static void fork_settling_server(int fd) {
+    char t, b[SETTLE_BYTES + 8];
+    if (read(turn_pipe[0], &t, 1) != 1) FAIL("turn");
+    size_t got = 0;
+    for (;;) {
+        if (got == sizeof b) FAIL("more than expected");
+        ssize_t k = read(fd, b + got, sizeof b - got);
+        if (k < 0) FAIL("read: %s", strerror(errno));
+        if (k == 0) break;
+        got += (size_t)k;
+    }
+    size_t at = 0;
+    if (at < got && b[at] == 'x') at++;
+    if (at < got && b[at] == 'y') at++;
+    if (got - at != SETTLE_BYTES) FAIL("%zu bytes after the first writes, not %d", got - at, SETTLE_BYTES);
+    for (size_t i = at; i < got; i++) if (b[i] != 'z') FAIL("byte %zu differs", i);
+}
+
 /* epollout-et: a nonblocking writer waits for EPOLLOUT with EPOLLET (as
  * nginx does) after each EAGAIN; only then does the reader (told through
  * a pipe) drain the connection. Under viarun the kernel socket never
  * fills, so its writability must be announced anew when the data ring
  * has room again; a writer that gets no edge within 10 s fails. */
 #define ET_BYTES (8u << 20)
-static int turn_pipe[2];
 static void epollout_writer(int fd) {
     /* Both ends use the connection first (under viarun the first use
      * meets the peer's), then the writer goes nonblocking. */
@@ -1042,6 +1103,7 @@ int main(int argc, char **argv) {
         else if (strcmp(mode, "exec-connect") == 0) exec_on(fd, "exec-dialer");
         else if (strcmp(mode, "exec-closefrom") == 0) exec_closing_on(fd, "from", "exec-dialer");
         else if (strcmp(mode, "epollout-et") == 0 || strcmp(mode, "epollout-lt") == 0) epollout_reader(fd);
+        else if (strcmp(mode, "fork-settling") == 0) fork_settling_client(fd);
         else readiness_client(fd);
         close(fd);
         return 0;
@@ -1069,6 +1131,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "exec-connect") == 0 || strcmp(mode, "exec-closefrom") == 0) echo_bytes(fd, fd);
     else if (strcmp(mode, "epollout-et") == 0) epollout_writer(fd);
     else if (strcmp(mode, "epollout-lt") == 0) epollout_lt_writer(fd);
+    else if (strcmp(mode, "fork-settling") == 0) fork_settling_server(fd);
     else if (!strcmp(mode, "poll") || !strcmp(mode, "select") || !strncmp(mode, "epoll-", 6)) readiness_server(fd);
     else FAIL("unknown mode");
     close(fd);

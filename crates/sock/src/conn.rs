@@ -7,7 +7,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::carried::Carried;
@@ -86,8 +86,25 @@ pub enum Setup {
 
 pub struct Conn {
     setup: Mutex<Setup>,
-    /// A thread is settling it for a nonblocking socket (`settle`).
-    settling: AtomicBool,
+    /// The process one of whose threads is settling it for a nonblocking
+    /// socket (`settle`), 0 for none. In a child forked meanwhile that
+    /// thread does not exist, and `setup` may have been copied locked: the
+    /// child must never wait for it ([`Conn::lock_here`]).
+    settling: AtomicU32,
+}
+
+impl Conn {
+    /// The setup, locked, unless a thread of another process (our parent
+    /// before a fork) was settling it: then None, and the connection is
+    /// not usable here.
+    fn lock_here(&self) -> Option<std::sync::MutexGuard<'_, Setup>> {
+        match self.settling.load(Ordering::Acquire) {
+            0 => {}
+            pid if pid != crate::process::id() => return None,
+            _ => {}
+        }
+        Some(self.setup.lock().unwrap_or_else(|e| e.into_inner()))
+    }
 }
 
 /// Where a call on a descriptor goes.
@@ -103,7 +120,7 @@ pub fn insert(fd: RawFd, setup: Setup) {
     }
     let conn = Arc::new(Conn {
         setup: Mutex::new(setup),
-        settling: AtomicBool::new(false),
+        settling: AtomicU32::new(0),
     });
     let mut t = TABLE.lock().unwrap_or_else(|e| e.into_inner());
     t.get_or_insert_with(HashMap::new).insert(fd, conn);
@@ -174,7 +191,10 @@ pub fn forget(fd: RawFd) {
 }
 
 fn finish(conn: &Conn) {
-    let mut g = conn.setup.lock().unwrap_or_else(|e| e.into_inner());
+    // Settling in our parent: nothing here is ours to end.
+    let Some(mut g) = conn.lock_here() else {
+        return;
+    };
     match std::mem::replace(&mut *g, Setup::Kernel) {
         Setup::Via(link) => {
             if link.owner_pid() == crate::process::id() {
@@ -242,15 +262,26 @@ fn settle(fd: RawFd) -> Route {
         crate::kernel::is_nonblocking(fd)
             && matches!(crate::kernel::peek_state(fd), crate::kernel::Peek::Empty)
     };
-    if conn.settling.load(Ordering::Acquire) {
-        if waits_for_peer() {
-            return Route::Fail(libc::EAGAIN);
+    match conn.settling.load(Ordering::Acquire) {
+        0 => {
+            if unsettled(&conn) && waits_for_peer() && settle_aside(fd, &conn) {
+                return Route::Fail(libc::EAGAIN);
+            }
         }
-    } else if unsettled(&conn) && waits_for_peer() && settle_aside(fd, &conn) {
-        return Route::Fail(libc::EAGAIN);
+        // Our parent was settling it when it forked us: as for a
+        // connection it carries, not usable here (and never waited for).
+        pid if pid != crate::process::id() => return Route::Fail(libc::EIO),
+        _ => {
+            if waits_for_peer() {
+                return Route::Fail(libc::EAGAIN);
+            }
+        }
     }
-    let g = conn.setup.lock().unwrap_or_else(|e| e.into_inner());
-    settle_locked(fd, g)
+    let route = match conn.lock_here() {
+        Some(g) => settle_locked(fd, g),
+        None => Route::Fail(libc::EIO),
+    };
+    route
 }
 
 /// Whether `conn` still waits for its peer (its first use to come).
@@ -265,13 +296,18 @@ fn unsettled(conn: &Conn) -> bool {
 /// (the program may close its descriptor meanwhile); false if no thread
 /// could be made (the caller then settles it itself).
 fn settle_aside(fd: RawFd, conn: &Arc<Conn>) -> bool {
-    if conn.settling.swap(true, Ordering::AcqRel) {
+    let me = crate::process::id();
+    if conn
+        .settling
+        .compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
         return true; // another call started it just now
     }
     // SAFETY: dup of the program's socket, closed by the thread.
     let dup = unsafe { (real().dup)(fd) };
     if dup < 0 {
-        conn.settling.store(false, Ordering::Release);
+        conn.settling.store(0, Ordering::Release);
         return false;
     }
     let c = conn.clone();
@@ -280,7 +316,7 @@ fn settle_aside(fd: RawFd, conn: &Arc<Conn>) -> bool {
         .spawn(move || {
             let g = c.setup.lock().unwrap_or_else(|e| e.into_inner());
             let _ = settle_locked(dup, g);
-            c.settling.store(false, Ordering::Release);
+            c.settling.store(0, Ordering::Release);
             crate::room::poke(dup);
             // SAFETY: closing the duplicate this thread was given.
             unsafe { (real().close)(dup) };
@@ -289,7 +325,7 @@ fn settle_aside(fd: RawFd, conn: &Arc<Conn>) -> bool {
     if !started {
         // SAFETY: closing the duplicate no thread took.
         unsafe { (real().close)(dup) };
-        conn.settling.store(false, Ordering::Release);
+        conn.settling.store(0, Ordering::Release);
     }
     started
 }
@@ -412,7 +448,7 @@ fn settle_locked(fd: RawFd, mut g: std::sync::MutexGuard<'_, Setup>) -> Route {
 /// settling one that is not yet (for calls that only change its state).
 pub fn carried(fd: RawFd) -> Option<Arc<dyn Carried>> {
     let conn = lookup(fd)?;
-    let g = conn.setup.lock().unwrap_or_else(|e| e.into_inner());
+    let g = conn.lock_here()?;
     match &*g {
         Setup::Via(link) if link.owner_pid() == crate::process::id() => Some(link.clone()),
         _ => None,
@@ -451,7 +487,7 @@ pub fn flush_all() {
             .unwrap_or_default()
     };
     for c in conns {
-        let g = c.setup.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(g) = c.lock_here() else { continue };
         if let Setup::Via(link) = &*g {
             if link.owner_pid() == crate::process::id() {
                 link.flush();
