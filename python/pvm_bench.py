@@ -330,6 +330,12 @@ class RemoteVM:
             os.symlink(os.path.realpath(os.path.join(bindir, "libpvm3.so")),
                        os.path.join(lib, "libpvm3.so.3"))
             env.update(LD_LIBRARY_PATH=lib, OPENVIA_PVMD=self.pvmd)
+            # Settings to try are passed on as PVM_BENCH_OPENVIA="K=V ..."
+            # (the OPENVIA_PVM_* of the caller are left out above, so a
+            # stray one cannot skew a comparison), e.g. the trace marks.
+            for kv in os.environ.get("PVM_BENCH_OPENVIA", "").split():
+                k, _, v = kv.partition("=")
+                env[k] = v
         self.env = env
         self.daemon = None
         self.daemon_log = os.path.join(self.base, "master-pvmd.out")
