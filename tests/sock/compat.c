@@ -6,7 +6,8 @@
  *   compat MODE   MODE: poll select epoll-lt epoll-et epoll-nested peek
  *                       dup threads sendfile splice exec exec-vfork exec-connect
  *                       exec-closerange exec-closeloop exec-closefrom
- *                       epollout-et epollout-lt fork-settling reuseport reuseport-plain selfloop stress reconnect
+ *                       epollout-et epollout-lt fork-settling shutdown-wakes
+ *                       linger0 ipv6 reuseport reuseport-plain selfloop stress reconnect
  *                       hangup
  *                       hangup-exit hangup-kill hangup-et wake nonblock
  *
@@ -31,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/syscall.h>
 #include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/select.h>
@@ -805,6 +807,91 @@ static int reuseport_plain(void) {
  * level-triggered epoll loop that accepts, echoes and checks 100 000
  * bytes. Neither end's first use may wait for the other's. */
 #define SELF_BYTES 100000
+/* ipv6: one connection over IPv6 loopback (::1), 300 000 bytes echoed
+ * and checked, then EOF both ways (one host only). */
+#define V6_BYTES 300000
+static int ipv6(void) {
+    struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    socklen_t len = sizeof a;
+    int l = socket(AF_INET6, SOCK_STREAM, 0);
+    if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof a) || listen(l, 4) ||
+        getsockname(l, (struct sockaddr *)&a, &len)) FAIL("listen on ::1: %s", strerror(errno));
+    static char out[V6_BYTES], back[V6_BYTES];
+    for (size_t i = 0; i < sizeof out; i++) out[i] = (char)pattern(13, i);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(l);
+        int fd = socket(AF_INET6, SOCK_STREAM, 0);
+        if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a)) FAIL("connect to ::1: %s", strerror(errno));
+        write_all(fd, out, sizeof out);
+        shutdown(fd, SHUT_WR);
+        read_all(fd, back, sizeof back);
+        if (memcmp(out, back, sizeof out)) FAIL("echo over IPv6 differs");
+        if (read(fd, back, 1) != 0) FAIL("no EOF over IPv6");
+        exit(0);
+    }
+    int fd = accept(l, NULL, NULL);
+    if (fd < 0) FAIL("accept");
+    read_all(fd, back, sizeof back);
+    char extra;
+    if (read(fd, &extra, 1) != 0) FAIL("no EOF after the client's shutdown");
+    write_all(fd, back, sizeof back);
+    close(fd);
+    int st;
+    if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st)) FAIL("client failed");
+    printf("compat ipv6: ok\n");
+    return 0;
+}
+
+/* shutdown-wakes: a thread blocked reading a connection that gets no
+ * data is woken by shutdown(SHUT_RDWR) from another thread, with EOF (as
+ * programs stop a reader thread). linger0: an acceptor that sets
+ * SO_LINGER to {1, 0} and closes resets the connection: the connector's
+ * read says ECONNRESET. */
+static volatile long reader_tid;
+static void *blocked_read(void *p) {
+    reader_tid = (long)syscall(SYS_gettid);
+    char c;
+    intptr_t r = read(*(int *)p, &c, 1);
+    return (void *)r;
+}
+/* Whether thread `tid` of this process sleeps (state S in its stat). */
+static int thread_sleeps(long tid) {
+    char path[64], st[256];
+    snprintf(path, sizeof path, "/proc/self/task/%ld/stat", tid);
+    FILE *f = fopen(path, "r");
+    int s = f && fgets(st, sizeof st, f) && strstr(st, ") S ");
+    if (f) fclose(f);
+    return s;
+}
+static void shutdown_wakes_server(int fd) {
+    char c;
+    read_all(fd, &c, 1); /* the connection's first use, both ends */
+    pthread_t t;
+    if (pthread_create(&t, NULL, blocked_read, &fd)) FAIL("thread");
+    /* Until the reader sleeps in the kernel (after any spin). */
+    for (long i = 0; !reader_tid || !thread_sleeps(reader_tid); i++) {
+        if (i > 1000000) FAIL("the reader thread never slept");
+        sched_yield();
+    }
+    if (shutdown(fd, SHUT_RDWR)) FAIL("shutdown: %s", strerror(errno));
+    void *r;
+    pthread_join(t, &r); /* a reader never woken is caught by the alarm */
+    if ((intptr_t)r != 0) FAIL("the woken read returned %ld, not EOF", (long)(intptr_t)r);
+}
+static void linger0_server(int fd) {
+    char c;
+    read_all(fd, &c, 1);
+    struct linger lg = {1, 0};
+    if (setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg)) FAIL("SO_LINGER");
+}
+static void linger0_client(int fd) {
+    write_all(fd, "h", 1);
+    char c;
+    ssize_t k = read(fd, &c, 1);
+    if (!(k < 0 && errno == ECONNRESET)) FAIL("read after the peer's reset: %zd %s", k, k < 0 ? strerror(errno) : "");
+}
+
 static int selfloop(void) {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t alen = sizeof a;
@@ -1068,6 +1155,7 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "reuseport-plain") == 0) return reuseport_plain();
     if (strcmp(mode, "plain-listener") == 0) return plain_listener();
     if (strcmp(mode, "selfloop") == 0) return selfloop();
+    if (strcmp(mode, "ipv6") == 0) return ipv6();
     int lfd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     const char *addr = getenv("COMPAT_ADDR");
@@ -1104,6 +1192,12 @@ int main(int argc, char **argv) {
         else if (strcmp(mode, "exec-closefrom") == 0) exec_closing_on(fd, "from", "exec-dialer");
         else if (strcmp(mode, "epollout-et") == 0 || strcmp(mode, "epollout-lt") == 0) epollout_reader(fd);
         else if (strcmp(mode, "fork-settling") == 0) fork_settling_client(fd);
+        else if (strcmp(mode, "shutdown-wakes") == 0) {
+            write_all(fd, "h", 1);
+            char c; /* the acceptor's SHUT_RDWR ends its direction */
+            if (read(fd, &c, 1) != 0) FAIL("no EOF after the peer's shutdown");
+        }
+        else if (strcmp(mode, "linger0") == 0) linger0_client(fd);
         else readiness_client(fd);
         close(fd);
         return 0;
@@ -1132,6 +1226,8 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "epollout-et") == 0) epollout_writer(fd);
     else if (strcmp(mode, "epollout-lt") == 0) epollout_lt_writer(fd);
     else if (strcmp(mode, "fork-settling") == 0) fork_settling_server(fd);
+    else if (strcmp(mode, "shutdown-wakes") == 0) shutdown_wakes_server(fd);
+    else if (strcmp(mode, "linger0") == 0) linger0_server(fd);
     else if (!strcmp(mode, "poll") || !strcmp(mode, "select") || !strncmp(mode, "epoll-", 6)) readiness_server(fd);
     else FAIL("unknown mode");
     close(fd);
