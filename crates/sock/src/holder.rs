@@ -10,8 +10,11 @@
 //! kernel TCP without any risk of disagreeing with its peer. The other end
 //! is found in `/proc/net/tcp{,6}` (its inode is 0 until accepted), its
 //! holder among `/proc/*/fd`, the library in the holder's `/proc/*/maps`.
-//! Only processes we may look into are found (the same user, or root):
-//! anything else is [`Holder::Unknown`], and the connector goes on waiting.
+//! A socket owned by another user (its uid in the same table) never
+//! answers either: the rendezvous names and the answer's check are per
+//! user. Only processes we may look into are found (the same user, or
+//! root): anything else is [`Holder::Unknown`], and the connector goes on
+//! waiting.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -20,7 +23,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 pub enum Holder {
     /// Still in its listener's accept queue (or not found yet).
     Queued,
-    /// Accepted by a process without viarun: no answer will come.
+    /// Accepted by a process without viarun, or by another user: no
+    /// answer will come.
     Plain,
     /// Accepted by a process with viarun: its answer is on its way.
     Viarun,
@@ -33,13 +37,16 @@ pub enum Holder {
 /// An unspecified `there` address (a listener's on all addresses) matches
 /// any local address with its port.
 pub fn of_peer(here: SocketAddr, there: SocketAddr) -> Holder {
-    let inode = ["/proc/net/tcp", "/proc/net/tcp6"]
+    let found = ["/proc/net/tcp", "/proc/net/tcp6"]
         .iter()
         .filter_map(|f| std::fs::read_to_string(f).ok())
         .find_map(|table| inode_in(&table, there, here));
-    match inode {
-        None | Some(0) => Holder::Queued,
-        Some(ino) => match process_holding(ino) {
+    // SAFETY: getuid cannot fail.
+    let me = unsafe { libc::getuid() };
+    match found {
+        None | Some((0, _)) => Holder::Queued,
+        Some((_, uid)) if uid != me => Holder::Plain,
+        Some((ino, _)) => match process_holding(ino) {
             None => Holder::Unknown,
             Some(pid) => match std::fs::read_to_string(format!("/proc/{pid}/maps")) {
                 Ok(maps) if maps.contains("libviarun") => Holder::Viarun,
@@ -50,19 +57,20 @@ pub fn of_peer(here: SocketAddr, there: SocketAddr) -> Holder {
     }
 }
 
-/// The inode of the socket in a `/proc/net/tcp{,6}` table whose local
-/// address is `local` and remote `remote`.
-fn inode_in(table: &str, local: SocketAddr, remote: SocketAddr) -> Option<u64> {
+/// The inode and owner's uid of the socket in a `/proc/net/tcp{,6}` table
+/// whose local address is `local` and remote `remote`.
+fn inode_in(table: &str, local: SocketAddr, remote: SocketAddr) -> Option<(u64, u32)> {
     table.lines().skip(1).find_map(|line| {
         let f: Vec<&str> = line.split_whitespace().collect();
-        let (l, r, ino) = (f.get(1)?, f.get(2)?, f.get(9)?);
+        let (l, r, uid, ino) = (f.get(1)?, f.get(2)?, f.get(7)?, f.get(9)?);
         let l = parse_addr(l)?;
         let local_matches = if local.ip().is_unspecified() {
             l.port() == local.port()
         } else {
             same(l, local)
         };
-        (local_matches && same(parse_addr(r)?, remote)).then(|| ino.parse().ok())?
+        (local_matches && same(parse_addr(r)?, remote))
+            .then(|| Some((ino.parse().ok()?, uid.parse().ok()?)))?
     })
 }
 
@@ -141,6 +149,28 @@ mod tests {
         ] {
             assert_eq!(parse_addr(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn a_table_row_gives_inode_and_owner() {
+        let header = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n";
+        let lo = format!("{:08X}", u32::from_ne_bytes([127, 0, 0, 1]));
+        let row = format!("   1: {lo}:1F90 {lo}:A000 01 00000000:00000000 00:00000000 00000000  1000        0 4242 1\n");
+        let local = "127.0.0.1:8080".parse().unwrap();
+        let remote = "127.0.0.1:40960".parse().unwrap();
+        let table = format!("{header}{row}");
+        assert_eq!(inode_in(&table, local, remote), Some((4242, 1000)));
+        // A listener on every address matches by port.
+        assert_eq!(
+            inode_in(&table, "0.0.0.0:8080".parse().unwrap(), remote),
+            Some((4242, 1000))
+        );
+        assert_eq!(inode_in(&table, remote, local), None);
+        assert_eq!(inode_in("header only\n", local, remote), None);
+        assert_eq!(
+            inode_in(&format!("{header}   1: short row\n"), local, remote),
+            None
+        );
     }
 
     #[test]

@@ -64,6 +64,9 @@ const RESEND: Duration = Duration::from_millis(10);
 /// Notes older than this may be reused.
 const NOTE_LIFE_MS: u64 = 30_000;
 const ENTRIES: usize = 256;
+/// How old an undecided note is before a query makes the agent look who
+/// accepted its connection (`holder`).
+const HOLDER_AFTER_MS: u64 = 100;
 
 /// How long a probe waits for an answer before it says no (default 200 ms;
 /// a closed port answers at once).
@@ -359,8 +362,10 @@ impl Registry {
                         n.state = NOTED_COMMIT;
                         // Unless a program without viarun took it (a
                         // second listener on the port), which never
-                        // answers: looked at below, without the lock.
-                        plain_check = true;
+                        // answers: looked at below, without the lock,
+                        // once the note is as old as a connector on this
+                        // host waits before it looks.
+                        plain_check = now_ms().saturating_sub(n.stamp_ms) >= HOLDER_AFTER_MS;
                         None
                     }
                     None => {
