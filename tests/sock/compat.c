@@ -5,7 +5,7 @@
  *
  *   compat MODE   MODE: poll select epoll-lt epoll-et epoll-nested peek
  *                       dup threads sendfile splice exec exec-vfork exec-connect
- *                       exec-closerange exec-closeloop exec-closefrom
+ *                       exec-closerange exec-closeloop exec-closefrom exec-used
  *                       epollout-et epollout-lt fork-settling shutdown-wakes
  *                       linger0 ipv6 reuseport reuseport-plain selfloop stress reconnect
  *                       hangup
@@ -557,6 +557,49 @@ static void fork_settling_server(int fd) {
     if (at < got && b[at] == 'y') at++;
     if (got - at != SETTLE_BYTES) FAIL("%zu bytes after the first writes, not %d", got - at, SETTLE_BYTES);
     for (size_t i = at; i < got; i++) if (b[i] != 'z') FAIL("byte %zu differs", i);
+}
+
+/* exec-used: the dialing process uses the connection (one echo), then a
+ * forked child puts it on stdin and stdout and execs a new program, as
+ * bash does for `exec 3<>/dev/tcp/...; echo >&3; cat <&3`. Over kernel
+ * TCP the new program carries on (writes "more", reads "data"). Under
+ * viarun the stream is carried by the first process's VI and rings, so
+ * the new program must get an error at once (ECONNRESET or EIO): never
+ * the doorbell bytes as data, never a wait (the alarm). */
+static void exec_used_client(int fd) {
+    char b[4];
+    write_all(fd, "used", 4);
+    read_all(fd, b, 4);
+    if (memcmp(b, "used", 4)) FAIL("first echo");
+    pid_t c = fork();
+    if (c < 0) FAIL("fork");
+    if (c == 0) exec_on(fd, "exec-used-child");
+    int st;
+    if (waitpid(c, &st, 0) != c || !WIFEXITED(st) || WEXITSTATUS(st)) FAIL("the exec'd program failed (status %#x)", st);
+}
+static int exec_used_child(void) {
+    alarm(10);
+    char b[4];
+    ssize_t w = write(1, "more", 4);
+    if (w < 0 && (errno == ECONNRESET || errno == EIO)) return 0;
+    if (w != 4) FAIL("write: %zd %s", w, strerror(errno));
+    size_t got = 0;
+    while (got < 4) {
+        ssize_t k = read(0, b + got, 4 - got);
+        if (k < 0 && (errno == ECONNRESET || errno == EIO) && got == 0) return 0;
+        if (k <= 0) FAIL("read: %zd %s", k, k < 0 ? strerror(errno) : "EOF");
+        got += (size_t)k;
+    }
+    if (memcmp(b, "data", 4)) FAIL("read %.4s, not data: another stream's bytes", b);
+    return 0;
+}
+static void exec_used_server(int fd) {
+    char b[4];
+    read_all(fd, b, 4);
+    write_all(fd, b, 4);
+    ssize_t k = read(fd, b, 4);
+    if (k == 4 && !memcmp(b, "more", 4)) write_all(fd, "data", 4);
+    else if (k != 0 && !(k < 0 && errno == ECONNRESET)) FAIL("after the exec: %zd %s", k, k < 0 ? strerror(errno) : "");
 }
 
 /* epollout-et: a nonblocking writer waits for EPOLLOUT with EPOLLET (as
@@ -1151,6 +1194,7 @@ int main(int argc, char **argv) {
     alarm(60);
     if (strcmp(mode, "exec-handler") == 0) { echo_bytes(0, 1); return 0; }
     if (strcmp(mode, "exec-dialer") == 0) { check_echo(0, 1); return 0; }
+    if (strcmp(mode, "exec-used-child") == 0) return exec_used_child();
     if (strcmp(mode, "reuseport") == 0) return reuseport();
     if (strcmp(mode, "reuseport-plain") == 0) return reuseport_plain();
     if (strcmp(mode, "plain-listener") == 0) return plain_listener();
@@ -1192,6 +1236,7 @@ int main(int argc, char **argv) {
         else if (strcmp(mode, "exec-closefrom") == 0) exec_closing_on(fd, "from", "exec-dialer");
         else if (strcmp(mode, "epollout-et") == 0 || strcmp(mode, "epollout-lt") == 0) epollout_reader(fd);
         else if (strcmp(mode, "fork-settling") == 0) fork_settling_client(fd);
+        else if (strcmp(mode, "exec-used") == 0) exec_used_client(fd);
         else if (strcmp(mode, "shutdown-wakes") == 0) {
             write_all(fd, "h", 1);
             char c; /* the acceptor's SHUT_RDWR ends its direction */
@@ -1226,6 +1271,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "epollout-et") == 0) epollout_writer(fd);
     else if (strcmp(mode, "epollout-lt") == 0) epollout_lt_writer(fd);
     else if (strcmp(mode, "fork-settling") == 0) fork_settling_server(fd);
+    else if (strcmp(mode, "exec-used") == 0) exec_used_server(fd);
     else if (strcmp(mode, "shutdown-wakes") == 0) shutdown_wakes_server(fd);
     else if (strcmp(mode, "linger0") == 0) linger0_server(fd);
     else if (!strcmp(mode, "poll") || !strcmp(mode, "select") || !strncmp(mode, "epoll-", 6)) readiness_server(fd);

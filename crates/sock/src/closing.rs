@@ -163,7 +163,7 @@ fn socket_open_outside(inode: u64, first: u32, last: u32) -> bool {
     }
 }
 
-fn socket_inode(fd: RawFd) -> Option<u64> {
+pub(crate) fn socket_inode(fd: RawFd) -> Option<u64> {
     // SAFETY: fstat into our own zeroed struct.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     let ok = unsafe { libc::fstat(fd, &mut st) } == 0;
@@ -174,7 +174,7 @@ fn socket_inode(fd: RawFd) -> Option<u64> {
 /// in increasing order, and says how many; `out.len()` means there may be
 /// more (ask again from the last one plus one). Read from /proc/self/fd
 /// with getdents64 into a stack buffer: no allocation.
-fn open_descriptors(out: &mut [RawFd], from: u32) -> usize {
+pub(crate) fn open_descriptors(out: &mut [RawFd], from: u32) -> usize {
     #[repr(C, align(8))]
     struct Entries([u8; 4096]);
     // SAFETY: opening a directory by a NUL-terminated name.

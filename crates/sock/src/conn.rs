@@ -91,6 +91,9 @@ pub struct Conn {
     /// thread does not exist, and `setup` may have been copied locked: the
     /// child must never wait for it ([`Conn::lock_here`]).
     settling: AtomicU32,
+    /// The kernel socket's inode (0 if unknown): how an exec finds the
+    /// connection under whatever descriptor it was moved to (`exec`).
+    inode: u64,
 }
 
 impl Conn {
@@ -121,6 +124,7 @@ pub fn insert(fd: RawFd, setup: Setup) {
     let conn = Arc::new(Conn {
         setup: Mutex::new(setup),
         settling: AtomicU32::new(0),
+        inode: crate::kernel::inode_of(fd).map_or(0, |(ino, _)| ino),
     });
     let mut t = TABLE.lock().unwrap_or_else(|e| e.into_inner());
     t.get_or_insert_with(HashMap::new).insert(fd, conn);
@@ -476,6 +480,30 @@ fn release(old: Listener) {
 pub fn registry_of(fd: RawFd) -> Option<Listener> {
     let l = LISTENERS.lock().unwrap_or_else(|e| e.into_inner());
     l.as_ref()?.get(&fd).cloned()
+}
+
+/// Before an exec: the socket inodes of connections carried over a VI
+/// (ours or our parent's), at most `out.len()`; how many. Locks are only
+/// tried (this may run in a vfork child, beside the parent's other
+/// threads): one held is skipped. By inode, not descriptor: a vfork child
+/// moves and closes descriptors without telling the table.
+pub fn carried_inodes(out: &mut [u64]) -> usize {
+    let Ok(t) = TABLE.try_lock() else { return 0 };
+    let mut n = 0;
+    for c in t.iter().flat_map(|m| m.values()) {
+        if n == out.len() {
+            break;
+        }
+        let via = c
+            .setup
+            .try_lock()
+            .is_ok_and(|g| matches!(&*g, Setup::Via(_)));
+        if via && c.inode != 0 && !out[..n].contains(&c.inode) {
+            out[n] = c.inode;
+            n += 1;
+        }
+    }
+    n
 }
 
 /// Before exit: every connection carried here hands over what it sent.

@@ -132,6 +132,9 @@ const AGREED: u32 = 1;
 const AGREED_NET: u32 = 2;
 const AWAIT_ANSWER: u32 = 3;
 const AWAIT_NET: u32 = 4;
+/// Carried over a VI of the process that execs: unusable in the new
+/// program (see [`mark_unusable`]).
+const UNUSABLE: u32 = 5;
 
 /// What a new program needs to take an unused connection up.
 #[repr(C)]
@@ -374,6 +377,46 @@ fn link_of(fd: RawFd) -> Option<String> {
         .map(|p| p.to_string_lossy().into_owned())
 }
 
+/// Before an exec (or a spawn) that keeps `socket`, a connection carried
+/// over this process's VI: a record telling the new program that the
+/// socket's stream is not its own to read (its data is in our rings, its
+/// kernel stream holds doorbells). The descriptor of the record, to close
+/// if the exec fails; None if none could be made. No allocation: this may
+/// run in a vfork child.
+pub fn mark_unusable(socket: RawFd) -> Option<RawFd> {
+    let socket_inode = inode(socket)?;
+    // SAFETY: a NUL-terminated name; no CLOEXEC: it must outlive exec.
+    let fd = unsafe { libc::memfd_create(RECORD_NAME.as_ptr(), 0) };
+    if fd < 0 {
+        return None;
+    }
+    let rec = Record {
+        magic: MAGIC,
+        used: AtomicU32::new(0),
+        kind: UNUSABLE,
+        side: 0,
+        host_len: 0,
+        token: 0,
+        socket_inode,
+        aux_fd: -1,
+        ports: [0, 0],
+        aux_inode: 0,
+        host: [0; HOST_MAX],
+    };
+    let len = std::mem::size_of::<Record>();
+    // SAFETY: the record's bytes (a repr(C) struct on our stack) written
+    // whole into the memfd just made; through the C library's write, not
+    // our hook (in a vfork child the number may name a connection of the
+    // parent's tables).
+    let wrote = unsafe { (real().write)(fd, (&rec as *const Record).cast(), len) };
+    if wrote != len as isize {
+        // SAFETY: the memfd we made.
+        unsafe { (real().close)(fd) };
+        return None;
+    }
+    Some(fd)
+}
+
 /// From the library's constructor: takes up every agreed, unused
 /// connection a record among this process's descriptors names.
 pub fn take_up() {
@@ -435,6 +478,15 @@ fn take_up_one(record_fd: RawFd, sockets: &[(RawFd, u64)]) {
         .map(|(fd, _)| *fd)
         .collect();
     let Some(&first) = on.first() else { return };
+    if r.kind == UNUSABLE {
+        // Its bytes travel in another process's VI and rings: a clear
+        // error on use, never the doorbells read as data or a wait.
+        conn::insert(first, Setup::Broken);
+        for &fd in &on[1..] {
+            conn::alias(first, fd);
+        }
+        return;
+    }
     let side = if r.side == 1 {
         Side::Acceptor
     } else {
@@ -586,6 +638,26 @@ mod tests {
         conn::forget(sv[0]);
         drop(rec);
         for fd in sv.into_iter().chain(answer) {
+            // SAFETY: closing our sockets.
+            unsafe { libc::close(fd) };
+        }
+    }
+
+    /// A socket carried by the process that execs: the new program's
+    /// calls on it fail at once.
+    #[test]
+    fn an_unusable_mark_makes_the_socket_fail_in_the_new_program() {
+        let sv = socket_pair();
+        let ino = inode(sv[0]).unwrap();
+        let mark = mark_unusable(sv[0]).unwrap();
+        take_up_one(mark, &[(sv[0], ino), (sv[1], inode(sv[1]).unwrap())]);
+        assert!(matches!(
+            conn::route(sv[0]),
+            conn::Route::Fail(libc::ECONNRESET)
+        ));
+        assert!(conn::lookup(sv[1]).is_none());
+        conn::forget(sv[0]);
+        for fd in sv {
             // SAFETY: closing our sockets.
             unsafe { libc::close(fd) };
         }

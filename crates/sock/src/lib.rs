@@ -19,6 +19,7 @@ mod carried;
 mod closing;
 mod conn;
 mod control;
+mod exec;
 mod holder;
 mod inherit;
 mod kernel;
@@ -864,6 +865,9 @@ extern "C" fn at_exit() {
 
 extern "C" fn init() {
     process::init();
+    // The exec hooks' own calls, found now: a vfork child must not load
+    // symbols.
+    let _ = catch_unwind(exec::init);
     // An accepted connection handed over by the exec that started us.
     let _ = catch_unwind(inherit::take_up);
     // SAFETY: registering a plain extern "C" function.

@@ -8,6 +8,10 @@ static PID: AtomicU32 = AtomicU32::new(0);
 
 extern "C" fn forked_child() {
     PID.store(std::process::id(), Ordering::Relaxed);
+    // Connections our parent carries cannot be used here, nor by any
+    // program this child execs (through execl, system, anything): a
+    // record says so to that program's library (`exec`).
+    let _ = std::panic::catch_unwind(crate::exec::mark_for_child);
 }
 
 /// Registers the fork handler (from the library's constructor).

@@ -53,7 +53,7 @@ pub struct Real {
     ) -> ssize_t,
 }
 
-fn sym<T: Copy>(name: &std::ffi::CStr) -> T {
+pub(crate) fn sym<T: Copy>(name: &std::ffi::CStr) -> T {
     // SAFETY: dlsym with a NUL-terminated name; RTLD_NEXT finds the next
     // definition after this library (the C library's).
     let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
