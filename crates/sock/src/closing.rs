@@ -35,17 +35,17 @@ fn keeps_alone(fd: RawFd) -> bool {
 /// close(2) for the program: a tracked socket is forgotten, a record
 /// descriptor whose socket lives on is kept.
 pub fn close(fd: c_int) -> c_int {
-    let own_memory = !process::borrowing_parent_memory();
+    // (The getpid of the vfork check only for descriptors we know: most
+    // closes are of others, and pay nothing here.)
     if inherit::is_held(fd) {
         if keeps_alone(fd) {
             return 0;
         }
-        if own_memory {
+        if !process::borrowing_parent_memory() {
             inherit::closed_by_program(fd);
         }
     }
-    // (The getpid of the vfork check only for descriptors we track.)
-    if conn::tracks(fd) && own_memory {
+    if conn::tracks(fd) && !process::borrowing_parent_memory() {
         conn::forget(fd);
     }
     // SAFETY: the program's own descriptor, closed as it asked.
