@@ -69,6 +69,13 @@ for mode in poll select epoll-lt epoll-et epoll-nested peek dup threads sendfile
     [ "$mode" = stress ] && n=3
     expect compat "viarun: $n connections over shm, 0 over kernel TCP"
 done
+# Python's subprocess on sockets (subprocess_check.py): a connection handed
+# to `cat` with the default close_fds, and `head` run on a used one.
+for mode in handoff used; do
+    python3 "$here/subprocess_check.py" "$mode"
+    $VS python3 "$here/subprocess_check.py" "$mode" 2>"$dir/py.err" || { cat "$dir/py.err"; exit 1; }
+    expect py "$SHM1"
+done
 "$dir/echo" 3000000
 "$bin/viarun" --stats "$dir/echo" 3000000 2>"$dir/stats"
 cat "$dir/stats"

@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Python's subprocess on sockets, the way programs use it, for
+tests/sock/run.sh (run with and without viarun):
+
+- `handoff`: a server hands an accepted, unused connection to `cat` on its
+  stdin and stdout with subprocess's defaults (close_fds=True: the child
+  closes every other descriptor before exec, with close_range); the
+  client's 300 000 bytes must come back intact.
+- `used`: a client that already used its connection runs `head -c 4` on
+  it. Over kernel TCP head reads the server's next 4 bytes; under viarun
+  the stream is carried by this process, so head must fail at once
+  (ECONNRESET), never hang or read other bytes. A 10 s limit catches a
+  hang.
+"""
+import os
+import socket
+import subprocess
+import sys
+
+
+def handoff():
+    l = socket.socket()
+    l.bind(("127.0.0.1", 0))
+    l.listen(1)
+    port = l.getsockname()[1]
+    data = os.urandom(300000)
+    pid = os.fork()
+    if pid == 0:
+        c = socket.create_connection(("127.0.0.1", port))
+        c.sendall(data)
+        c.shutdown(socket.SHUT_WR)
+        back = bytearray()
+        while True:
+            b = c.recv(65536)
+            if not b:
+                break
+            back += b
+        os._exit(0 if back == data else 1)
+    conn, _ = l.accept()
+    p = subprocess.Popen(["cat"], stdin=conn, stdout=conn)
+    conn.close()
+    if p.wait(timeout=30) != 0:
+        sys.exit("handoff: cat failed")
+    _, st = os.waitpid(pid, 0)
+    if st != 0:
+        sys.exit("handoff: the echo through cat differs")
+    print("subprocess handoff: ok")
+
+
+def used():
+    l = socket.socket()
+    l.bind(("127.0.0.1", 0))
+    l.listen(1)
+    port = l.getsockname()[1]
+    pid = os.fork()
+    if pid == 0:
+        s, _ = l.accept()
+        s.recv(5)
+        s.sendall(b"hello")
+        s.sendall(b"more")
+        try:
+            s.recv(1)  # until the client closes (a reset if it left
+        except ConnectionResetError:  # "more" unread, as under viarun)
+            pass
+        os._exit(0)
+    c = socket.create_connection(("127.0.0.1", port))
+    c.sendall(b"first")
+    got = b""
+    while len(got) < 5:
+        got += c.recv(5 - len(got))
+    if got != b"hello":
+        sys.exit(f"used: first reply {got!r}")
+    p = subprocess.run(["head", "-c", "4"], stdin=c, capture_output=True, timeout=10)
+    c.close()
+    os.waitpid(pid, 0)
+    if p.returncode == 0 and p.stdout == b"more":
+        print("subprocess used: ok (carried on)")
+    elif p.returncode != 0 and p.stdout == b"":
+        print("subprocess used: ok (refused: %s)" % p.stderr.decode().strip())
+    else:
+        sys.exit(f"used: head gave {p.stdout!r}, status {p.returncode}")
+
+
+{"handoff": handoff, "used": used}[sys.argv[1]]()
