@@ -19,6 +19,7 @@ use std::os::fd::RawFd;
 
 use crate::conn;
 use crate::inherit::{self, HeldRecord};
+use crate::kernel::socket_inode;
 use crate::process;
 use crate::real::real;
 
@@ -161,13 +162,6 @@ fn socket_open_outside(inode: u64, first: u32, last: u32) -> bool {
         }
         from = open[n - 1] as u32 + 1;
     }
-}
-
-pub(crate) fn socket_inode(fd: RawFd) -> Option<u64> {
-    // SAFETY: fstat into our own zeroed struct.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    let ok = unsafe { libc::fstat(fd, &mut st) } == 0;
-    (ok && st.st_mode & libc::S_IFMT == libc::S_IFSOCK).then_some(st.st_ino)
 }
 
 /// Fills `out` with this process's open descriptors of at least `from`,

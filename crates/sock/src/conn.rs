@@ -124,7 +124,7 @@ pub fn insert(fd: RawFd, setup: Setup) {
     let conn = Arc::new(Conn {
         setup: Mutex::new(setup),
         settling: AtomicU32::new(0),
-        inode: crate::kernel::inode_of(fd).map_or(0, |(ino, _)| ino),
+        inode: crate::kernel::inode(fd).unwrap_or(0),
     });
     let mut t = TABLE.lock().unwrap_or_else(|e| e.into_inner());
     t.get_or_insert_with(HashMap::new).insert(fd, conn);

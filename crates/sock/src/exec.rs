@@ -87,7 +87,7 @@ impl Marks {
         loop {
             let n = crate::closing::open_descriptors(&mut open, from);
             for &fd in &open[..n] {
-                let Some(ino) = crate::closing::socket_inode(fd) else {
+                let Some(ino) = crate::kernel::socket_inode(fd) else {
                     continue;
                 };
                 // SAFETY: F_GETFD on an open descriptor of ours.

@@ -27,6 +27,7 @@ use std::os::fd::FromRawFd;
 
 use crate::conn::{self, Setup};
 use crate::control::{Control, Side};
+use crate::kernel::inode;
 use crate::real::real;
 use crate::remote;
 
@@ -364,10 +365,6 @@ fn map(fd: RawFd) -> Option<*mut Record> {
         )
     };
     (p != libc::MAP_FAILED).then_some(p.cast())
-}
-
-fn inode(fd: RawFd) -> Option<u64> {
-    crate::kernel::inode_of(fd).map(|(ino, _)| ino)
 }
 
 /// What `/proc/self/fd/N` links to.

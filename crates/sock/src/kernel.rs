@@ -134,12 +134,27 @@ pub fn is_nonblocking(fd: RawFd) -> bool {
     fl >= 0 && fl & libc::O_NONBLOCK != 0
 }
 
-/// The inode number of `fd` and whether it is a pipe: what lets a
-/// descriptor number kept across calls be checked to still name the same
-/// object (a program may close it and reuse the number).
-pub fn inode_of(fd: RawFd) -> Option<(u64, bool)> {
+/// The inode number of `fd` and its file type (`S_IFMT` bits): what lets
+/// a descriptor number kept across calls be checked to still name the
+/// same object (a program may close it and reuse the number). One fstat,
+/// no allocation (vfork children call it).
+fn inode_and_type(fd: RawFd) -> Option<(u64, libc::mode_t)> {
     // SAFETY: fstat into our own zeroed struct.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    (unsafe { libc::fstat(fd, &mut st) } == 0)
-        .then_some((st.st_ino, st.st_mode & libc::S_IFMT == libc::S_IFIFO))
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_ino, st.st_mode & libc::S_IFMT))
+}
+
+/// The inode number of `fd`, whatever it is.
+pub fn inode(fd: RawFd) -> Option<u64> {
+    inode_and_type(fd).map(|(ino, _)| ino)
+}
+
+/// The inode number of `fd` if it is a socket.
+pub fn socket_inode(fd: RawFd) -> Option<u64> {
+    inode_and_type(fd).and_then(|(ino, t)| (t == libc::S_IFSOCK).then_some(ino))
+}
+
+/// The inode number of `fd` if it is a pipe.
+pub fn pipe_inode(fd: RawFd) -> Option<u64> {
+    inode_and_type(fd).and_then(|(ino, t)| (t == libc::S_IFIFO).then_some(ino))
 }

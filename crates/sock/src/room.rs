@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use crate::carried::Carried;
 use crate::conn;
+use crate::kernel::inode;
 
 /// How often waiting connections are looked at.
 const LOOK: Duration = Duration::from_micros(100);
@@ -82,10 +83,6 @@ static WAITING: Mutex<Vec<Waiting>> = Mutex::new(Vec::new());
 static WAKE: Condvar = Condvar::new();
 /// The process whose watcher thread runs (a forked child starts its own).
 static WATCHER_PID: AtomicU32 = AtomicU32::new(0);
-
-fn inode(fd: RawFd) -> Option<u64> {
-    crate::kernel::inode_of(fd).map(|(ino, _)| ino)
-}
 
 /// A write on `fd` said EAGAIN for want of room: make its socket say
 /// writable once there is room.

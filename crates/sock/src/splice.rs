@@ -16,6 +16,7 @@ use libc::{c_int, c_uint, loff_t, size_t, ssize_t};
 
 use crate::carried::Carried;
 use crate::conn::{self, Route};
+use crate::kernel::pipe_inode as inode;
 use crate::link::SLOT_BYTES;
 use crate::real::real;
 use crate::{errno, guarded, result};
@@ -265,11 +266,6 @@ impl Drop for Scratch {
 
 thread_local! {
     static SCRATCH: RefCell<Option<Scratch>> = const { RefCell::new(None) };
-}
-
-/// The inode number of `fd` if it is a pipe.
-fn inode(fd: c_int) -> Option<u64> {
-    crate::kernel::inode_of(fd).and_then(|(ino, pipe)| pipe.then_some(ino))
 }
 
 /// The private pipe's (read end, write end), made anew when the old one
