@@ -8,7 +8,8 @@ trap 'rm -rf "$dir"' EXIT
 here=$(dirname "$0")
 cc -Wall -Wextra -Werror -O2 -o "$dir/echo" "$here/echo.c"
 cc -Wall -Wextra -Werror -O2 -o "$dir/peer" "$here/peer.c"
-cc -Wall -Wextra -Werror -O2 -pthread -o "$dir/compat" "$here/compat.c"
+cc -Wall -Wextra -Werror -O2 -pthread -o "$dir/compat" "$here/compat.c" "$here/compat_exec.c" \
+    "$here/compat_flow.c" "$here/compat_listen.c"
 shm_before=$(ls /dev/shm | wc -l)
 V="$bin/viarun"
 

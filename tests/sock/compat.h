@@ -1,0 +1,72 @@
+/* Shared by the compat program's files (see compat.c): the helpers every
+ * mode uses, and the modes that live in compat_exec.c (handing a
+ * connection across fork and exec), compat_flow.c (writers waiting for
+ * room, and ways a connection ends) and compat_listen.c (listeners and
+ * the setting up of connections). */
+#ifndef COMPAT_H
+#define COMPAT_H
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/syscall.h>
+#include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/select.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <signal.h>
+#include <unistd.h>
+#include <stddef.h>
+
+#define FAIL(...) do { fprintf(stderr, "compat %s: ", mode); fprintf(stderr, __VA_ARGS__); \
+                       fprintf(stderr, "\n"); exit(1); } while (0)
+extern const char *mode;
+extern int turn_pipe[2];
+
+/* compat.c */
+unsigned char pattern(uint64_t seed, size_t i);
+void client_side(void);
+void nonblocking(int fd);
+void read_all(int fd, void *p, size_t n);
+void write_all(int fd, const void *p, size_t n);
+
+/* compat_exec.c */
+int exec_used_child(void);
+void check_echo(int in, int out);
+void echo_bytes(int in, int out);
+void exec_closing_on(int fd, const char *how, const char *next);
+void exec_closing_server(int fd, const char *how);
+void exec_on(int fd, const char *next);
+void exec_server(int fd);
+void exec_used_client(int fd);
+void exec_used_server(int fd);
+void exec_vfork_server(int fd);
+void fork_settling_client(int fd);
+void fork_settling_server(int fd);
+
+/* compat_flow.c */
+void epollout_lt_writer(int fd);
+void epollout_reader(int fd);
+void epollout_writer(int fd);
+void linger0_client(int fd);
+void linger0_server(int fd);
+void shutdown_wakes_server(int fd);
+
+/* compat_listen.c */
+int ipv6(void);
+int plain_listener(void);
+int reuseport(void);
+int reuseport_plain(void);
+int selfloop(void);
+#endif

@@ -1,0 +1,191 @@
+/* compat (see compat.c): handing a connection across fork and exec.
+ * Modes exec, exec-vfork, exec-connect, exec-closerange, exec-closeloop,
+ * exec-closefrom, exec-used, fork-settling. */
+#include "compat.h"
+
+/* exec: a process hands the connection, not yet used, to a new program
+ * (this one again) on its stdin and stdout: dup2, close, exec. `exec`:
+ * the acceptor's forked handler does it, as inetd and tcpserver do, and
+ * the new program echoes what the client sends. `exec-connect`: the
+ * dialing child does it right after connect, as `nc -e` does, and the
+ * new program sends and checks the echo. Under viarun the new program
+ * must carry on the connection both ends agreed on: the peer waits for
+ * its VI. */
+#define EXEC_BYTES 200000
+void echo_bytes(int in, int out) {
+    static char b[EXEC_BYTES];
+    read_all(in, b, sizeof b);
+    write_all(out, b, sizeof b);
+}
+void check_echo(int in, int out) {
+    static char b[EXEC_BYTES], back[EXEC_BYTES];
+    for (size_t i = 0; i < sizeof b; i++) b[i] = (char)pattern(8, i);
+    write_all(out, b, sizeof b);
+    read_all(in, back, sizeof back);
+    if (memcmp(b, back, sizeof b)) FAIL("echo through the exec'd program differs");
+}
+/* Puts `fd` on stdin and stdout and becomes `compat NEXT`. */
+void exec_on(int fd, const char *next) {
+    if (dup2(fd, 0) != 0 || dup2(fd, 1) != 1) FAIL("dup2");
+    close(fd);
+    execl("/proc/self/exe", "compat", next, (char *)NULL);
+    FAIL("exec: %s", strerror(errno));
+}
+void exec_server(int fd) {
+    pid_t h = fork();
+    if (h < 0) FAIL("fork");
+    if (h == 0) exec_on(fd, "exec-handler");
+    int st;
+    if (waitpid(h, &st, 0) != h || !WIFEXITED(st) || WEXITSTATUS(st)) FAIL("handler failed");
+}
+/* exec-vfork: as exec, but the handler is started as Python's subprocess
+ * starts one: vfork, then dup2 and close in the child, in the parent's
+ * memory, before the exec. The parent's own descriptors must be left as
+ * they were: it then writes to its stdout. */
+void exec_vfork_server(int fd) {
+    pid_t h = vfork();
+    if (h < 0) FAIL("vfork");
+    if (h == 0) {
+        if (dup2(fd, 0) != 0 || dup2(fd, 1) != 1) _exit(3);
+        close(fd);
+        execl("/proc/self/exe", "compat", "exec-handler", (char *)NULL);
+        _exit(4);
+    }
+    int st;
+    if (waitpid(h, &st, 0) != h || !WIFEXITED(st) || WEXITSTATUS(st)) FAIL("handler failed");
+    static const char line[] = "compat exec-vfork: the parent's stdout still works\n";
+    if (write(1, line, sizeof line - 1) != (ssize_t)(sizeof line - 1)) FAIL("stdout: %s", strerror(errno));
+}
+
+/* exec-closerange, exec-closeloop, exec-closefrom: as exec, but before
+ * its exec the handing process closes every descriptor above stderr, as
+ * programs about to exec do: Python's subprocess by default (vfork, then
+ * close_range), a loop of close (daemons), closefrom (OpenSSH; here on
+ * the dialing side). The connection lives on in stdin and stdout, and the
+ * new program must be able to carry on with it. */
+static void close_above_stderr(const char *how) {
+    if (strcmp(how, "range") == 0) {
+        if (close_range(3, ~0U, 0)) _exit(5);
+    } else if (strcmp(how, "from") == 0) {
+        closefrom(3);
+    } else {
+        for (int fd = 3; fd < 1024; fd++) close(fd);
+    }
+}
+void exec_closing_on(int fd, const char *how, const char *next) {
+    if (dup2(fd, 0) != 0 || dup2(fd, 1) != 1) _exit(3);
+    close_above_stderr(how);
+    execl("/proc/self/exe", "compat", next, (char *)NULL);
+    _exit(4);
+}
+void exec_closing_server(int fd, const char *how) {
+    /* vfork where Python would use it, fork for the loop. */
+    pid_t h = strcmp(how, "range") == 0 ? vfork() : fork();
+    if (h < 0) FAIL("fork");
+    if (h == 0) exec_closing_on(fd, how, "exec-handler");
+    int st;
+    if (waitpid(h, &st, 0) != h || !WIFEXITED(st) || WEXITSTATUS(st)) FAIL("handler failed");
+}
+
+/* fork-settling: a nonblocking connector's first write hands the
+ * settling to a thread (under viarun: EAGAIN until the acceptor's first
+ * use), and the process forks meanwhile. The child, which has no such
+ * thread, writes once more and exits through exit(): neither may hang
+ * (under viarun its write says EIO, as for a connection its parent
+ * carries). Then the acceptor starts reading, and the connector's 1000
+ * bytes must arrive after whatever the first two writes put in. */
+#define SETTLE_BYTES 1000
+void fork_settling_client(int fd) {
+    nonblocking(fd);
+    ssize_t w = write(fd, "x", 1);
+    if (w != 1 && !(w < 0 && errno == EAGAIN)) FAIL("first write: %s", strerror(errno));
+    pid_t c = fork();
+    if (c < 0) FAIL("fork");
+    if (c == 0) {
+        alarm(5); /* a hang here fails the test, not just the child */
+        for (;;) {
+            ssize_t k = write(fd, "y", 1);
+            if (k == 1 || (k < 0 && errno != EAGAIN)) break;
+            struct pollfd q = {fd, POLLOUT, 0};
+            poll(&q, 1, 100);
+        }
+        exit(0);
+    }
+    int st;
+    if (waitpid(c, &st, 0) != c) FAIL("waitpid");
+    if (!WIFEXITED(st) || WEXITSTATUS(st)) FAIL("the child forked while settling hung (status %#x)", st);
+    if (write(turn_pipe[1], "g", 1) != 1) FAIL("turn");
+    char z[SETTLE_BYTES];
+    memset(z, 'z', sizeof z);
+    write_all(fd, z, sizeof z);
+    shutdown(fd, SHUT_WR);
+    for (;;) {
+        struct pollfd q = {fd, POLLIN, 0};
+        poll(&q, 1, 1000);
+        char b;
+        ssize_t k = read(fd, &b, 1);
+        if (k == 0) break;
+        if (k < 0 && errno == EAGAIN) continue;
+        FAIL("no EOF: %zd %s", k, k < 0 ? strerror(errno) : "");
+    }
+}
+void fork_settling_server(int fd) {
+    char t, b[SETTLE_BYTES + 8];
+    if (read(turn_pipe[0], &t, 1) != 1) FAIL("turn");
+    size_t got = 0;
+    for (;;) {
+        if (got == sizeof b) FAIL("more than expected");
+        ssize_t k = read(fd, b + got, sizeof b - got);
+        if (k < 0) FAIL("read: %s", strerror(errno));
+        if (k == 0) break;
+        got += (size_t)k;
+    }
+    size_t at = 0;
+    if (at < got && b[at] == 'x') at++;
+    if (at < got && b[at] == 'y') at++;
+    if (got - at != SETTLE_BYTES) FAIL("%zu bytes after the first writes, not %d", got - at, SETTLE_BYTES);
+    for (size_t i = at; i < got; i++) if (b[i] != 'z') FAIL("byte %zu differs", i);
+}
+
+/* exec-used: the dialing process uses the connection (one echo), then a
+ * forked child puts it on stdin and stdout and execs a new program, as
+ * bash does for `exec 3<>/dev/tcp/...; echo >&3; cat <&3`. Over kernel
+ * TCP the new program carries on (writes "more", reads "data"). Under
+ * viarun the stream is carried by the first process's VI and rings, so
+ * the new program must get an error at once (ECONNRESET or EIO): never
+ * the doorbell bytes as data, never a wait (the alarm). */
+void exec_used_client(int fd) {
+    char b[4];
+    write_all(fd, "used", 4);
+    read_all(fd, b, 4);
+    if (memcmp(b, "used", 4)) FAIL("first echo");
+    pid_t c = fork();
+    if (c < 0) FAIL("fork");
+    if (c == 0) exec_on(fd, "exec-used-child");
+    int st;
+    if (waitpid(c, &st, 0) != c || !WIFEXITED(st) || WEXITSTATUS(st)) FAIL("the exec'd program failed (status %#x)", st);
+}
+int exec_used_child(void) {
+    alarm(10);
+    char b[4];
+    ssize_t w = write(1, "more", 4);
+    if (w < 0 && (errno == ECONNRESET || errno == EIO)) return 0;
+    if (w != 4) FAIL("write: %zd %s", w, strerror(errno));
+    size_t got = 0;
+    while (got < 4) {
+        ssize_t k = read(0, b + got, 4 - got);
+        if (k < 0 && (errno == ECONNRESET || errno == EIO) && got == 0) return 0;
+        if (k <= 0) FAIL("read: %zd %s", k, k < 0 ? strerror(errno) : "EOF");
+        got += (size_t)k;
+    }
+    if (memcmp(b, "data", 4)) FAIL("read %.4s, not data: another stream's bytes", b);
+    return 0;
+}
+void exec_used_server(int fd) {
+    char b[4];
+    read_all(fd, b, 4);
+    write_all(fd, b, 4);
+    ssize_t k = read(fd, b, 4);
+    if (k == 4 && !memcmp(b, "more", 4)) write_all(fd, "data", 4);
+    else if (k != 0 && !(k < 0 && errno == ECONNRESET)) FAIL("after the exec: %zd %s", k, k < 0 ? strerror(errno) : "");
+}

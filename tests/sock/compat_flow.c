@@ -1,0 +1,160 @@
+/* compat (see compat.c): writers waiting for room, and the ways a
+ * connection ends. Modes epollout-et, epollout-lt, shutdown-wakes,
+ * linger0. */
+#include "compat.h"
+
+/* epollout-et: a nonblocking writer waits for EPOLLOUT with EPOLLET (as
+ * nginx does) after each EAGAIN; only then does the reader (told through
+ * a pipe) drain the connection. Under viarun the kernel socket never
+ * fills, so its writability must be announced anew when the data ring
+ * has room again; a writer that gets no edge within 10 s fails. */
+#define ET_BYTES (8u << 20)
+void epollout_writer(int fd) {
+    /* Both ends use the connection first (under viarun the first use
+     * meets the peer's), then the writer goes nonblocking. */
+    char h;
+    read_all(fd, &h, 1);
+    if (fcntl(fd, F_SETFL, O_NONBLOCK)) FAIL("O_NONBLOCK");
+    int ep = epoll_create1(0);
+    struct epoll_event ev = {.events = EPOLLOUT | EPOLLET, .data.fd = fd}, out;
+    if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev)) FAIL("epoll");
+    static char b[1 << 20];
+    size_t sent = 0, again = 0;
+    while (sent < ET_BYTES) {
+        size_t n = ET_BYTES - sent < sizeof b ? ET_BYTES - sent : sizeof b;
+        for (size_t i = 0; i < n; i++) b[i] = (char)pattern(9, sent + i);
+        ssize_t k = write(fd, b, n);
+        if (k > 0) { sent += (size_t)k; continue; }
+        if (errno != EAGAIN) FAIL("write: %s", strerror(errno));
+        again++;
+        if (write(turn_pipe[1], "g", 1) != 1) FAIL("turn");
+        int r;
+        do r = epoll_wait(ep, &out, 1, 10000); while (r < 0 && errno == EINTR);
+        if (r != 1 || !(out.events & EPOLLOUT)) FAIL("no EPOLLOUT within 10 s after EAGAIN at %zu bytes", sent);
+    }
+    if (again == 0) FAIL("never EAGAIN: the test did not test");
+    if (write(turn_pipe[1], "e", 1) != 1) FAIL("turn");
+    close(ep);
+}
+/* epollout-lt: as epollout-et, but the writer waits level-triggered
+ * (epoll without EPOLLET, as libevent and libuv do), and after its first
+ * EAGAIN the reader stalls for 100 ms before it drains everything. Under
+ * viarun the kernel socket says writable all along, so a writer that is
+ * not held back spins: write, EAGAIN, epoll_wait, again, thousands of
+ * times, on a CPU its reader may need. Fails above 2000 EAGAINs in the
+ * stall (kernel TCP: one or two; held back: at most one per 200 us). */
+#define LT_STALL_NS 100000000LL
+static long long now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+void epollout_lt_writer(int fd) {
+    char h;
+    read_all(fd, &h, 1);
+    if (fcntl(fd, F_SETFL, O_NONBLOCK)) FAIL("O_NONBLOCK");
+    int ep = epoll_create1(0);
+    struct epoll_event ev = {.events = EPOLLOUT, .data.fd = fd}, out;
+    if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev)) FAIL("epoll");
+    static char b[1 << 20];
+    size_t sent = 0;
+    long spins = -1; /* EAGAINs in the stall; -1 before the first */
+    long long stall = 0;
+    int told = 0;
+    size_t filled = (size_t)-1; /* the offset b holds the bytes of */
+    while (sent < ET_BYTES) {
+        size_t n = ET_BYTES - sent < sizeof b ? ET_BYTES - sent : sizeof b;
+        if (filled != sent)
+            for (size_t i = 0; i < n; i++) b[i] = (char)pattern(9, sent + i);
+        filled = sent;
+        ssize_t k = write(fd, b, n);
+        if (k > 0) { sent += (size_t)k; continue; }
+        if (errno != EAGAIN) FAIL("write: %s", strerror(errno));
+        if (spins < 0) { spins = 0; stall = now_ns(); }
+        long long left = stall + LT_STALL_NS - now_ns();
+        if (!told && left <= 0) {
+            told = 1;
+            if (write(turn_pipe[1], "e", 1) != 1) FAIL("turn");
+        }
+        if (!told) spins++;
+        int r;
+        do r = epoll_wait(ep, &out, 1, told ? 10000 : (int)(left / 1000000) + 1); while (r < 0 && errno == EINTR);
+        if (r < 0) FAIL("epoll_wait: %s", strerror(errno));
+        if (told && r != 1) FAIL("no EPOLLOUT within 10 s after EAGAIN at %zu bytes", sent);
+    }
+    if (spins < 0) FAIL("never EAGAIN: the test did not test");
+    if (!told && write(turn_pipe[1], "e", 1) != 1) FAIL("turn");
+    if (spins > 2000) FAIL("%ld writes said EAGAIN in a 100 ms stall: a level-triggered writer spins", spins);
+    fprintf(stderr, "compat epollout-lt: %ld EAGAINs in the stall\n", spins);
+    close(ep);
+}
+void epollout_reader(int fd) {
+    static char b[1 << 16];
+    size_t got = 0;
+    char t = 0;
+    write_all(fd, "h", 1);
+    while (got < ET_BYTES && t != 'e') {
+        if (read(turn_pipe[0], &t, 1) != 1) FAIL("turn");
+        /* 'g': drain what is there; 'e': the writer is done, read the rest. */
+        int flags = t == 'g' ? MSG_DONTWAIT : 0;
+        while (got < ET_BYTES) {
+            ssize_t k = recv(fd, b, sizeof b, flags);
+            if (k < 0 && errno == EAGAIN && t == 'g') break;
+            if (k <= 0) FAIL("read: %zd %s", k, k ? strerror(errno) : "EOF");
+            for (ssize_t i = 0; i < k; i++)
+                if (b[i] != (char)pattern(9, got + (size_t)i)) FAIL("byte %zu differs", got + (size_t)i);
+            got += (size_t)k;
+        }
+    }
+    if (got != ET_BYTES) FAIL("read %zu of %u", got, ET_BYTES);
+}
+
+
+/* shutdown-wakes: a thread blocked reading a connection that gets no
+ * data is woken by shutdown(SHUT_RDWR) from another thread, with EOF (as
+ * programs stop a reader thread). linger0: an acceptor that sets
+ * SO_LINGER to {1, 0} and closes resets the connection: the connector's
+ * read says ECONNRESET. */
+static volatile long reader_tid;
+static void *blocked_read(void *p) {
+    reader_tid = (long)syscall(SYS_gettid);
+    char c;
+    intptr_t r = read(*(int *)p, &c, 1);
+    return (void *)r;
+}
+/* Whether thread `tid` of this process sleeps (state S in its stat). */
+static int thread_sleeps(long tid) {
+    char path[64], st[256];
+    snprintf(path, sizeof path, "/proc/self/task/%ld/stat", tid);
+    FILE *f = fopen(path, "r");
+    int s = f && fgets(st, sizeof st, f) && strstr(st, ") S ");
+    if (f) fclose(f);
+    return s;
+}
+void shutdown_wakes_server(int fd) {
+    char c;
+    read_all(fd, &c, 1); /* the connection's first use, both ends */
+    pthread_t t;
+    if (pthread_create(&t, NULL, blocked_read, &fd)) FAIL("thread");
+    /* Until the reader sleeps in the kernel (after any spin). */
+    for (long i = 0; !reader_tid || !thread_sleeps(reader_tid); i++) {
+        if (i > 1000000) FAIL("the reader thread never slept");
+        sched_yield();
+    }
+    if (shutdown(fd, SHUT_RDWR)) FAIL("shutdown: %s", strerror(errno));
+    void *r;
+    pthread_join(t, &r); /* a reader never woken is caught by the alarm */
+    if ((intptr_t)r != 0) FAIL("the woken read returned %ld, not EOF", (long)(intptr_t)r);
+}
+void linger0_server(int fd) {
+    char c;
+    read_all(fd, &c, 1);
+    struct linger lg = {1, 0};
+    if (setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg)) FAIL("SO_LINGER");
+}
+void linger0_client(int fd) {
+    write_all(fd, "h", 1);
+    char c;
+    ssize_t k = read(fd, &c, 1);
+    if (!(k < 0 && errno == ECONNRESET)) FAIL("read after the peer's reset: %zd %s", k, k < 0 ? strerror(errno) : "");
+}
