@@ -232,7 +232,7 @@ static int broken_vi(const char *host, char **argv)
 
 int main(int argc, char **argv)
 {
-	int nhost, narch, me, echo_tid, direct_tid, tids[4], i, n, ok;
+	int nhost, narch, me, echo_tid, fresh_tid, direct_tid, tids[4], i, n, ok;
 	int sizes[] = { 16, 1024, 65536, 1 << 20, 4 << 20 };
 	struct pvmhostinfo *hosts;
 	struct pvmtaskinfo *tasks;
@@ -273,6 +273,14 @@ int main(int argc, char **argv)
 		check(round_trip(echo_tid, sizes[i], PvmDataRaw), what);
 	}
 	check(round_trip(echo_tid, 100000, PvmDataDefault), "round trip 100000 B XDR");
+	/* A fresh echo slave: its echoes start the relayed way and move to its
+	 * own link to this host's pvmd while 256 are in flight; order holds
+	 * (openvia's task/host_link.rs: LINK_MARK). */
+	n = pvm_spawn("pvm_multihost", echo_argv, PvmTaskHost, host, 1, &fresh_tid);
+	check(n == 1 && fresh_tid > 0, "spawn a fresh echo slave");
+	check(ordered_stream(fresh_tid, 3000, 0, 256), "3000 default-route echoes, 256 in flight, in order");
+	pvm_initsend(PvmDataRaw);
+	pvm_send(fresh_tid, TAG_STOP);
 
 	/* PvmRouteDirect: the route changes under a stream, order holds (the
 	 * echo slave keeps PVM's default, PvmAllowDirect, and accepts). */

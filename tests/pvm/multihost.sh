@@ -77,6 +77,9 @@ check multihost multihost.out '^multihost: all ok$'
 grep -E '^openvia-pvm direct t[0-9a-f]+ -> t[0-9a-f]+: (up|off|idle), [1-9][0-9]* messages sent and [1-9][0-9]* received over the VI$' \
 	multihost.out >direct.out || true
 check direct-vi-used <(wc -l <direct.out) '^3$'
+# Default-route messages to the other host went over the master task's
+# own link to that host's pvmd once it was up (task/host_link.rs).
+check host-link-used multihost.out '^openvia-pvm host link t[0-9a-f]+ -> host 2: up, [1-9][0-9]* messages sent over the VI$'
 # The VI that failed under the third slave was opened again.
 check direct-vi-reopened multihost.out '^openvia-pvm direct t[0-9a-f]+ -> t[0-9a-f]+: reopened [1-9][0-9]* times$'
 

@@ -32,6 +32,14 @@ pub mod op {
     pub const RESETINFO: u32 = 18;
     /// pvm_reg_rm: the asking task becomes the resource manager.
     pub const REG_RM: u32 = 19;
+    /// A task's own link to the pvmd of host ints[0] (`daemon/task_links.rs`):
+    /// that pvmd waits for the task's connect and answers bytes
+    /// [discriminator length, discriminator, its network address].
+    pub const LINK_OPEN: u32 = 20;
+    /// Answered by the pvmd of host ints[0] once it has taken in every
+    /// frame the asking task routed to it before: from then on the task's
+    /// messages to that host may go over its own link, in order.
+    pub const LINK_MARK: u32 = 21;
     /// Between pvmds only: the master's host table (ints [num, speed]*,
     /// strs [name, arch, network address in hex]*).
     pub const D_HOSTS: u32 = 100;

@@ -12,6 +12,7 @@ mod remote;
 mod requests;
 mod rm;
 mod spawn;
+mod task_links;
 
 pub use rm::{sm, FORWARDED as RM_FORWARDED};
 pub use spawn::{ENV_SOCK, ENV_TID};
@@ -147,6 +148,8 @@ pub struct Daemon {
     links: HashMap<u32, Link>,
     link_nic: Option<Arc<LinkNic>>,
     mesh: mesh::Mesh,
+    /// Tasks of other hosts sending to ours over VIs of their own.
+    task_links: task_links::TaskLinks,
     link_events: (
         std::sync::mpsc::Sender<LinkEvent>,
         std::sync::mpsc::Receiver<LinkEvent>,
@@ -216,6 +219,7 @@ impl Daemon {
             links: HashMap::new(),
             link_nic: None,
             mesh: mesh::Mesh::default(),
+            task_links: task_links::TaskLinks::default(),
             link_events: std::sync::mpsc::channel(),
             waker: Waker::new()?,
             calls: HashMap::new(),

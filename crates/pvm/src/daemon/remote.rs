@@ -260,6 +260,12 @@ impl Daemon {
         while let Ok(ev) = self.link_events.1.try_recv() {
             match ev {
                 LinkEvent::Frame {
+                    via, dst, frame, ..
+                } if super::task_links::is_task_link(via) => self.task_link_frame(via, dst, frame),
+                LinkEvent::Down { via, .. } if super::task_links::is_task_link(via) => {
+                    self.task_link_down(via)
+                }
+                LinkEvent::Frame {
                     via: _,
                     src,
                     dst,
@@ -280,6 +286,7 @@ impl Daemon {
             }
         }
         self.mesh_progress();
+        self.task_links_progress();
     }
 
     fn host_frame(&mut self, src: u32, frame: Frame) {
@@ -333,6 +340,7 @@ impl Daemon {
         let h = match opcode {
             op::KILL | op::SENDSIG | op::PSTAT => tid::host_num(first),
             op::TASKS if first != 0 => tid::host_num(first),
+            op::LINK_OPEN | op::LINK_MARK => first as u32,
             op::PUTINFO
             | op::RECVINFO
             | op::DELINFO

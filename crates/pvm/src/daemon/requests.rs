@@ -61,6 +61,11 @@ impl Daemon {
             }
             op::CONFIG => self.config(),
             op::REG_RM => (self.reg_rm(me), Args::default()),
+            op::LINK_OPEN => self.task_link_open(me, forwarded),
+            // Our loop reached it: whatever the task routed here before
+            // has been taken in (see task_links.rs).
+            op::LINK_MARK if forwarded => (0, Args::default()),
+            op::LINK_MARK => (PvmError::BadParam.code(), Args::default()),
             op::TASKS => {
                 let which = int(&a, 0);
                 if which == 0 && !forwarded && self.hosts.len() > 1 {

@@ -201,6 +201,11 @@ impl LinkNic {
         self.nic.set_event_driven(on);
     }
 
+    /// Fragment sends in flight on a link.
+    pub fn window(&self) -> usize {
+        self.cfg.window
+    }
+
     /// This NIC's host address.
     pub fn address(&self) -> Vec<u8> {
         self.nic.query().address.to_vec()
@@ -285,9 +290,23 @@ impl LinkNic {
     /// Registers a link's buffers and posts its receives: done before the
     /// VI connects, so whatever the peer sends at once finds room.
     pub fn prepare(&self, vi: Arc<Vi>) -> Result<PreparedLink, ViaError> {
+        self.prepare_with(vi, self.cfg.window, 2 * self.cfg.window)
+    }
+
+    /// As [`LinkNic::prepare`], for a link that carries data one way
+    /// only (a task's link to a pvmd, `daemon/task_links.rs`): the end
+    /// that only sends posts `recv_n` = 1 receive, the end that only
+    /// receives keeps `send_n` = 1 send slot, instead of a window's worth
+    /// of registered memory it would never use.
+    pub fn prepare_with(
+        &self,
+        vi: Arc<Vi>,
+        send_n: usize,
+        recv_n: usize,
+    ) -> Result<PreparedLink, ViaError> {
         let cfg = self.cfg;
-        let send_slots = Slots::new(&self.nic, self.ptag, cfg.window, cfg.frag, true)?;
-        let recv_n = 2 * cfg.window;
+        let send_slots = Slots::new(&self.nic, self.ptag, send_n.max(1), cfg.frag, true)?;
+        let recv_n = recv_n.max(1);
         let recv_slots = Slots::new(&self.nic, self.ptag, recv_n, cfg.frag, true)?;
         for i in 0..recv_n {
             recv_slots.prepare(i, cfg.frag, None);
@@ -520,6 +539,24 @@ fn status_ok(d: DescPtr) -> Result<(u32, u32), String> {
     Ok((len, imm))
 }
 
+/// How one end of a link to be made tells the other where it waits (a
+/// direct route's CONNECT and ACCEPT, a pvmd's answer to LINK_OPEN):
+/// discriminator length, discriminator, network address.
+pub fn encode_hello(disc: &[u8], address: &[u8]) -> Vec<u8> {
+    let mut b = vec![disc.len() as u8];
+    b.extend_from_slice(disc);
+    b.extend_from_slice(address);
+    b
+}
+
+/// The inverse of [`encode_hello`]; None if malformed.
+pub fn decode_hello(b: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
+    let n = *b.first()? as usize;
+    let disc = b.get(1..1 + n)?.to_vec();
+    let addr = b.get(1 + n..)?.to_vec();
+    (!disc.is_empty() && !addr.is_empty()).then_some((disc, addr))
+}
+
 /// Envelope and frame; None if malformed.
 pub fn parse(bytes: &[u8]) -> Option<(u32, u32, Frame)> {
     if bytes.len() < ENVELOPE + 4 {
@@ -569,6 +606,16 @@ mod tests {
         // Frames and link failures always wake it.
         WakeUp::wake(&*w);
         assert!(readable(&w));
+    }
+
+    #[test]
+    fn hello_round_trips_and_rejects_garbage() {
+        let b = encode_hello(b"disc", &[1, 2, 3]);
+        assert_eq!(decode_hello(&b), Some((b"disc".to_vec(), vec![1, 2, 3])));
+        assert_eq!(decode_hello(&b[..3]), None);
+        assert_eq!(decode_hello(&[]), None);
+        assert_eq!(decode_hello(&[0, 1, 2]), None);
+        assert_eq!(decode_hello(&[4, b'd', b'i', b's', b'c']), None);
     }
 
     #[test]

@@ -46,7 +46,7 @@ use openvia_core::ViaError;
 use super::{Queued, Task};
 use crate::error::{PvmError, PvmResult};
 use crate::frame::{self, Frame, Msg};
-use crate::link::{Link, LinkEvent, LinkNic, PreparedLink, WakeUp};
+use crate::link::{decode_hello, encode_hello, Link, LinkEvent, LinkNic, PreparedLink, WakeUp};
 use crate::pool::inbound::{Arrival, Inbound};
 use crate::pool::{Body, Pool};
 use crate::tid;
@@ -71,7 +71,7 @@ const ROUTE_DIRECT: i32 = 3;
 const CONNECT_LIMIT: Duration = Duration::from_secs(10);
 
 /// Prints per-task figures at pvm_exit when set (tests check them).
-const ENV_STATS: &str = "OPENVIA_PVM_DIRECT_STATS";
+pub(super) const ENV_STATS: &str = "OPENVIA_PVM_DIRECT_STATS";
 
 /// Where a connect thread leaves its VI, ready to run.
 type Outcome = Arc<Mutex<Option<Result<PreparedLink, ViaError>>>>;
@@ -202,7 +202,7 @@ static BREAK_AFTER: std::sync::LazyLock<Option<u64>> = std::sync::LazyLock::new(
 
 /// Our discriminator for the pair: tids and a nonce (a tid may come back
 /// in a later virtual machine).
-fn make_disc(me: i32, peer: i32) -> Vec<u8> {
+pub(super) fn make_disc(me: i32, peer: i32) -> Vec<u8> {
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
@@ -213,21 +213,6 @@ fn make_disc(me: i32, peer: i32) -> Vec<u8> {
     d.extend_from_slice(&peer.to_le_bytes());
     d.extend_from_slice(&nonce.to_le_bytes());
     d
-}
-
-/// CONNECT and ACCEPT bodies: discriminator length, discriminator, address.
-fn encode_hello(disc: &[u8], address: &[u8]) -> Vec<u8> {
-    let mut b = vec![disc.len() as u8];
-    b.extend_from_slice(disc);
-    b.extend_from_slice(address);
-    b
-}
-
-fn decode_hello(b: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
-    let n = *b.first()? as usize;
-    let disc = b.get(1..1 + n)?.to_vec();
-    let addr = b.get(1 + n..)?.to_vec();
-    (!disc.is_empty() && !addr.is_empty()).then_some((disc, addr))
 }
 
 impl Task {
@@ -330,13 +315,7 @@ impl Task {
         if !open {
             return Ok(false);
         }
-        let b = self.bufs.get(id)?;
-        let body = if b.refs.is_empty() {
-            b.data.share()
-        } else {
-            Body::from_vec(b.body(), None)
-        };
-        let ints = [self.mytid, dst, tag, ctx, b.enc];
+        let (ints, body) = self.link_message(id, dst, tag, ctx)?;
         let sent = match self.direct.peers.get_mut(&dst) {
             Some(p) => {
                 let ok = matches!(&p.state, State::Up(link)
@@ -355,6 +334,25 @@ impl Task {
         Ok(sent)
     }
 
+    /// Buffer `id` as a link carries it: the message's ints (src, dst,
+    /// tag, ctx, encoding) and its body, shared from the pool pages where
+    /// it was packed (copied out when it holds in-place items).
+    pub(super) fn link_message(
+        &mut self,
+        id: i32,
+        dst: i32,
+        tag: i32,
+        ctx: i32,
+    ) -> PvmResult<([i32; 5], Body)> {
+        let b = self.bufs.get(id)?;
+        let body = if b.refs.is_empty() {
+            b.data.share()
+        } else {
+            Body::from_vec(b.body(), None)
+        };
+        Ok(([self.mytid, dst, tag, ctx, b.enc], body))
+    }
+
     /// The first send to a peer whose VI failed under messages we had
     /// sent over it: PvmNoTask if the peer is gone (its pvmd says so),
     /// else PvmSysErr, since those messages may be lost. Either way this
@@ -364,6 +362,13 @@ impl Task {
         if let Some(p) = self.direct.peers.get_mut(&dst) {
             p.failed = false;
         }
+        self.lost_messages_error(dst)
+    }
+
+    /// What a send reports once messages to `dst` may have been lost on a
+    /// VI that failed: PvmNoTask if `dst` is gone (its pvmd says so),
+    /// else PvmSysErr.
+    pub(super) fn lost_messages_error(&mut self, dst: i32) -> PvmError {
         match self.task_exists(dst) {
             Ok(false) => PvmError::NoTask,
             Ok(true) => PvmError::SysErr,
@@ -373,6 +378,15 @@ impl Task {
 
     /// A setup message through the pvmds.
     fn send_control(&mut self, dst: i32, tag: i32, body: Vec<u8>) -> PvmResult<()> {
+        // The messages before it to that host went over our link to its
+        // pvmd: so does this one, to stay behind them.
+        let host = tid::host_num(dst);
+        if self.host_links.is_up(host) {
+            let ints = [self.mytid, dst, tag, DIRECT_CTX, 0];
+            if self.host_link_post(host, ints, Body::from_vec(body.clone(), None)) {
+                return Ok(());
+            }
+        }
         let m = Msg {
             src: self.mytid,
             dst,
@@ -388,6 +402,13 @@ impl Task {
     fn flush_routed(&mut self) -> PvmResult<()> {
         let r = self.wr.flush();
         self.socket_io(r)
+    }
+
+    /// The task's NIC and its doorbell waker, opened on first use (host
+    /// links share them, `host_link.rs`).
+    pub(super) fn link_endpoint(&mut self) -> Option<(Arc<LinkNic>, Arc<dyn WakeUp>)> {
+        let ep = self.endpoint()?;
+        Some((ep.nic.clone(), ep.waker.clone()))
     }
 
     /// Opens the NIC on first use.

@@ -4,6 +4,7 @@
 
 pub mod buffers;
 mod direct;
+mod host_link;
 mod pvmd_link;
 mod recv;
 mod rm;
@@ -100,6 +101,8 @@ pub struct Task {
     pub opts: Options,
     /// PvmRouteDirect between hosts.
     direct: direct::Direct,
+    /// Default-route links to other hosts' pvmds.
+    host_links: host_link::HostLinks,
     /// pvm_getfds's descriptor, once asked for.
     select: Option<SelectFd>,
     /// Whether the pvmd is still there (see pvmd_link); dropped last, so
@@ -157,6 +160,7 @@ impl Task {
             next_ctx: 1,
             opts: Options::default(),
             direct: direct::Direct::default(),
+            host_links: host_link::HostLinks::default(),
             select: None,
             pvmd: Lifeline::unwatched(),
         };
@@ -394,7 +398,7 @@ impl Task {
                 }
                 Err(e) => return Err(e),
             }
-            if self.direct_send(id, dst, tag, ctx)? {
+            if self.direct_send(id, dst, tag, ctx)? || self.host_link_send(id, dst, tag, ctx)? {
                 continue;
             }
             // A local tid is checked (a dead one gives PvmNoTask, as the
@@ -574,7 +578,9 @@ impl Task {
     pub fn exit(&mut self) -> PvmResult<()> {
         // Pool holds go back before the pvmd retires our slot: afterwards
         // the slot may already belong to a new task. Direct links first:
-        // their threads write into pages our slot holds.
+        // their threads write into pages our slot holds; host links read
+        // from them.
+        self.host_links_close();
         self.direct_close();
         crate::trace::flush();
         // Our slot is about to go to another task: its bell is not ours
