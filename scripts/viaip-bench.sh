@@ -4,7 +4,8 @@
 # one-way latency, when sockperf is installed) and a python TCP ping-pong
 # (64-byte messages, median round trip).
 # Usage (root): scripts/viaip-bench.sh [VIAIP_BINARY] [ROUNDS] [MTU...]
-# VIAIP_MODE=datagram measures datagram mode (default connected).
+# VIAIP_MODE=datagram measures datagram mode (default connected);
+# VIAIP_UP_ARGS adds options to both `viaip up`s (e.g. --answer-spin-us 0).
 # Namespaces ${VIAIP_BENCH_NS}A/${VIAIP_BENCH_NS}B (default viaipb) are
 # created and deleted by this script; each line starts with `uptime`'s
 # one-minute load average, and a last line per MTU gives the medians over
@@ -62,8 +63,8 @@ for MTU in $MTUS; do
   for n in $A $B; do ip -n $n link set lo up; done
   ip -n $A link set ${T}va mtu $MTU up; ip -n $B link set ${T}vb mtu $MTU up
   printf '10.74.0.1 10.75.0.1\n10.74.0.2 10.75.0.2\n' > /tmp/$T-bench-peers
-  ip netns exec $A $BIN up ${T}o 10.74.0.1/24 --link ${T}va --peers /tmp/$T-bench-peers --mode ${VIAIP_MODE:-connected} -d >/dev/null
-  ip netns exec $B $BIN up ${T}o 10.74.0.2/24 --link ${T}vb --peers /tmp/$T-bench-peers --mode ${VIAIP_MODE:-connected} -d >/dev/null
+  ip netns exec $A $BIN up ${T}o 10.74.0.1/24 --link ${T}va --peers /tmp/$T-bench-peers --mode ${VIAIP_MODE:-connected} ${VIAIP_UP_ARGS:-} -d >/dev/null
+  ip netns exec $B $BIN up ${T}o 10.74.0.2/24 --link ${T}vb --peers /tmp/$T-bench-peers --mode ${VIAIP_MODE:-connected} ${VIAIP_UP_ARGS:-} -d >/dev/null
   for r in $(seq $ROUNDS); do
     echo "load $(cut -d' ' -f1 /proc/loadavg) mtu $MTU round $r plain_gbps $(iperf 10.75.0.2) viaip_gbps $(iperf 10.74.0.2)" \
       "plain_sockperf_us $(sockperf_pp 10.75.0.2) viaip_sockperf_us $(sockperf_pp 10.74.0.2)" \

@@ -43,6 +43,9 @@ pub struct UpConfig {
     pub link: Option<String>,
     /// TUN checksum and segmentation offloads.
     pub offload: bool,
+    /// How long the sending loop polls the TUN for an answer after a
+    /// receiving thread wrote a packet to it (`wait::Kick`).
+    pub answer_spin: Duration,
 }
 
 /// A peer's sending link.
@@ -108,6 +111,8 @@ pub struct Interface {
     discovery: Mutex<Option<Discovery>>,
     /// Discovery messages that were not.
     pub discovery_garbage: AtomicU64,
+    /// Rung by the receiving threads for the sending loop (`wait::Kick`).
+    pub kick: crate::wait::Kick,
 }
 
 impl Interface {
@@ -243,6 +248,7 @@ pub fn open(cfg: UpConfig) -> Result<Arc<Interface>, String> {
         strangers: Mutex::new(Vec::new()),
         discovery: Mutex::new(discovery),
         discovery_garbage: AtomicU64::new(0),
+        kick: crate::wait::Kick::new(cfg.answer_spin).map_err(|e| format!("eventfd: {e}"))?,
     }))
 }
 
@@ -355,7 +361,11 @@ fn recv_loop(ifc: &Interface, link: RxLink) {
     loop {
         match link.drain(BATCH, &mut deliver) {
             Ok(n) if n == BATCH => continue,
-            Ok(_) => {}
+            Ok(n) => {
+                if n > 0 {
+                    ifc.kick.ring();
+                }
+            }
             Err(_) => break,
         }
         let Some(hint) = link.wait_hint() else { break };

@@ -60,6 +60,11 @@ enum Cmd {
         /// them by default; datagram mode never does).
         #[arg(long)]
         no_offload: bool,
+        /// How long, in µs, the sending loop polls the TUN for the local
+        /// program's answer after a packet was written to it (0: it
+        /// sleeps at once).
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(0..=10_000))]
+        answer_spin_us: u64,
     },
     /// Lists the interfaces of this network namespace with their counters.
     Show { ifname: Option<String> },
@@ -197,6 +202,7 @@ fn main() -> ExitCode {
             peers,
             background,
             no_offload,
+            answer_spin_us,
         } => (|| {
             let (addr, prefix) = parse_cidr(&addr)?;
             let device = match (&link, device) {
@@ -234,6 +240,7 @@ fn main() -> ExitCode {
                 peers,
                 link,
                 offload: !no_offload,
+                answer_spin: std::time::Duration::from_micros(answer_spin_us),
             };
             up(cfg, background)
         })(),

@@ -149,6 +149,7 @@ impl Sender {
             sleep.clear();
             watched.clear();
             let tun = sleep.watch(self.ifc.tun.fd());
+            let kick = sleep.watch(self.ifc.kick.fd());
             for (&i, link) in &self.links {
                 match link.wait_hint() {
                     Some(h) if link.wants_acks() => watched.push((i, Some(sleep.hint(h)))),
@@ -161,8 +162,18 @@ impl Sender {
                     None => {}
                 }
             }
+            self.ifc.kick.set_asleep(true);
             let due = sleep.sleep(IDLE_SLEEP);
-            if sleep.ready(tun) {
+            self.ifc.kick.set_asleep(false);
+            let mut taken = false;
+            if sleep.ready(kick) {
+                self.ifc.kick.drain();
+                match self.await_answer(&mut buf) {
+                    Ok(t) => taken = t,
+                    Err(e) => return format!("TUN: {e}"),
+                }
+            }
+            if taken || sleep.ready(tun) {
                 for _ in 0..BATCH {
                     match self.take_packet(&mut buf) {
                         Ok(true) => {}
@@ -181,6 +192,25 @@ impl Sender {
                     self.link_down(i);
                 }
             }
+        }
+    }
+
+    /// Kicked (a packet was just written to the TUN): polls the TUN for
+    /// the local program's answer up to the kick's spin and sends the
+    /// first packet found; true if one was (the caller takes the rest).
+    fn await_answer(&mut self, buf: &mut [u8]) -> std::io::Result<bool> {
+        let end = crate::wait::now_ns() + self.ifc.kick.spin_ns();
+        loop {
+            match self.take_packet(buf) {
+                Ok(true) => return Ok(true),
+                Ok(false) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+            if crate::wait::now_ns() >= end {
+                return Ok(false);
+            }
+            std::hint::spin_loop();
         }
     }
 
