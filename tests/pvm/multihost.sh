@@ -115,7 +115,18 @@ if [ "${OPENVIA_PVM_POOL_MB:-64}" -ge 16 ]; then
 else
 	check inbound-socket pvmd-a.log 'messages from other hosts: [0-9]+ into the pool, [1-9][0-9]* by socket'
 fi
+# The relayed default route (stock PVM's way, every message through both
+# pvmds: OPENVIA_PVM_HOSTLINK=0, which the master hands to its slave and
+# the pvmds to their tasks) carries the same program on a fresh virtual
+# machine, and no host link is made.
+inA env OPENVIA_PVM_HOSTLINK=0 timeout 30 "$bindir/pvmd" "$work/hostfile"
+inA env OPENVIA_PVM_HOSTLINK=0 OPENVIA_PVM_DIRECT_STATS=1 timeout 120 \
+	"$HOME/pvm3/bin/LINUX64/pvm_multihost" "$B" >relayed.out 2>&1 || true
+echo halt | inA timeout 10 "$bindir/pvm" >/dev/null 2>&1 || true
+check relayed relayed.out '^multihost: all ok$'
+check relayed-no-host-link <(grep -c '^openvia-pvm host link' relayed.out || true) '^0$'
 if [ $fail != 0 ]; then
+	tail -40 relayed.out
 	for f in "$work"/tmp-*/openvia-pvml.*; do echo "== $f"; tail -30 "$f"; done
 fi
 exit $fail
