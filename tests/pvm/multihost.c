@@ -59,11 +59,18 @@ static unsigned char pattern(int seed, int i)
 	return (unsigned char)(((unsigned)seed * 2654435761u + (unsigned)i * 40503u) >> 5);
 }
 
-static int echo(int direct, int brk)
+static int echo(int direct, int brk, int host_link_brk)
 {
 	int parent = pvm_parent(), bufid, len, tag, src;
 	if (brk)
 		setenv("OPENVIA_PVM_DIRECT_BREAK_AFTER", "20", 1);
+	if (host_link_brk) {
+		/* openvia: our link to the parent's pvmd drops after 20 echoes;
+		 * the figures at exit (in the pvmd's log) say it did. */
+		setenv("OPENVIA_PVM_HOSTLINK_BREAK_AFTER", "20", 1);
+		setenv("OPENVIA_PVM_DIRECT_STATS", "1", 1);
+		brk = 1;
+	}
 	if (direct)
 		pvm_setopt(PvmRoute, PvmRouteDirect);
 	for (;;) {
@@ -230,6 +237,39 @@ static int broken_vi(const char *host, char **argv)
 	return errs >= 1 && !bad_code && !unreported && after == 60;
 }
 
+/* The default route. The echo slave's own link to our pvmd (openvia's
+ * host link) drops abruptly after 20 echoes went over it: its next send
+ * reports the failure and it sends again, the relayed way. At most the
+ * echo in flight on the link may be lost, and 60 round trips after the
+ * break must work. */
+static int broken_host_link(const char *host, char **argv)
+{
+	int peer = -1, seq, lost = 0, after = 0;
+	if (pvm_spawn("pvm_multihost", argv, PvmTaskHost, (char *)host, 1, &peer) != 1 || peer <= 0)
+		return 0;
+	for (seq = 0; seq < 100; seq++) {
+		int b, got = -1;
+		pvm_initsend(PvmDataRaw);
+		pvm_pkint(&seq, 1, 1);
+		if (pvm_send(peer, 1) < 0)
+			return 0;
+		while (got < seq) {
+			b = pvm_trecv(peer, TAG_ECHO, &(struct timeval){ 5, 0 });
+			if (b <= 0)
+				break;
+			pvm_upkint(&got, 1, 1);
+		}
+		if (got != seq)
+			lost++;
+		else if (seq >= 40)
+			after++;
+	}
+	printf("broken host link: %d echoes missing, %d round trips after\n", lost, after);
+	pvm_initsend(PvmDataRaw);
+	pvm_send(peer, TAG_STOP);
+	return lost <= 1 && after == 60;
+}
+
 int main(int argc, char **argv)
 {
 	int nhost, narch, me, echo_tid, fresh_tid, direct_tid, tids[4], i, n, ok;
@@ -238,12 +278,14 @@ int main(int argc, char **argv)
 	struct pvmtaskinfo *tasks;
 	char *host, *sib_argv[] = { "sib", NULL }, *echo_argv[] = { "echo", NULL };
 	char *direct_argv[] = { "echo", "direct", NULL }, *break_argv[] = { "echo", "break", NULL };
+	char *hlbreak_argv[] = { "echo", "hlbreak", NULL };
 	int remote_host_part = -1, hosts_seen[2] = { 0, 0 };
 	char what[128];
 
 	if (argc > 1 && strcmp(argv[1], "echo") == 0)
 		return echo(argc > 2 && strcmp(argv[2], "direct") == 0,
-			    argc > 2 && strcmp(argv[2], "break") == 0);
+			    argc > 2 && strcmp(argv[2], "break") == 0,
+			    argc > 2 && strcmp(argv[2], "hlbreak") == 0);
 	if (argc > 1 && strcmp(argv[1], "sib") == 0)
 		return sib();
 	if (argc < 2) {
@@ -312,6 +354,8 @@ int main(int argc, char **argv)
 	}
 	check(broken_vi(host, break_argv), "a failed direct VI: PvmSysErr at once, then a new VI");
 	pvm_setopt(PvmRoute, PvmAllowDirect);
+	check(broken_host_link(host, hlbreak_argv),
+	      "a failed default-route link: at most one echo lost, then the relayed way");
 
 	/* Default placement spreads tasks over both hosts; siblings agree. */
 	n = pvm_spawn("pvm_multihost", sib_argv, PvmTaskDefault, "", 4, tids);

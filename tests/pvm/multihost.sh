@@ -109,6 +109,9 @@ echo halt | inA timeout 10 "$bindir/pvm" >/dev/null 2>&1 || true
 for i in $(seq 100); do grep -q 'halted$' "$work/tmp-$A"/openvia-pvml.* && break; sleep 0.05; done
 cat "$work/tmp-$A"/openvia-pvml.* >pvmd-a.log
 cat "$work"/tmp-*/openvia-pvml.* >pvmd-all.log
+# The echo slave whose host link broke (multihost.c, broken_host_link)
+# sent 20 echoes over it, then went the relayed way.
+check host-link-broke pvmd-all.log 'openvia-pvm host link t8[0-9a-f]+ -> host 1: off, 20 messages sent over the VI$'
 check getfds-direct-vi pvmd-all.log 'openvia-pvm direct tc[0-9a-f]+ -> t4[0-9a-f]+: (up|off), [1-9][0-9]* messages sent and [0-9]+ received over the VI$'
 if [ "${OPENVIA_PVM_POOL_MB:-64}" -ge 16 ]; then
 	check inbound-pool pvmd-a.log 'messages from other hosts: [1-9][0-9]* into the pool, 0 by socket'

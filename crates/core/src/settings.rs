@@ -175,6 +175,8 @@ pub const SETTINGS: &[Setting] = &[
       "PREFIX: every task and pvmd records time marks along each message's path and writes them to PREFIX.<host>.<pid> (python/pvm_trace.py merges them)."),
     s("OPENVIA_PVM_DIRECT_BREAK_AFTER", "unset", Scope::Tests,
       "N: a task drops its direct VI to a peer abruptly after N messages came over it (fault injection for tests/pvm/multihost.c)."),
+    s("OPENVIA_PVM_HOSTLINK_BREAK_AFTER", "unset", Scope::Tests,
+      "N: a task drops its host link to another host's pvmd abruptly once N messages went over it (fault injection for tests/pvm/multihost.c)."),
     s("OPENVIA_PVM_DIRECT_STATS", "unset", Scope::Pvm,
       "Set to anything: a task prints its direct-route and host-link figures at pvm_exit."),
     s("OPENVIA_BENCH_DEVICE", "/dev/via_udp", Scope::Bench,

@@ -36,6 +36,15 @@ use crate::tid;
 /// How long the connect to a remote pvmd may take.
 const CONNECT_LIMIT: Duration = Duration::from_secs(10);
 
+/// Fault injection for the tests (`OPENVIA_PVM_HOSTLINK_BREAK_AFTER=N`):
+/// a task drops its host link abruptly once N messages went over it, as a
+/// failing network would (tests/pvm/multihost.c).
+static BREAK_AFTER: std::sync::LazyLock<Option<u64>> = std::sync::LazyLock::new(|| {
+    std::env::var("OPENVIA_PVM_HOSTLINK_BREAK_AFTER")
+        .ok()
+        .and_then(|v| v.parse().ok())
+});
+
 /// Where the connect thread leaves the VI, ready to run.
 type Outcome = Arc<Mutex<Option<Result<PreparedLink, ViaError>>>>;
 
@@ -123,6 +132,9 @@ impl Task {
         if link.send_msg((me, host), ints, body) {
             h.sent += 1;
             h.sent_on_link += 1;
+            if Some(h.sent_on_link) == *BREAK_AFTER {
+                link.abort();
+            }
             return true;
         }
         self.host_link_down(host);
