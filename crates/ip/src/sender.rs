@@ -29,7 +29,7 @@ use crate::link::{Form, SendFailure, TxLink, MAX_MTU};
 use crate::packet::{ipv4_destination, Refusal};
 use crate::segment;
 use crate::vnet::{self, VnetHeader};
-use crate::wait::Sleep;
+use crate::wait::{AnswerSpin, Sleep};
 
 /// How long one connect attempt may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -119,12 +119,15 @@ pub(crate) struct Sender {
     stage: bool,
     done_tx: mpsc::Sender<(usize, Option<TxLink>)>,
     done_rx: mpsc::Receiver<(usize, Option<TxLink>)>,
+    /// Whether a kick spins, and how long.
+    answer: AnswerSpin,
 }
 
 impl Sender {
     pub(crate) fn new(ifc: Arc<Interface>, discovery: Option<Discovery>) -> Sender {
         let (done_tx, done_rx) = mpsc::channel();
         let stage = !ifc.tun.vnet() || ifc.fabric.max_message >= vnet::LEN + MAX_MTU;
+        let ifc_spin_ns = ifc.kick.spin_ns();
         Sender {
             retry_at: Vec::new(),
             peers: Vec::new(),
@@ -135,6 +138,7 @@ impl Sender {
             stage,
             done_tx,
             done_rx,
+            answer: AnswerSpin::new(ifc_spin_ns),
         }
     }
 
@@ -173,6 +177,9 @@ impl Sender {
                     Err(e) => return format!("TUN: {e}"),
                 }
             }
+            if !taken && sleep.ready(tun) {
+                self.answer.read_after_sleep(crate::wait::now_ns());
+            }
             if taken || sleep.ready(tun) {
                 for _ in 0..BATCH {
                     match self.take_packet(&mut buf) {
@@ -199,15 +206,20 @@ impl Sender {
     /// the local program's answer up to the kick's spin and sends the
     /// first packet found; true if one was (the caller takes the rest).
     fn await_answer(&mut self, buf: &mut [u8]) -> std::io::Result<bool> {
-        let end = crate::wait::now_ns() + self.ifc.kick.spin_ns();
+        let start = crate::wait::now_ns();
+        let end = start + self.answer.spin_ns();
         loop {
             match self.take_packet(buf) {
-                Ok(true) => return Ok(true),
+                Ok(true) => {
+                    self.answer.caught();
+                    return Ok(true);
+                }
                 Ok(false) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
             if crate::wait::now_ns() >= end {
+                self.answer.missed(start);
                 return Ok(false);
             }
             std::hint::spin_loop();

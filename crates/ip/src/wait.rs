@@ -160,9 +160,92 @@ impl Kick {
     }
 }
 
+/// Whether a kicked sending loop spins for the answer: for the kick's
+/// whole length while answers come within it, not at all after
+/// [`AnswerSpin::MISSES`] spins in a row found none (a flow into the
+/// interface that is not answered soon, one-way UDP, then costs no CPU),
+/// and again once a packet from the program comes within a spin's length
+/// of a kick.
+pub struct AnswerSpin {
+    limit_ns: u64,
+    misses: u32,
+    /// When the last spin that ran out began (CLOCK_MONOTONIC ns).
+    missed_at: Option<u64>,
+}
+
+impl AnswerSpin {
+    pub const MISSES: u32 = 4;
+
+    pub fn new(limit_ns: u64) -> AnswerSpin {
+        AnswerSpin {
+            limit_ns,
+            misses: 0,
+            missed_at: None,
+        }
+    }
+
+    /// How long the next kick's spin lasts.
+    pub fn spin_ns(&self) -> u64 {
+        if self.misses < Self::MISSES {
+            self.limit_ns
+        } else {
+            0
+        }
+    }
+
+    /// The spin read the answer.
+    pub fn caught(&mut self) {
+        self.misses = 0;
+        self.missed_at = None;
+    }
+
+    /// The spin begun at `start` ran out.
+    pub fn missed(&mut self, start: u64) {
+        self.misses = self.misses.saturating_add(1);
+        self.missed_at = Some(start);
+    }
+
+    /// The loop slept and then read a packet from the program at `now`:
+    /// if it came within a spin's length of the last kick that found
+    /// none, spinning would have caught it.
+    pub fn read_after_sleep(&mut self, now: u64) {
+        if let Some(at) = self.missed_at.take() {
+            if now.saturating_sub(at) <= self.limit_ns {
+                self.misses = 0;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn answer_spin_stops_for_one_way_flows_and_comes_back() {
+        let mut a = AnswerSpin::new(50_000);
+        assert_eq!(a.spin_ns(), 50_000);
+        // Answers caught: the spin stays whole.
+        a.missed(0);
+        a.caught();
+        assert_eq!(a.spin_ns(), 50_000);
+        // Four kicks in a row without an answer (nothing read after them
+        // either): kicks stop spinning.
+        for i in 0..AnswerSpin::MISSES as u64 {
+            assert_eq!(a.spin_ns(), 50_000);
+            a.missed(i * 1_000_000);
+            a.read_after_sleep(i * 1_000_000 + 900_000);
+        }
+        assert_eq!(a.spin_ns(), 0);
+        // A packet read long after the last kick changes nothing...
+        a.missed(10_000_000);
+        a.read_after_sleep(10_500_000);
+        assert_eq!(a.spin_ns(), 0);
+        // ...one read within a spin's length of it brings the spin back.
+        a.missed(20_000_000);
+        a.read_after_sleep(20_030_000);
+        assert_eq!(a.spin_ns(), 50_000);
+    }
 
     fn readable(k: &Kick) -> bool {
         let mut p = libc::pollfd {
