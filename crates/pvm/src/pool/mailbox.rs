@@ -145,12 +145,34 @@ impl Pool {
         self.slot(slot).sock_bell.load(SeqCst)
     }
 
-    fn spin_window(&self) -> std::sync::MutexGuard<'_, crate::spin::Window> {
-        self.spin.lock().unwrap_or_else(|e| e.into_inner())
+    fn spin_window(&self, remote: bool) -> std::sync::MutexGuard<'_, crate::spin::Window> {
+        match remote {
+            false => &self.spin,
+            true => &self.remote_spin,
+        }
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Waits until the doorbell moves past `seen` or `deadline` passes.
-    pub fn wait_bell(&self, slot: usize, seen: u32, deadline: Option<Instant>) {
+    /// The spin of a wait that is over (`caught`: the bell moved before it
+    /// slept) adapts its window. A wait for a message from another host
+    /// (`remote`) grows its window back whenever the message came within
+    /// the limit (`Window::settle`): such a message takes a round trip
+    /// between hosts (50–100 µs on the 2-vCPU box), longer than a one-host
+    /// window, and with the one-host rule a few late ones shrank the
+    /// window to nothing, so each message then cost the receiver a futex
+    /// wake-up (docs/pvm.md, "Host links").
+    fn settle(&self, remote: bool, spin: &crate::spin::Spin, caught: bool) {
+        let mut w = self.spin_window(remote);
+        match remote {
+            true => w.settle(spin),
+            false => w.settle_caught(caught),
+        }
+    }
+
+    /// Waits until the doorbell moves past `seen` or `deadline` passes;
+    /// `remote`: the message waited for comes from a task of another host.
+    pub fn wait_bell(&self, slot: usize, seen: u32, deadline: Option<Instant>, remote: bool) {
         let s = self.slot(slot);
         // Poll, yielding the CPU between short spins: when the peer shares
         // our CPU it gets to run at once, whereas a futex sleep costs tens of
@@ -160,10 +182,10 @@ impl Pool {
         // halves when it ran out (the CPUs are busy with other work, and a
         // sleeper woken by the kernel is then scheduled sooner than a
         // poller).
-        let mut spin = self.spin_window().start();
+        let mut spin = self.spin_window(remote).start();
         while s.bell.load(SeqCst) == seen && spin.go_on() {}
         if s.bell.load(SeqCst) != seen {
-            self.spin_window().settle_caught(true);
+            self.settle(remote, &spin, true);
             return;
         }
         s.sleeping.store(1, SeqCst);
@@ -174,6 +196,6 @@ impl Pool {
             }
         }
         s.sleeping.store(0, SeqCst);
-        self.spin_window().settle_caught(false);
+        self.settle(remote, &spin, false);
     }
 }

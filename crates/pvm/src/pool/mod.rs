@@ -146,6 +146,10 @@ pub struct Pool {
     fd: OwnedFd,
     /// This process's doorbell polling window (see mailbox::wait_bell).
     spin: std::sync::Mutex<crate::spin::Window>,
+    /// The window of waits for a message from a task of another host
+    /// (`Pool::wait_bell`): three times the limit, and grown back after
+    /// a wait that came within it.
+    remote_spin: std::sync::Mutex<crate::spin::Window>,
 }
 
 // SAFETY: the mapping is shared memory accessed only through atomics (the
@@ -241,6 +245,10 @@ impl Pool {
             npages,
             layout,
             fd,
+            remote_spin: std::sync::Mutex::new(crate::spin::Window::new(
+                crate::spin::limit() * 3,
+                crate::spin::TASK_CONTENDED_NS,
+            )),
             spin: std::sync::Mutex::new(crate::spin::Window::new(
                 crate::spin::limit(),
                 crate::spin::TASK_CONTENDED_NS,

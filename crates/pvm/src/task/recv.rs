@@ -120,7 +120,8 @@ impl Task {
             }
             self.direct.stop_polling();
             // The watcher rings the bell when the pvmd dies.
-            home.pool.wait_bell(home.slot, bell, deadline);
+            let remote = src > 0 && crate::tid::host_of(src) != crate::tid::host_of(self.mytid);
+            home.pool.wait_bell(home.slot, bell, deadline, remote);
             crate::trace::mark("task.woke", 0);
         }
     }

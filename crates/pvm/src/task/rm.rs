@@ -60,7 +60,7 @@ impl Task {
             }
             let until = Instant::now() + ALIVE_CHECK;
             match (self.home.clone(), bell) {
-                (Some(h), Some(b)) => h.pool.wait_bell(h.slot, b, Some(until)),
+                (Some(h), Some(b)) => h.pool.wait_bell(h.slot, b, Some(until), false),
                 _ => {
                     self.pump(Some(until))?;
                 }
