@@ -8,6 +8,7 @@ use std::os::fd::RawFd;
 use std::time::Duration;
 
 pub use openvia_core::sys::now_ns;
+use openvia_core::sys::poll::EventFd;
 
 /// The shortest sleep for a timer already due: a VI runs its protocol
 /// timers on every sixteenth idle drive only, so a due timer may take a
@@ -103,7 +104,7 @@ impl Default for Sleep {
 /// polls the TUN for the answer a short while ([`Kick::spin_ns`]) before
 /// it sleeps again. One wake-up off each packet's path in a ping-pong.
 pub struct Kick {
-    fd: std::os::fd::OwnedFd,
+    fd: EventFd,
     /// The sending loop sleeps (set around its `ppoll`).
     asleep: std::sync::atomic::AtomicBool,
     spin_ns: u64,
@@ -113,15 +114,8 @@ impl Kick {
     /// `spin`: how long the loop polls for the answer once kicked (0: no
     /// kicks at all).
     pub fn new(spin: Duration) -> std::io::Result<Kick> {
-        use std::os::fd::FromRawFd;
-        // SAFETY: eventfd has no pointer arguments.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
         Ok(Kick {
-            // SAFETY: a fresh descriptor owned only here.
-            fd: unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) },
+            fd: EventFd::new()?,
             asleep: std::sync::atomic::AtomicBool::new(false),
             spin_ns: spin.as_nanos().min(u128::from(u64::MAX)) as u64,
         })
@@ -129,7 +123,7 @@ impl Kick {
 
     pub fn fd(&self) -> RawFd {
         use std::os::fd::AsRawFd;
-        self.fd.as_raw_fd()
+        self.fd.fd().as_raw_fd()
     }
 
     /// How long the kicked loop polls.
@@ -146,17 +140,13 @@ impl Kick {
     /// A receiving thread delivered packets: wakes the loop if it sleeps.
     pub fn ring(&self) {
         if self.asleep.swap(false, std::sync::atomic::Ordering::SeqCst) {
-            let one = 1u64.to_ne_bytes();
-            // SAFETY: writing 8 bytes from a live array to our eventfd.
-            unsafe { libc::write(self.fd(), one.as_ptr().cast(), 8) };
+            self.fd.signal();
         }
     }
 
     /// Clears the counter after a wake-up.
     pub fn drain(&self) {
-        let mut v = [0u8; 8];
-        // SAFETY: reading 8 bytes into a live array from our eventfd.
-        unsafe { libc::read(self.fd(), v.as_mut_ptr().cast(), 8) };
+        self.fd.drain();
     }
 }
 

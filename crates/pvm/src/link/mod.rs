@@ -24,7 +24,7 @@
 //! eventfd, or the task's pool doorbell.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -34,6 +34,7 @@ use openvia_core::descriptor::{status, DescPtr};
 use openvia_core::mem::PtagId;
 use openvia_core::nic::Nic;
 use openvia_core::slots::Slots;
+use openvia_core::sys::poll::EventFd;
 use openvia_core::vi::{reliability, Vi, ViAttributes};
 use openvia_core::{Address, ViaError};
 
@@ -105,7 +106,7 @@ pub trait WakeUp: Send + Sync {
 
 /// Wakes the daemon's poll loop: an eventfd it polls.
 pub struct Waker {
-    fd: OwnedFd,
+    fd: EventFd,
     /// A delivery into the pool wakes the loop (`WakeUp::delivered`):
     /// set while the loop sleeps and its spin is on; not while it drives
     /// the links itself (spinning), when it needs no kick.
@@ -114,26 +115,18 @@ pub struct Waker {
 
 impl Waker {
     pub fn new() -> io::Result<Arc<Waker>> {
-        // SAFETY: eventfd has no pointer arguments.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a fresh descriptor owned only here.
         Ok(Arc::new(Waker {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            fd: EventFd::new()?,
             kick: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 
     pub fn fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
+        self.fd.fd().as_raw_fd()
     }
 
     pub fn wake(&self) {
-        let one = 1u64.to_ne_bytes();
-        // SAFETY: writing 8 bytes from a live array to our eventfd.
-        unsafe { libc::write(self.fd(), one.as_ptr().cast(), 8) };
+        self.fd.signal();
     }
 
     /// Whether a delivery into the pool wakes the loop (see `kick`).
@@ -143,9 +136,7 @@ impl Waker {
 
     /// Clears the counter after a wake-up.
     pub fn drain(&self) {
-        let mut v = [0u8; 8];
-        // SAFETY: reading 8 bytes into a live array from our eventfd.
-        unsafe { libc::read(self.fd(), v.as_mut_ptr().cast(), 8) };
+        self.fd.drain();
     }
 }
 
