@@ -4,7 +4,6 @@
 
 mod scenarios;
 
-use openvia_core::nic::Nic;
 use openvia_core::vi::reliability;
 use scenarios::SHM;
 
@@ -63,34 +62,4 @@ fn descriptor_checks() {
 #[test]
 fn completes_without_the_program_calling_in() {
     scenarios::completes_without_the_program_calling_in(SHM, "t-progress");
-}
-
-#[test]
-fn forked_child_cannot_use_parents_nic() {
-    let nic = Nic::open(None).unwrap();
-    let ptag = nic.create_ptag().unwrap();
-    // SAFETY: the child only calls code that returns before taking any lock
-    // (the fork check comes first) and then leaves with _exit.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0);
-    if pid == 0 {
-        let refused = matches!(
-            nic.create_ptag(),
-            Err(openvia_core::ViaError::InvalidState(_))
-        ) && matches!(
-            nic.register_mem(4096, 1, ptag, false, false),
-            Err(openvia_core::ViaError::InvalidState(_))
-        );
-        // SAFETY: leaving the child without running the parent's destructors.
-        unsafe { libc::_exit(if refused { 0 } else { 1 }) };
-    }
-    let mut st = 0;
-    // SAFETY: waiting for our own child.
-    unsafe { libc::waitpid(pid, &mut st, 0) };
-    assert!(
-        libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0,
-        "child was allowed in"
-    );
-    // The parent still can.
-    nic.create_ptag().unwrap();
 }

@@ -19,7 +19,10 @@ use openvia_core::{Address, ViaError};
 use crate::handles::{HandleTable, Kind};
 use crate::types::*;
 
-/// An open NIC as the C side sees it.
+/// An open NIC as the C side sees it. Page-aligned, as the core's NIC
+/// state is, so a fork() child's call reaches the fork check even when the
+/// program registered a buffer beside it.
+#[repr(align(4096))]
 pub struct NicEntry {
     pub nic: Nic,
     /// What `LocalNicAddress` points at; lives as long as the handle.

@@ -122,6 +122,11 @@ pub(crate) fn next_id() -> u64 {
 /// Epoll token of the NIC's own eventfd.
 const TOKEN_EVENT: u64 = 0;
 
+/// Page-aligned, so the state sits on pages of its own: registration marks
+/// whole pages `MADV_DONTFORK`, and a small buffer registered beside this
+/// state would leave a fork() child's handle pointing at an unmapped page,
+/// a crash instead of the `InvalidState` the fork check gives.
+#[repr(align(4096))]
 pub struct NicShared {
     /// The opened device (see `crate::device`).
     device: Arc<dyn Device>,
@@ -285,6 +290,13 @@ impl Nic {
         if on {
             self.shared.wake_progress();
         }
+    }
+
+    /// Where the NIC's shared state lives, for the test that registers
+    /// memory on its neighbourhood (see `NicShared`).
+    #[doc(hidden)]
+    pub fn state_address(&self) -> usize {
+        Arc::as_ptr(&self.shared) as usize
     }
 
     pub fn create_ptag(&self) -> Result<PtagId> {

@@ -108,6 +108,9 @@ pub(crate) struct ViInner {
     pub(crate) remote_attrs: Option<ViAttrs>,
 }
 
+/// Page-aligned for the same reason as `NicShared`: a fork() child's calls
+/// must reach the fork check, not an unmapped neighbour page.
+#[repr(align(4096))]
 pub struct Vi {
     id: u64,
     pub(crate) nic: Arc<NicShared>,
