@@ -95,6 +95,7 @@ impl NicShared {
 pub(super) fn progress_loop(weak: Weak<NicShared>, epoll: Arc<Epoll>, nap: Epoll) {
     let mut last_activity = u64::MAX;
     let mut tokens = Vec::new();
+    let mut poll = PollBeforeSleep::default();
     loop {
         let mut busy = false;
         let timeout = {
@@ -169,7 +170,10 @@ pub(super) fn progress_loop(weak: Weak<NicShared>, epoll: Arc<Epoll>, nap: Epoll
             }
             epoll.wait(Some(Duration::ZERO), &mut tokens);
         } else {
-            epoll.wait(timeout, &mut tokens);
+            let Some(nic) = weak.upgrade() else { return };
+            let setting = nic.progress_spin();
+            drop(nic);
+            poll.wait(setting, &epoll, timeout, &mut tokens);
         }
         let Some(nic) = weak.upgrade() else { return };
         nic.doorbell.disarm();
@@ -180,5 +184,110 @@ pub(super) fn progress_loop(weak: Weak<NicShared>, epoll: Arc<Epoll>, nap: Epoll
                 vi.read_peer_event();
             }
         }
+    }
+}
+
+/// The progress thread's poll before it sleeps (`Nic::set_progress_spin`):
+/// looks at the sockets without blocking, pausing between looks, until
+/// something is there or the window is used up, then sleeps in epoll.
+#[derive(Default)]
+struct PollBeforeSleep {
+    /// The setting the window was made for: (limit, contended) in ns.
+    setting: (u64, u64),
+    window: Option<crate::spin::Window>,
+}
+
+impl PollBeforeSleep {
+    /// Returns whether the poll saw an event (no sleep was needed).
+    fn wait(
+        &mut self,
+        setting: (u64, u64),
+        epoll: &Epoll,
+        timeout: Option<Duration>,
+        tokens: &mut Vec<u64>,
+    ) -> bool {
+        if setting != self.setting || self.window.is_none() {
+            self.setting = setting;
+            self.window = (setting.0 > 0)
+                .then(|| crate::spin::Window::new(Duration::from_nanos(setting.0), setting.1));
+        }
+        let Some(window) = self.window.as_mut() else {
+            epoll.wait(timeout, tokens);
+            return false;
+        };
+        let mut spin = window.start();
+        tokens.clear();
+        while spin.go_on() {
+            epoll.wait(Some(Duration::ZERO), tokens);
+            if !tokens.is_empty() {
+                break;
+            }
+        }
+        let caught = !tokens.is_empty();
+        if !caught {
+            epoll.wait(timeout, tokens);
+        }
+        // A wait that ended with nothing (the timeout: a timer, or the
+        // idle second) counts as a long one: the window shrinks.
+        if tokens.is_empty() {
+            window.settle_caught(false);
+        } else {
+            window.settle(&spin);
+        }
+        caught
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sys::poll::EventFd;
+    use std::os::fd::AsRawFd;
+
+    /// No pause ends these polls: a loaded test machine must not decide.
+    const NEVER_CONTENDED: u64 = u64::MAX;
+
+    fn epoll_with_event() -> (Epoll, Arc<EventFd>) {
+        let epoll = Epoll::new().unwrap();
+        let ev = Arc::new(EventFd::new().unwrap());
+        epoll.add(ev.fd().as_raw_fd(), 7).unwrap();
+        (epoll, ev)
+    }
+
+    #[test]
+    fn an_event_within_the_window_is_caught_by_the_poll() {
+        let (epoll, ev) = epoll_with_event();
+        let mut tokens = Vec::new();
+        for (limit_ns, want_caught) in [(0, false), (2_000_000_000, true)] {
+            let mut poll = PollBeforeSleep::default();
+            let ev2 = ev.clone();
+            let writer = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(2));
+                ev2.signal();
+            });
+            let caught = poll.wait(
+                (limit_ns, NEVER_CONTENDED),
+                &epoll,
+                Some(Duration::from_secs(10)),
+                &mut tokens,
+            );
+            writer.join().unwrap();
+            assert_eq!(tokens, vec![7]);
+            assert_eq!(caught, want_caught, "limit {limit_ns} ns");
+            ev.drain();
+        }
+    }
+
+    #[test]
+    fn an_idle_poll_shrinks_to_nothing() {
+        let (epoll, _ev) = epoll_with_event();
+        let mut tokens = Vec::new();
+        let mut poll = PollBeforeSleep::default();
+        let setting = (1_000_000, NEVER_CONTENDED);
+        for _ in 0..40 {
+            let caught = poll.wait(setting, &epoll, Some(Duration::ZERO), &mut tokens);
+            assert!(!caught && tokens.is_empty());
+        }
+        assert_eq!(poll.window.unwrap().get(), Duration::ZERO);
     }
 }

@@ -173,6 +173,13 @@ impl LinkNic {
         // thread runs as soon as a datagram arrives.
         nic.set_spin_ns(0);
         nic.set_event_driven(true);
+        // ... but the progress thread, which runs those handlers, polls its
+        // sockets a while before it sleeps: a message between hosts that
+        // finds it asleep pays an idle vCPU's wake-up (5–50 µs here) on top
+        // of the receiver's. The window adapts, so an idle daemon stops
+        // polling after a few empty waits (docs/pvm.md, "The progress
+        // thread's poll").
+        nic.set_progress_spin(crate::spin::limit() * 2, crate::spin::PVMD_CONTENDED_NS);
         // A failed VI is reported as the link going down (`LinkEvent`);
         // the core's default report would print it on stderr, which is
         // the program's (a direct route lives in user tasks).
