@@ -65,6 +65,10 @@ enum Cmd {
         /// sleeps at once).
         #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(0..=10_000))]
         answer_spin_us: u64,
+        /// How long, in µs, a receiving thread polls its link for the
+        /// next datagram before it sleeps (adaptive; 0: it sleeps at once).
+        #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(0..=10_000))]
+        rx_spin_us: u64,
     },
     /// Lists the interfaces of this network namespace with their counters.
     Show { ifname: Option<String> },
@@ -203,6 +207,7 @@ fn main() -> ExitCode {
             background,
             no_offload,
             answer_spin_us,
+            rx_spin_us,
         } => (|| {
             let (addr, prefix) = parse_cidr(&addr)?;
             let device = match (&link, device) {
@@ -241,6 +246,7 @@ fn main() -> ExitCode {
                 link,
                 offload: !no_offload,
                 answer_spin: std::time::Duration::from_micros(answer_spin_us),
+                rx_spin: std::time::Duration::from_micros(rx_spin_us),
             };
             up(cfg, background)
         })(),

@@ -7,6 +7,7 @@
 use std::os::fd::RawFd;
 use std::time::Duration;
 
+use openvia_core::spin::{Spin, Window};
 pub use openvia_core::sys::now_ns;
 use openvia_core::sys::poll::EventFd;
 
@@ -93,6 +94,68 @@ impl Sleep {
 impl Default for Sleep {
     fn default() -> Self {
         Sleep::new()
+    }
+}
+
+/// A pause this long between two looks of a receiving thread's poll
+/// means another process had its CPU (the local program, busy with what
+/// came): the poll ends there, and the thread sleeps.
+const RX_CONTENDED_NS: u64 = 200_000;
+
+/// A receiving thread's poll of its link before it sleeps. The next
+/// datagram on a link often comes within tens of microseconds (the answer
+/// to what the local program just sent, the next segment of a stream);
+/// a thread asleep in `ppoll` then pays an idle vCPU's wake-up for it,
+/// once per packet in a ping-pong. The window adapts as the core's
+/// spin windows do (`openvia_core::spin::Window::settle`): it grows back
+/// whenever a datagram came within the limit of the poll's start, even
+/// after the thread slept, and halves when one came later, none came
+/// before the thread woke for a timer, or the CPU was taken; an idle link
+/// stops polling after a few empty waits.
+pub struct RxPoll {
+    window: Window,
+    /// The poll that ended in a sleep, settled once the sleep is over.
+    slept: Option<Spin>,
+}
+
+impl RxPoll {
+    /// `limit`: the longest poll (0: the thread sleeps at once).
+    pub fn new(limit: Duration) -> RxPoll {
+        RxPoll {
+            window: Window::new(limit, RX_CONTENDED_NS),
+            slept: None,
+        }
+    }
+
+    /// A poll begins, in the current window.
+    pub fn start(&self) -> Spin {
+        self.window.start()
+    }
+
+    /// The poll found a datagram.
+    pub fn caught(&mut self, spin: &Spin) {
+        self.window.settle(spin);
+    }
+
+    /// The poll ran out: the thread sleeps.
+    pub fn sleeping(&mut self, spin: Spin) {
+        self.slept = Some(spin);
+    }
+
+    /// The thread looked at its link (after a sleep, if it slept);
+    /// `arrived`: something was there.
+    pub fn after_sleep(&mut self, arrived: bool) {
+        if let Some(spin) = self.slept.take() {
+            match arrived {
+                true => self.window.settle(&spin),
+                false => self.window.settle_caught(false),
+            }
+        }
+    }
+
+    /// The current window.
+    pub fn window(&self) -> Duration {
+        self.window.get()
     }
 }
 
@@ -210,6 +273,43 @@ impl AnswerSpin {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A poll that runs out and sleeps; `arrived`: what woke the thread.
+    fn poll_then_sleep(p: &mut RxPoll, arrived: bool) {
+        let mut s = p.start();
+        while s.go_on() {}
+        p.sleeping(s);
+        p.after_sleep(arrived);
+    }
+
+    #[test]
+    fn rx_poll_stops_on_an_idle_link_and_comes_back_for_quick_datagrams() {
+        // Long enough that no preemption of a loaded test machine makes a
+        // datagram "late".
+        let limit = Duration::from_millis(5);
+        let mut p = RxPoll::new(limit);
+        assert_eq!(p.window(), limit);
+        // Woken for timers with nothing there: the window runs out.
+        for _ in 0..25 {
+            poll_then_sleep(&mut p, false);
+        }
+        assert_eq!(p.window(), Duration::ZERO);
+        let s = p.start();
+        assert!(!{ s }.go_on(), "a window of 0 does not poll");
+        // A datagram that came within the limit, though the thread slept
+        // for it, reopens the window; caught ones grow it to the limit.
+        poll_then_sleep(&mut p, true);
+        assert!(p.window() > Duration::ZERO);
+        for _ in 0..20 {
+            let s = p.start();
+            p.caught(&s);
+        }
+        assert_eq!(p.window(), limit);
+        // Off stays off.
+        let mut off = RxPoll::new(Duration::ZERO);
+        poll_then_sleep(&mut off, true);
+        assert_eq!(off.window(), Duration::ZERO);
+    }
 
     #[test]
     fn answer_spin_stops_for_one_way_flows_and_comes_back() {

@@ -199,6 +199,17 @@ pub struct Instance {
 }
 
 impl Instance {
+    /// User and system CPU time of the instance so far, in clock ticks.
+    pub fn cpu_ticks(&self) -> u64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()))
+            .expect("viaip's /proc stat");
+        // Fields after the command name (which may hold spaces): state is
+        // the first, utime the 12th, stime the 13th.
+        let rest = &stat[stat.rfind(')').expect("stat format") + 2..];
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+    }
+
     pub fn signal(&mut self, sig: i32) -> std::process::ExitStatus {
         // SAFETY: signalling our own child (`ip netns exec` execs viaip, so
         // the pid is viaip's).
