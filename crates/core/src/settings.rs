@@ -170,7 +170,7 @@ pub const SETTINGS: &[Setting] = &[
     s("OPENVIA_PVM_FRAG", "256K", Scope::Pvm,
       "Bytes per pvmd-to-pvmd fragment (1K..1M)."),
     s("OPENVIA_PVM_SPIN_NS", "50000", Scope::Pvm,
-      "How long a task waiting for a message (on the pool doorbell or a direct VI) and a pvmd waiting for work poll before they sleep, in ns (at most 10000000; 0 sleeps at once); a task waiting on the pool doorbell for a message from a task of another host polls up to three times as long, and the network device's progress thread of a pvmd or task (which receives messages from other hosts) polls its sockets up to twice as long before it sleeps in epoll. Adaptive: the window halves when waits last longer or another process holds the CPU. pvmd refuses a bad value; a task warns and uses the default."),
+      "How long a task waiting for a message (on the pool doorbell or a direct VI) and a pvmd waiting for work poll before they sleep, in ns (at most 10000000; 0 sleeps at once); a task waiting for a message from a task of another host (on the pool doorbell or its direct VI) polls up to three times as long, and the network device's progress thread of a pvmd or task (which receives messages from other hosts) polls its sockets up to twice as long before it sleeps in epoll. Adaptive: the window halves when waits last longer or another process holds the CPU. pvmd refuses a bad value; a task warns and uses the default."),
     s("OPENVIA_PVM_TRACE", "unset", Scope::Pvm,
       "PREFIX: every task and pvmd records time marks along each message's path and writes them to PREFIX.<host>.<pid> (python/pvm_trace.py merges them)."),
     s("OPENVIA_PVM_DIRECT_BREAK_AFTER", "unset", Scope::Tests,

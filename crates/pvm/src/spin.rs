@@ -62,6 +62,18 @@ pub fn limit() -> Duration {
     })
 }
 
+/// The spin limit of a task waiting for a message from a task of another
+/// host (on the pool doorbell, or on a direct VI): three times
+/// [`limit`]. Such a message takes a round trip between hosts (15–100 µs
+/// on the 2-vCPU box); `Window::settle` grows a window back only when a
+/// message came within the limit, and with the one-host limit a few slow
+/// round trips (a wake-up makes them slower still) shrank the window to
+/// nothing for good: every message then cost a wake-up (docs/pvm.md,
+/// "The receiver's spin for a message from another host").
+pub fn remote_limit() -> Duration {
+    limit() * 3
+}
+
 /// A pause between two looks that took longer than this means another
 /// process held our CPU for a while (a yield hands the CPU to any runnable
 /// process, and a CPU hog keeps it for its whole time slice): spinning

@@ -246,7 +246,7 @@ impl Pool {
             layout,
             fd,
             remote_spin: std::sync::Mutex::new(crate::spin::Window::new(
-                crate::spin::limit() * 3,
+                crate::spin::remote_limit(),
                 crate::spin::TASK_CONTENDED_NS,
             )),
             spin: std::sync::Mutex::new(crate::spin::Window::new(

@@ -687,7 +687,10 @@ impl Direct {
         let spin = wait.spin.get_or_insert_with(|| {
             self.spin
                 .get_or_insert_with(|| {
-                    crate::spin::Window::new(crate::spin::limit(), crate::spin::TASK_CONTENDED_NS)
+                    crate::spin::Window::new(
+                        crate::spin::remote_limit(),
+                        crate::spin::TASK_CONTENDED_NS,
+                    )
                 })
                 .start()
         });
