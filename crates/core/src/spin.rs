@@ -75,6 +75,19 @@ impl Window {
 }
 
 impl Window {
+    /// A wait whose spin ran out and which then slept is over: `arrived`
+    /// says whether what it waited for woke it (then as [`Self::settle`]:
+    /// grown back if it came within the limit) or something else did, a
+    /// timer with nothing there (then halved, as a long wait).
+    pub fn settle_woken(&mut self, spin: &Spin, arrived: bool) {
+        match arrived {
+            true => self.settle(spin),
+            false => self.settle_caught(false),
+        }
+    }
+}
+
+impl Window {
     /// The pool doorbell's rule since seed 003's work, kept for the waits
     /// on one host (a round trip of a few µs there): the window doubles
     /// only when the spin caught what it waited for, and halves whenever
@@ -193,6 +206,20 @@ mod tests {
         let mut off = Window::new(Duration::ZERO, CONTENDED_NS);
         off.settle(&ended(&off, Duration::ZERO, true));
         assert_eq!(off.get(), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_wait_woken_by_what_it_waited_for_settles_by_time_else_halves() {
+        let mut w = Window::new(Duration::from_micros(40), CONTENDED_NS);
+        // Woken by something else (a timer): halved, however short.
+        w.settle_woken(&ended(&w, Duration::from_micros(1), false), false);
+        assert_eq!(w.get(), Duration::from_micros(20));
+        // Woken by its event within the limit: grown back.
+        w.settle_woken(&ended(&w, Duration::from_micros(30), false), true);
+        assert_eq!(w.get(), Duration::from_micros(40));
+        // Woken by its event, but late: halved.
+        w.settle_woken(&ended(&w, Duration::from_micros(41), false), true);
+        assert_eq!(w.get(), Duration::from_micros(20));
     }
 
     #[test]

@@ -146,10 +146,7 @@ impl RxPoll {
     /// `arrived`: something was there.
     pub fn after_sleep(&mut self, arrived: bool) {
         if let Some(spin) = self.slept.take() {
-            match arrived {
-                true => self.window.settle(&spin),
-                false => self.window.settle_caught(false),
-            }
+            self.window.settle_woken(&spin, arrived);
         }
     }
 
@@ -338,13 +335,7 @@ mod tests {
     }
 
     fn readable(k: &Kick) -> bool {
-        let mut p = libc::pollfd {
-            fd: k.fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        unsafe { libc::poll(&mut p, 1, 0) == 1 }
+        openvia_core::sys::poll::readable_now(k.fd())
     }
 
     #[test]

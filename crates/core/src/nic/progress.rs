@@ -7,9 +7,10 @@
 //! notify handlers and due protocol timers. On the network device it also
 //! takes the VIs' sockets out of its epoll set meanwhile (see
 //! `NicShared::watch_sockets`). When the program goes quiet it
-//! drives every VI, then arms the doorbell and sleeps in epoll until a peer
-//! writes, a connection socket hangs up, a handler is installed, or the
-//! next protocol timer is due.
+//! drives every VI, then arms the doorbell, polls the sockets a while if
+//! the owner asked for it (`Nic::set_progress_spin`, off by default) and
+//! sleeps in epoll until a peer writes, a connection socket hangs up, a
+//! handler is installed, or the next protocol timer is due.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -229,11 +230,7 @@ impl PollBeforeSleep {
         }
         // A wait that ended with nothing (the timeout: a timer, or the
         // idle second) counts as a long one: the window shrinks.
-        if tokens.is_empty() {
-            window.settle_caught(false);
-        } else {
-            window.settle(&spin);
-        }
+        window.settle_woken(&spin, !tokens.is_empty());
         caught
     }
 }

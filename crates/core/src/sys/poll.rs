@@ -48,6 +48,18 @@ pub fn signal_raw(fd: RawFd) {
 }
 
 /// An epoll instance.
+/// Whether `fd` is readable right now (a poll that does not wait): for
+/// tests that check an eventfd was or was not signalled.
+pub fn readable_now(fd: RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no wait.
+    unsafe { libc::poll(&mut p, 1, 0) == 1 }
+}
+
 pub struct Epoll(OwnedFd);
 
 impl Epoll {

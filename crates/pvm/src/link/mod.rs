@@ -575,13 +575,7 @@ mod tests {
     use crate::frame::{Args, Msg};
 
     fn readable(w: &Waker) -> bool {
-        let mut p = libc::pollfd {
-            fd: w.fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        unsafe { libc::poll(&mut p, 1, 0) == 1 }
+        openvia_core::sys::poll::readable_now(w.fd())
     }
 
     #[test]
