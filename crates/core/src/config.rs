@@ -29,6 +29,15 @@ pub struct Config {
     /// copying at once (cheaper than a system call per message while the
     /// data fits in cache). `OPENVIA_CMA_MIN`.
     pub cma_min: usize,
+    /// A CMA message is copied by both processes at once in pieces of this
+    /// many bytes (see `devices::shm::shared_copy`); 0: the receiver
+    /// copies alone. `OPENVIA_CMA_PIECE`.
+    pub cma_piece: usize,
+    /// A message streaming through the ring slower than this (GB/s) counts
+    /// as slow; after two in a row the sender sends larger messages by CMA
+    /// until the ring is fast again (see `devices::shm::shared_copy`).
+    /// 0: never. `OPENVIA_RING_SLOW_GBPS`.
+    pub ring_slow_gbps: u64,
     /// While the application is active, the progress thread looks in this
     /// often (µs) instead of asking peers to wake it. `OPENVIA_PROGRESS_US`.
     pub progress_interval_us: u64,
@@ -50,7 +59,9 @@ impl Default for Config {
             ring_bytes: 1 << 20,
             chunk_bytes: 16 * 1024,
             cma: true,
-            cma_min: 8 * 1024 * 1024,
+            cma_min: 1024 * 1024,
+            cma_piece: 32 * 1024,
+            ring_slow_gbps: 6,
             progress_interval_us: 20_000,
             block_cap_ms: 50,
             max_vi: 4096,
@@ -93,6 +104,18 @@ impl Config {
         }
         if let Some(v) = env_u64("OPENVIA_CMA_MIN") {
             c.cma_min = v as usize;
+        }
+        if let Some(v) = env_u64("OPENVIA_CMA_PIECE") {
+            // Below a few pages a piece costs more in system calls than
+            // the second copier gains.
+            c.cma_piece = if v == 0 {
+                0
+            } else {
+                (v as usize).max(16 * 1024)
+            };
+        }
+        if let Some(v) = env_u64("OPENVIA_RING_SLOW_GBPS") {
+            c.ring_slow_gbps = v;
         }
         if let Some(v) = env_u64("OPENVIA_CMA") {
             c.cma = v != 0;

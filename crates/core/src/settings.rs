@@ -105,8 +105,12 @@ pub const SETTINGS: &[Setting] = &[
       "Messages up to this size travel inside one ring record (two copies)."),
     s("OPENVIA_CHUNK_BYTES", "16K", Scope::SharedMemory,
       "Larger messages stream through the ring in chunks of this size (at least 4K, at most a quarter ring)..."),
-    s("OPENVIA_CMA_MIN", "8M", Scope::SharedMemory,
-      "...up to this size; from here on one copy with process_vm_readv (CMA)."),
+    s("OPENVIA_CMA_MIN", "1M", Scope::SharedMemory,
+      "...up to this size; from here on one copy with process_vm_readv/writev (CMA), both processes copying pieces of it at once."),
+    s("OPENVIA_CMA_PIECE", "32K", Scope::SharedMemory,
+      "A CMA message is copied by both processes at once in pieces of at least this size (at least 16K; at most eight pieces), the sender taking pieces while it runs; 0: the receiver copies alone."),
+    s("OPENVIA_RING_SLOW_GBPS", "6", Scope::SharedMemory,
+      "A message that streams through the ring slower than this (GB/s) counts as slow; after two in a row, messages above OPENVIA_INLINE_MAX go by CMA until the ring runs fast again (one in 16 still tries the ring). 0: never."),
     s("OPENVIA_RING_BYTES", "1M", Scope::SharedMemory,
       "Bytes of each ring direction (rounded up to a power of two, 64K..256M)."),
     s("OPENVIA_CMA", "1", Scope::SharedMemory,
@@ -355,13 +359,15 @@ mod tests {
     #[test]
     fn shm_defaults_match_the_config() {
         let c = Config::default();
-        let want: [(&str, u64); 8] = [
+        let want: [(&str, u64); 10] = [
             ("OPENVIA_SPIN_NS", c.spin_ns),
             ("OPENVIA_BLOCK_CAP_MS", c.block_cap_ms),
             ("OPENVIA_PROGRESS_US", c.progress_interval_us),
             ("OPENVIA_INLINE_MAX", c.inline_max as u64),
             ("OPENVIA_CHUNK_BYTES", c.chunk_bytes as u64),
             ("OPENVIA_CMA_MIN", c.cma_min as u64),
+            ("OPENVIA_CMA_PIECE", c.cma_piece as u64),
+            ("OPENVIA_RING_SLOW_GBPS", c.ring_slow_gbps),
             ("OPENVIA_RING_BYTES", c.ring_bytes as u64),
             ("OPENVIA_CMA", c.cma as u64),
         ];

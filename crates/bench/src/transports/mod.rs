@@ -54,6 +54,29 @@ pub struct DeviceNote {
     pub segment_policy: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub segment_bytes: Option<usize>,
+    /// The shared-memory device: which path each size took.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shm_paths: Option<ShmPaths>,
+}
+
+/// The shared-memory device's choice of path by size (its settings, as
+/// this process read them) and what this end's copies did so far.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ShmPaths {
+    /// Up to this size a message travels inside one ring record.
+    pub inline_max: usize,
+    /// From this size on, one CMA copy shared by both processes; between
+    /// the two, chunks through the ring.
+    pub cma_min: usize,
+    /// Least piece of a shared CMA copy (0: the receiver copies alone).
+    pub cma_piece: usize,
+    /// A ring message slower than this sends the next ones by CMA.
+    pub ring_slow_gbps: u64,
+    /// Pieces this process pulled (receiving) and pushed (sending), and
+    /// messages it sent by CMA because the ring ran slow.
+    pub pieces_pulled: u64,
+    pub pieces_pushed: u64,
+    pub diverted_msgs: u64,
 }
 
 /// How an endpoint waits for the peer.

@@ -392,7 +392,21 @@ impl Endpoint for ViaEndpoint {
             mtu: link.map(|l| l.mtu),
             segment_policy: link.map(|l| l.segment_policy.clone()),
             segment_bytes: link.map(|l| l.segment_bytes),
+            shm_paths: None,
         };
+        if info.short_name == "shm" {
+            let c = openvia_core::config::Config::global();
+            let s = openvia_core::devices::shm::shared_copy::stats();
+            note.shm_paths = Some(super::ShmPaths {
+                inline_max: c.inline_max,
+                cma_min: c.cma_min,
+                cma_piece: c.cma_piece,
+                ring_slow_gbps: c.ring_slow_gbps,
+                pieces_pulled: s.pulled,
+                pieces_pushed: s.pushed,
+                diverted_msgs: s.diverted,
+            });
+        }
         // The Ethernet device's way onto the wire, and its segment policy
         // as the setting spells it (its link info shows both in one string).
         if let Some(ether) = device.as_any().downcast_ref::<EtherDevice>() {

@@ -60,6 +60,19 @@ pub fn readable_now(fd: RawFd) -> bool {
     unsafe { libc::poll(&mut p, 1, 0) == 1 }
 }
 
+/// Whether the other end of the socket `fd` has hung up (its process
+/// closed it or died), without waiting.
+pub fn hung_up(fd: RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no wait.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n == 1 && p.revents & (libc::POLLHUP | libc::POLLRDHUP | libc::POLLERR) != 0
+}
+
 pub struct Epoll(OwnedFd);
 
 impl Epoll {

@@ -25,6 +25,7 @@ use openvia_wire::shm::{
 
 use super::region::ConnRegion;
 use super::ring::{Consumer, Producer};
+use super::shared_copy::{self, CopySlot, RingPace};
 use crate::config::Config;
 use crate::descriptor::{status, OpKind, WorkRequest};
 use crate::device::{Channel, ChannelFailed, Completion, PeerEvent};
@@ -35,6 +36,7 @@ use crate::sys::seqpacket::SeqPacket;
 use crate::vi::placement::{Fault, Placement};
 
 mod receive;
+mod shared;
 
 /// Outbound work that did not fit in the ring at once.
 enum Pending {
@@ -109,6 +111,23 @@ pub struct ShmChannel {
     /// The region a response to the peer's RDMA read was being read from
     /// was deregistered mid-way: the response cannot go on.
     source_refused: bool,
+    /// The shared-copy slot of our transmit ring: the peer announces there
+    /// the CMA message it is pulling, and we push pieces of it.
+    tx_copy: CopySlot,
+    /// The slot of our receive ring, which we open for the CMA message we
+    /// pull.
+    rx_copy: CopySlot,
+    /// Generation of the last transfer we opened in `rx_copy` (never 0).
+    copy_gen: u32,
+    /// Our CMA sends the peer has not consumed yet: (message, source), for
+    /// pushing pieces of them when the peer asks.
+    cma_sent: VecDeque<(u64, Vec<Range>)>,
+    /// How fast the ring brings us larger messages (we tell the sender).
+    pace: RingPace,
+    /// When the message now streaming in through the ring began (ns).
+    streaming_since: Option<u64>,
+    /// Messages we sent by CMA because the peer said the ring ran slow.
+    diverted: u64,
     // Declared last: the rings point into it.
     _region: ConnRegion,
 }
@@ -126,6 +145,7 @@ pub struct ChannelParts {
 impl ShmChannel {
     pub fn new(p: ChannelParts) -> Self {
         let (tx, rx) = p.region.rings(p.is_client);
+        let (tx_copy, rx_copy) = p.region.copy_slots(p.is_client);
         Self {
             tx: Producer::new(tx),
             rx: Consumer::new(rx),
@@ -144,6 +164,13 @@ impl ShmChannel {
             controls_queued: 0,
             ring_due: false,
             source_refused: false,
+            tx_copy,
+            rx_copy,
+            copy_gen: 0,
+            cma_sent: VecDeque::new(),
+            pace: RingPace::new(Config::global().ring_slow_gbps),
+            streaming_since: None,
+            diverted: 0,
             _region: p.region,
         }
     }
@@ -174,12 +201,16 @@ impl ShmChannel {
         h.flags |= FLAG_CMA | FLAG_WAKE;
         h.iov_count = source.len() as u32;
         h.payload_len = (source.len() * rec::IOV_ENTRY) as u32;
-        self.tx.push(&h, |buf| {
+        let pushed = self.tx.push(&h, |buf| {
             for (chunk, r) in buf.chunks_exact_mut(rec::IOV_ENTRY).zip(source) {
                 chunk[..8].copy_from_slice(&r.addr.to_ne_bytes());
                 chunk[8..].copy_from_slice(&r.len.to_ne_bytes());
             }
-        })
+        });
+        if pushed && h.op != Op::ReadRequest && self.cfg.cma_piece != 0 {
+            self.cma_sent.push_back((h.msg_seq, source.to_vec()));
+        }
+        pushed
     }
 
     /// Moves queued outbound work into the ring while it fits. A response
@@ -312,6 +343,40 @@ impl ShmChannel {
         self.owed = 0;
     }
 
+    /// Whether a message of `len` bytes (above the inline size) goes by
+    /// CMA: from `OPENVIA_CMA_MIN` on, or below it while the peer says the
+    /// ring runs slow (all but one in `PROBE_EVERY`, which keeps the peer
+    /// timing the ring).
+    fn by_cma(&mut self, len: u64) -> bool {
+        if len >= self.cfg.cma_min as u64 {
+            return true;
+        }
+        let slow = self.tx_copy.ring_slow();
+        // While the peer times our probes, no page of the ring may fault
+        // in again under them.
+        self.tx.set_keep_pages(slow);
+        if !slow {
+            return false;
+        }
+        self.diverted += 1;
+        if self.diverted.is_multiple_of(shared_copy::PROBE_EVERY) {
+            return false;
+        }
+        shared_copy::count_diverted();
+        true
+    }
+
+    /// Receiver: a message that streamed through the ring is complete;
+    /// times it (see `RingPace`).
+    fn streamed(&mut self, total: u64) {
+        if let Some(t0) = self.streaming_since.take() {
+            let ns = crate::sys::now_ns().saturating_sub(t0);
+            if let Some(slow) = self.pace.observe(total, ns) {
+                self.rx_copy.set_ring_slow(slow);
+            }
+        }
+    }
+
     fn queue_control(&mut self, kind: RecordKind, seq: u64, status_bits: u32) {
         let mut h = RecordHeader::new(kind, Op::Send);
         h.msg_seq = seq;
@@ -374,8 +439,7 @@ impl Channel for ShmChannel {
         let use_cma = self.cma
             && local.len() <= rec::MAX_IOVS
             && (wr.op == OpKind::RdmaRead
-                || (wr.total_len > self.cfg.inline_max as u64
-                    && wr.total_len >= self.cfg.cma_min as u64));
+                || (wr.total_len > self.cfg.inline_max as u64 && self.by_cma(wr.total_len)));
         let completion = match (wr.op, use_cma) {
             (OpKind::RdmaRead, _) => Completion::ReadDone,
             (_, true) => Completion::Consumed,
@@ -433,6 +497,9 @@ impl Channel for ShmChannel {
         } else {
             self.pump(Some(reg))
         };
+        if !self.cma_sent.is_empty() {
+            did |= self.help_peer_copy();
+        }
         self.settle_owed(reg);
         let mut delivered_any = false;
         // New records for the peer: it may be asleep waiting for them.
@@ -529,7 +596,9 @@ impl Channel for ShmChannel {
 
     #[inline]
     fn has_work(&self) -> bool {
-        self.rx.ready() || !self.pending.is_empty()
+        self.rx.ready()
+            || !self.pending.is_empty()
+            || (!self.cma_sent.is_empty() && self.tx_copy.is_open())
     }
 
     fn sent(&self) -> u64 {

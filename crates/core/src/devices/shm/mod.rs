@@ -5,11 +5,13 @@
 //! - `connect`: pairing two VIs over an abstract Unix socket.
 //! - `channel`: the [`Channel`](crate::device::Channel) of a connected pair.
 //! - `ring`, `region`: the rings in the shared connection region.
+//! - `shared_copy`: both processes copying one large message at once.
 
 pub mod channel;
 pub mod connect;
 pub mod region;
 pub mod ring;
+pub mod shared_copy;
 
 use std::any::Any;
 use std::collections::HashMap;

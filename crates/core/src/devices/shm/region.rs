@@ -3,13 +3,15 @@
 //! accept time and passes the memfd to the client; ring 0 carries client →
 //! server, ring 1 server → client. Each side also writes its VI's notice
 //! key there (see `notice`) before the other side can send, for the other
-//! side to push when it rings.
+//! side to push when it rings; and one shared-copy slot per direction (see
+//! `shared_copy`).
 
 use std::io;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::ring::{RingCtl, RingView};
+use super::shared_copy::{CopySlot, SLOT_BYTES};
 use crate::sys::mapping::SharedMapping;
 
 const MAGIC: u64 = 0x4f56_4941_5245_474e; // "OVIAREGN"
@@ -19,6 +21,10 @@ const CTL1: usize = 128;
 /// Notice keys of the client's and the server's VI (written once, at setup).
 const KEY_CLIENT: usize = 192;
 const KEY_SERVER: usize = 196;
+/// The shared-copy slots of ring 0 and ring 1 (see `shared_copy`).
+const COPY_SLOT0: usize = 1024;
+const COPY_SLOT1: usize = COPY_SLOT0 + SLOT_BYTES;
+const _: () = assert!(COPY_SLOT1 + SLOT_BYTES <= HEADER);
 
 pub struct ConnRegion {
     map: SharedMapping,
@@ -99,6 +105,24 @@ impl ConnRegion {
             (self.view(0), self.view(1))
         } else {
             (self.view(1), self.view(0))
+        }
+    }
+
+    fn copy_slot(&self, ring: usize) -> CopySlot {
+        let off = if ring == 0 { COPY_SLOT0 } else { COPY_SLOT1 };
+        // SAFETY: the slot lies inside the header page of the mapping,
+        // 8-byte aligned, and is only touched as atomics; the channel
+        // holding the view drops it before the region.
+        unsafe { CopySlot::new(self.map.as_ptr().add(off)) }
+    }
+
+    /// (slot of our transmit ring, slot of our receive ring) for one side:
+    /// we help in the first and open the second.
+    pub fn copy_slots(&self, is_client: bool) -> (CopySlot, CopySlot) {
+        if is_client {
+            (self.copy_slot(0), self.copy_slot(1))
+        } else {
+            (self.copy_slot(1), self.copy_slot(0))
         }
     }
 

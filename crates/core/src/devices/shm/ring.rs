@@ -43,6 +43,9 @@ pub struct RingCtl {
     pub head: AtomicU64,
     /// Messages fully delivered so far (for completions that wait on the peer).
     pub consumed: AtomicU64,
+    /// Written by the producer (rarely): its position when it last gave
+    /// cold pages back, which fault in again on the next lap.
+    pub released: AtomicU64,
 }
 
 /// Where one direction's ring lies in a mapping.
@@ -103,6 +106,9 @@ pub struct Producer {
     high_water: usize,
     /// When they were (CLOCK_MONOTONIC ns).
     released_at: u64,
+    /// Keep the cold pages (while the consumer times the ring's pace, a
+    /// page that faults in again would make the ring look slow).
+    keep_pages: bool,
 }
 
 impl Producer {
@@ -119,7 +125,13 @@ impl Producer {
             },
             high_water: 0,
             released_at: 0,
+            keep_pages: false,
         }
+    }
+
+    /// Whether to keep the cold pages rather than give them back.
+    pub fn set_keep_pages(&mut self, keep: bool) {
+        self.keep_pages = keep;
     }
 
     /// Starts the next lap early, before a record of `len` bytes, if the
@@ -166,8 +178,9 @@ impl Producer {
             return;
         }
         let now = crate::sys::now_ns();
-        if now.saturating_sub(self.released_at) >= RELEASE_INTERVAL_NS {
+        if !self.keep_pages && now.saturating_sub(self.released_at) >= RELEASE_INTERVAL_NS {
             self.released_at = now;
+            self.ring.ctl().released.store(self.tail, Ordering::Relaxed);
             self.high_water = off + LINE;
             self.release(warm_end, pad_page);
             self.release(pad_page + PAGE, cold_end);
@@ -374,6 +387,13 @@ impl Consumer {
             head: 0,
             delivered: 0,
         }
+    }
+
+    /// Whether the consumer has gone round the whole ring since its pages
+    /// were last given back (or first used), so none faults in any more.
+    pub fn pages_settled(&self) -> bool {
+        let released = self.ring.ctl().released.load(Ordering::Relaxed);
+        self.head >= released + self.ring.size as u64
     }
 
     /// Whether a record is waiting (one load of the stamp word).

@@ -1,0 +1,282 @@
+//! The shared copy of the shared-memory device, forced by its settings
+//! (every message from 64 KiB on takes the CMA path, in 16 KiB pieces):
+//! both processes copy pieces of one message at once, every byte arrives
+//! where it was posted, a ring the receiver finds slow makes the sender
+//! use CMA below the threshold too, and a sender killed in the middle of a
+//! transfer leaves its receiver with an error, not a hang.
+//!
+//! Its own test binary: the settings must be in place before the first NIC
+//! of the process reads them.
+
+mod scenarios;
+
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use openvia_core::descriptor::{status, Descriptor};
+use openvia_core::devices::shm::shared_copy;
+use openvia_core::nic::Nic;
+use openvia_core::vi::{reliability, Vi};
+use openvia_core::{connect_request, connect_wait, Address, ViaError};
+use scenarios::{attrs, set_desc, Arena, SHM};
+
+fn shared_copy_settings() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        std::env::set_var("OPENVIA_CMA_MIN", "64K");
+        std::env::set_var("OPENVIA_CMA_PIECE", "16K");
+        // Both ends keep polling while the other copies (a waiter that
+        // slept could not help).
+        std::env::set_var("OPENVIA_SPIN_NS", "10000000000");
+        // Every message through the ring counts as slow, so that the
+        // sender soon sends the ones below OPENVIA_CMA_MIN by CMA too.
+        std::env::set_var("OPENVIA_RING_SLOW_GBPS", "1000000");
+    });
+}
+
+fn pattern(k: usize, i: usize) -> u8 {
+    (i as u8).wrapping_mul(29).wrapping_add(k as u8) ^ (i >> 12) as u8
+}
+
+#[test]
+fn every_size_through_the_cma_path() {
+    shared_copy_settings();
+    scenarios::roundtrip_sizes(SHM, reliability::RELIABLE_DELIVERY, "t-share-sizes");
+    scenarios::rdma_write_with_immediate_and_read(SHM, "t-share-rdma");
+}
+
+/// Sender and receiver on two threads: messages of 64 KiB to 6 MiB, eight
+/// in flight, each checked byte by byte; the sender pushed pieces too.
+#[test]
+fn both_sides_copy_and_every_byte_arrives() {
+    shared_copy_settings();
+    let p = Arc::new(scenarios::pair(
+        SHM,
+        reliability::RELIABLE_DELIVERY,
+        "t-share-both",
+        64 << 20,
+    ));
+    let sizes: Vec<usize> = (0..48)
+        .map(|k| [65_536, 100_003, 1 << 20, 6 << 20][k % 4])
+        .collect();
+    const WINDOW: usize = 8;
+    const SLOT: usize = 7 << 20;
+    let pushed_before = shared_copy::stats().pushed;
+    let sender = {
+        let p = p.clone();
+        let sizes = sizes.clone();
+        std::thread::spawn(move || {
+            for (k, &n) in sizes.iter().enumerate() {
+                let slot = k % WINDOW;
+                if k >= WINDOW {
+                    let d = p.a.send_wait(Some(Duration::from_secs(20))).unwrap();
+                    // SAFETY: a completed descriptor of ours.
+                    assert_eq!(unsafe { (*d.0).cs.status } & status::ERROR_MASK, 0);
+                }
+                let src = p.ma.data(4096 + slot * SLOT);
+                for i in 0..n {
+                    // SAFETY: inside the arena.
+                    unsafe { *src.add(i) = pattern(k, i) };
+                }
+                let sd = p.ma.desc(slot);
+                set_desc(sd, 0, &[(src as u64, p.ma.handle, n as u32)], 0);
+                p.a.post_send(sd, p.ma.handle).unwrap();
+            }
+            for _ in 0..WINDOW.min(sizes.len()) {
+                let d = p.a.send_wait(Some(Duration::from_secs(20))).unwrap();
+                // SAFETY: as above.
+                assert_eq!(unsafe { (*d.0).cs.status } & status::ERROR_MASK, 0);
+            }
+        })
+    };
+    let post = |k: usize| {
+        let slot = k % WINDOW;
+        let rd = p.mb.desc(slot);
+        let dst = p.mb.data(4096 + slot * SLOT);
+        // Three segments, the middle one odd-sized.
+        let a = 12_345u32;
+        let b = 1_000_001u32;
+        let c = SLOT as u32 - a - b - 64;
+        set_desc(
+            rd,
+            0,
+            &[
+                (dst as u64, p.mb.handle, a),
+                (dst as u64 + a as u64, p.mb.handle, b),
+                (dst as u64 + (a + b) as u64, p.mb.handle, c),
+            ],
+            0,
+        );
+        p.b.post_recv(rd, p.mb.handle).unwrap();
+    };
+    for k in 0..WINDOW {
+        post(k);
+    }
+    for (k, &n) in sizes.iter().enumerate() {
+        let got = p.b.recv_wait(Some(Duration::from_secs(20))).unwrap();
+        let rd: *mut Descriptor = got.0;
+        assert_eq!(rd, p.mb.desc(k % WINDOW));
+        // SAFETY: a completed descriptor of ours.
+        let (st, len) = unsafe { ((*rd).cs.status, (*rd).cs.length) };
+        assert_eq!(st & status::ERROR_MASK, 0, "message {k}: status {st:#x}");
+        assert_eq!(len as usize, n);
+        let dst = p.mb.data(4096 + (k % WINDOW) * SLOT);
+        for i in 0..n {
+            // SAFETY: inside the arena.
+            let b = unsafe { *dst.add(i) };
+            assert_eq!(b, pattern(k, i), "message {k} ({n} bytes), byte {i}");
+        }
+        if k + WINDOW < sizes.len() {
+            post(k + WINDOW);
+        }
+    }
+    sender.join().unwrap();
+    let after = shared_copy::stats();
+    assert!(after.pulled > 0, "the receiver pulled no piece");
+    assert!(
+        after.pushed > pushed_before,
+        "the sender never pushed a piece: the copy was not shared"
+    );
+}
+
+/// Messages between the inline size and OPENVIA_CMA_MIN stream through
+/// the ring until the receiver has timed two of them as slow; then all but
+/// the probes go by CMA, and every byte still arrives.
+#[test]
+fn a_slow_ring_sends_by_cma() {
+    shared_copy_settings();
+    let p = scenarios::pair(SHM, reliability::RELIABLE_DELIVERY, "t-share-slow", 1 << 20);
+    let diverted_before = shared_copy::stats().diverted;
+    const N: usize = 160;
+    let n = 40_000usize;
+    for k in 0..N {
+        let src = p.ma.data(4096);
+        for i in 0..n {
+            // SAFETY: inside the arena.
+            unsafe { *src.add(i) = pattern(k, i) };
+        }
+        let rd = p.mb.desc(1);
+        let dst = p.mb.data(4096);
+        set_desc(rd, 0, &[(dst as u64, p.mb.handle, n as u32)], 0);
+        p.b.post_recv(rd, p.mb.handle).unwrap();
+        let sd = p.ma.desc(1);
+        set_desc(sd, 0, &[(src as u64, p.ma.handle, n as u32)], 0);
+        p.a.post_send(sd, p.ma.handle).unwrap();
+        p.b.recv_wait(Some(Duration::from_secs(10))).unwrap();
+        // SAFETY: a completed descriptor of ours.
+        assert_eq!(unsafe { (*rd).cs.status } & status::ERROR_MASK, 0);
+        for i in 0..n {
+            // SAFETY: inside the arena.
+            assert_eq!(
+                unsafe { *dst.add(i) },
+                pattern(k, i),
+                "message {k}, byte {i}"
+            );
+        }
+        p.a.send_wait(Some(Duration::from_secs(10))).unwrap();
+    }
+    let diverted = shared_copy::stats().diverted - diverted_before;
+    assert!(
+        diverted >= N as u64 / 2,
+        "only {diverted} of {N} went by CMA"
+    );
+}
+
+/// The role of the child process in `sender_killed_mid_transfer`.
+const CHILD_ROLE: &str = "SHARED_COPY_TEST_CHILD";
+const BIG: usize = 16 << 20;
+
+/// A NIC with one reliable VI and room for a `BIG` message.
+fn endpoint() -> (Nic, Arc<Vi>, Arena) {
+    shared_copy_settings();
+    let nic = Nic::open(Some(SHM)).unwrap();
+    let ptag = nic.create_ptag().unwrap();
+    let vi = nic
+        .create_vi(attrs(ptag, reliability::RELIABLE_DELIVERY), None, None)
+        .unwrap();
+    let mem = Arena::new(&nic, ptag, BIG + 8192);
+    (nic, vi, mem)
+}
+
+fn address(nic: &Nic, disc: &str) -> Address {
+    Address {
+        host: nic.query().address.to_vec(),
+        discriminator: disc.as_bytes().to_vec(),
+    }
+}
+
+/// Run only as the child of `sender_killed_mid_transfer`: connects and
+/// sends one large message, then spins until it is killed.
+#[test]
+#[ignore]
+fn child_sender() {
+    let Ok(disc) = std::env::var(CHILD_ROLE) else {
+        return;
+    };
+    let (nic, vi, mem) = endpoint();
+    let server = address(&nic, &disc);
+    let client = address(&nic, &format!("{disc}-c"));
+    connect_request(&vi, &client, &server, Some(Duration::from_secs(10))).unwrap();
+    let sd = mem.desc(0);
+    set_desc(sd, 0, &[(mem.data(4096) as u64, mem.handle, BIG as u32)], 0);
+    vi.post_send(sd, mem.handle).unwrap();
+    loop {
+        let _ = vi.send_wait(Some(Duration::from_secs(60)));
+    }
+}
+
+/// The sender is killed while both sides copy a 16 MiB message: the
+/// receive completes (with an error, or whole if the kill came late)
+/// within seconds; nothing hangs or crashes.
+#[test]
+fn sender_killed_mid_transfer() {
+    let disc = format!("t-share-kill-{}", std::process::id());
+    let (nic, vi, mem) = endpoint();
+    let rd = mem.desc(0);
+    set_desc(rd, 0, &[(mem.data(4096) as u64, mem.handle, BIG as u32)], 0);
+    vi.post_recv(rd, mem.handle).unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_sender", "--ignored", "--nocapture"])
+        .env(CHILD_ROLE, &disc)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let server = address(&nic, &disc);
+    // Kill the child as soon as the receiver has pulled a piece (another
+    // test's piece may fire it earlier: any moment must end cleanly).
+    let pulled_before = shared_copy::stats().pulled;
+    let req = connect_wait(nic.shared(), &server, Some(Duration::from_secs(30))).unwrap();
+    req.accept(&vi).unwrap();
+    let child_pid = child.id() as i32;
+    let stop = Arc::new(AtomicBool::new(false));
+    let killer = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) && shared_copy::stats().pulled == pulled_before {
+                std::hint::spin_loop();
+            }
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(child_pid, libc::SIGKILL) };
+        })
+    };
+    let start = Instant::now();
+    let got = vi.recv_wait(Some(Duration::from_secs(20)));
+    stop.store(true, Ordering::Relaxed);
+    killer.join().unwrap();
+    let _ = child.kill();
+    child.wait().unwrap();
+    assert!(start.elapsed() < Duration::from_secs(10));
+    match got {
+        Ok(d) => {
+            // SAFETY: a completed descriptor of ours.
+            let (st, len) = unsafe { ((*d.0).cs.status, (*d.0).cs.length) };
+            assert!(
+                st & status::ERROR_MASK != 0 || len as usize == BIG,
+                "status {st:#x}, {len} bytes"
+            );
+        }
+        Err(e) => assert!(!matches!(e, ViaError::Timeout), "the receive hung"),
+    }
+}
