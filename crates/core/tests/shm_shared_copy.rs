@@ -11,7 +11,7 @@
 mod scenarios;
 
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,6 +21,13 @@ use openvia_core::nic::Nic;
 use openvia_core::vi::{reliability, Vi};
 use openvia_core::{connect_request, connect_wait, Address, ViaError};
 use scenarios::{attrs, set_desc, Arena, SHM};
+
+/// The tests read the process-wide copy counters: one at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn shared_copy_settings() {
     static ONCE: std::sync::Once = std::sync::Once::new();
@@ -42,6 +49,7 @@ fn pattern(k: usize, i: usize) -> u8 {
 
 #[test]
 fn every_size_through_the_cma_path() {
+    let _one = serial();
     shared_copy_settings();
     scenarios::roundtrip_sizes(SHM, reliability::RELIABLE_DELIVERY, "t-share-sizes");
     scenarios::rdma_write_with_immediate_and_read(SHM, "t-share-rdma");
@@ -51,6 +59,7 @@ fn every_size_through_the_cma_path() {
 /// in flight, each checked byte by byte; the sender pushed pieces too.
 #[test]
 fn both_sides_copy_and_every_byte_arrives() {
+    let _one = serial();
     shared_copy_settings();
     let p = Arc::new(scenarios::pair(
         SHM,
@@ -146,6 +155,7 @@ fn both_sides_copy_and_every_byte_arrives() {
 /// the probes go by CMA, and every byte still arrives.
 #[test]
 fn a_slow_ring_sends_by_cma() {
+    let _one = serial();
     shared_copy_settings();
     let p = scenarios::pair(SHM, reliability::RELIABLE_DELIVERY, "t-share-slow", 1 << 20);
     let diverted_before = shared_copy::stats().diverted;
@@ -184,19 +194,22 @@ fn a_slow_ring_sends_by_cma() {
     );
 }
 
-/// The role of the child process in `sender_killed_mid_transfer`.
+/// The role of the child process in the tests below: the discriminator
+/// to connect to.
 const CHILD_ROLE: &str = "SHARED_COPY_TEST_CHILD";
+/// How many messages the child sends (all posted at once).
+const CHILD_MESSAGES: &str = "SHARED_COPY_TEST_MESSAGES";
 const BIG: usize = 16 << 20;
 
-/// A NIC with one reliable VI and room for a `BIG` message.
-fn endpoint() -> (Nic, Arc<Vi>, Arena) {
+/// A NIC with one reliable VI and room for `count` `BIG` messages.
+fn endpoint(count: usize) -> (Nic, Arc<Vi>, Arena) {
     shared_copy_settings();
     let nic = Nic::open(Some(SHM)).unwrap();
     let ptag = nic.create_ptag().unwrap();
     let vi = nic
         .create_vi(attrs(ptag, reliability::RELIABLE_DELIVERY), None, None)
         .unwrap();
-    let mem = Arena::new(&nic, ptag, BIG + 8192);
+    let mem = Arena::new(&nic, ptag, count * BIG + 8192);
     (nic, vi, mem)
 }
 
@@ -207,23 +220,109 @@ fn address(nic: &Nic, disc: &str) -> Address {
     }
 }
 
-/// Run only as the child of `sender_killed_mid_transfer`: connects and
-/// sends one large message, then spins until it is killed.
+/// Message `k`'s buffer in an arena of `endpoint`.
+fn message(mem: &Arena, k: usize) -> *mut u8 {
+    mem.data(4096 + k * BIG)
+}
+
+/// Run only as the child of the tests below: connects, posts its `BIG`
+/// messages (message k filled with `pattern(k, _)`) at once, and spins in
+/// its Wait until it is killed.
 #[test]
 #[ignore]
 fn child_sender() {
     let Ok(disc) = std::env::var(CHILD_ROLE) else {
         return;
     };
-    let (nic, vi, mem) = endpoint();
+    let count: usize = std::env::var(CHILD_MESSAGES).unwrap().parse().unwrap();
+    let (nic, vi, mem) = endpoint(count);
     let server = address(&nic, &disc);
     let client = address(&nic, &format!("{disc}-c"));
     connect_request(&vi, &client, &server, Some(Duration::from_secs(10))).unwrap();
-    let sd = mem.desc(0);
-    set_desc(sd, 0, &[(mem.data(4096) as u64, mem.handle, BIG as u32)], 0);
-    vi.post_send(sd, mem.handle).unwrap();
+    for k in 0..count {
+        let src = message(&mem, k);
+        for i in 0..BIG {
+            // SAFETY: inside the arena.
+            unsafe { *src.add(i) = pattern(k, i) };
+        }
+        let sd = mem.desc(k);
+        set_desc(sd, 0, &[(src as u64, mem.handle, BIG as u32)], 0);
+        vi.post_send(sd, mem.handle).unwrap();
+    }
     loop {
         let _ = vi.send_wait(Some(Duration::from_secs(60)));
+    }
+}
+
+/// A receiver of `count` `BIG` messages, connected to a child process
+/// that sends them.
+struct ChildPair {
+    _nic: Nic,
+    vi: Arc<Vi>,
+    mem: Arena,
+    child: std::process::Child,
+}
+
+impl ChildPair {
+    fn start(name: &str, count: usize) -> Self {
+        let disc = format!("t-share-{name}-{}", std::process::id());
+        let (nic, vi, mem) = endpoint(count);
+        for k in 0..count {
+            let rd = mem.desc(k);
+            set_desc(
+                rd,
+                0,
+                &[(message(&mem, k) as u64, mem.handle, BIG as u32)],
+                0,
+            );
+            vi.post_recv(rd, mem.handle).unwrap();
+        }
+        let child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "child_sender", "--ignored", "--nocapture"])
+            .env(CHILD_ROLE, &disc)
+            .env(CHILD_MESSAGES, count.to_string())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let server = address(&nic, &disc);
+        let req = connect_wait(nic.shared(), &server, Some(Duration::from_secs(30))).unwrap();
+        req.accept(&vi).unwrap();
+        ChildPair {
+            _nic: nic,
+            vi,
+            mem,
+            child,
+        }
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+}
+
+impl Drop for ChildPair {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `act` on another thread once the receiver has pulled a piece
+/// after `pulled_before` (or once the test is done with the receive).
+fn on_first_piece(pulled_before: u64, act: impl FnOnce() + Send + 'static) -> impl FnOnce() {
+    let stop = Arc::new(AtomicBool::new(false));
+    let t = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) && shared_copy::stats().pulled == pulled_before {
+                std::hint::spin_loop();
+            }
+            act();
+        })
+    };
+    move || {
+        stop.store(true, Ordering::Relaxed);
+        t.join().unwrap();
     }
 }
 
@@ -232,41 +331,19 @@ fn child_sender() {
 /// within seconds; nothing hangs or crashes.
 #[test]
 fn sender_killed_mid_transfer() {
-    let disc = format!("t-share-kill-{}", std::process::id());
-    let (nic, vi, mem) = endpoint();
-    let rd = mem.desc(0);
-    set_desc(rd, 0, &[(mem.data(4096) as u64, mem.handle, BIG as u32)], 0);
-    vi.post_recv(rd, mem.handle).unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_sender", "--ignored", "--nocapture"])
-        .env(CHILD_ROLE, &disc)
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let server = address(&nic, &disc);
-    // Kill the child as soon as the receiver has pulled a piece (another
-    // test's piece may fire it earlier: any moment must end cleanly).
+    let _one = serial();
+    // Another test's piece may fire the kill earlier: any moment must end
+    // cleanly.
     let pulled_before = shared_copy::stats().pulled;
-    let req = connect_wait(nic.shared(), &server, Some(Duration::from_secs(30))).unwrap();
-    req.accept(&vi).unwrap();
-    let child_pid = child.id() as i32;
-    let stop = Arc::new(AtomicBool::new(false));
-    let killer = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) && shared_copy::stats().pulled == pulled_before {
-                std::hint::spin_loop();
-            }
-            // SAFETY: signalling our own child.
-            unsafe { libc::kill(child_pid, libc::SIGKILL) };
-        })
-    };
+    let p = ChildPair::start("kill", 1);
+    let pid = p.pid();
+    // SAFETY: signalling our own child.
+    let done = on_first_piece(pulled_before, move || unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    });
     let start = Instant::now();
-    let got = vi.recv_wait(Some(Duration::from_secs(20)));
-    stop.store(true, Ordering::Relaxed);
-    killer.join().unwrap();
-    let _ = child.kill();
-    child.wait().unwrap();
+    let got = p.vi.recv_wait(Some(Duration::from_secs(20)));
+    done();
     assert!(start.elapsed() < Duration::from_secs(10));
     match got {
         Ok(d) => {
@@ -279,4 +356,53 @@ fn sender_killed_mid_transfer() {
         }
         Err(e) => assert!(!matches!(e, ViaError::Timeout), "the receive hung"),
     }
+}
+
+/// The sender is stopped (SIGSTOP) for 200 ms in the middle of four
+/// 16 MiB messages: the receiver goes on copying alone meanwhile, and
+/// once the sender runs again every byte of every message is in place.
+#[test]
+fn sender_stopped_mid_transfer() {
+    let _one = serial();
+    const COUNT: usize = 4;
+    let p = ChildPair::start("stop", COUNT);
+    let pid = p.pid();
+    let pulled_before = shared_copy::stats().pulled;
+    let while_stopped = Arc::new(AtomicU64::new(0));
+    let done = {
+        let while_stopped = while_stopped.clone();
+        on_first_piece(pulled_before, move || {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(pid, libc::SIGSTOP) };
+            let at_stop = shared_copy::stats().pulled;
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_millis(200) {
+                std::hint::spin_loop();
+            }
+            while_stopped.store(shared_copy::stats().pulled - at_stop, Ordering::Relaxed);
+            // SAFETY: as above.
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+        })
+    };
+    for k in 0..COUNT {
+        let d = p.vi.recv_wait(Some(Duration::from_secs(20))).unwrap();
+        // SAFETY: a completed descriptor of ours.
+        let (st, len) = unsafe { ((*d.0).cs.status, (*d.0).cs.length) };
+        assert_eq!(st & status::ERROR_MASK, 0, "message {k}: status {st:#x}");
+        assert_eq!(len as usize, BIG);
+        let dst = message(&p.mem, k);
+        for i in 0..BIG {
+            // SAFETY: inside the arena.
+            assert_eq!(
+                unsafe { *dst.add(i) },
+                pattern(k, i),
+                "message {k}, byte {i}"
+            );
+        }
+    }
+    done();
+    assert!(
+        while_stopped.load(Ordering::Relaxed) > 0,
+        "the receiver copied nothing while the sender was stopped"
+    );
 }
