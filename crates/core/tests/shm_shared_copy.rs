@@ -55,8 +55,10 @@ fn every_size_through_the_cma_path() {
     scenarios::rdma_write_with_immediate_and_read(SHM, "t-share-rdma");
 }
 
-/// Sender and receiver on two threads: messages of 64 KiB to 6 MiB, eight
-/// in flight, each checked byte by byte; the sender pushed pieces too.
+/// Sender and receiver on two threads, in rounds: the sender fills and
+/// posts eight messages of 64 KiB to 6 MiB, then waits for them (polling,
+/// so it can help) while the receiver takes them; every byte is checked
+/// and the sender pushed pieces too.
 #[test]
 fn both_sides_copy_and_every_byte_arrives() {
     let _one = serial();
@@ -67,78 +69,86 @@ fn both_sides_copy_and_every_byte_arrives() {
         "t-share-both",
         64 << 20,
     ));
-    let sizes: Vec<usize> = (0..48)
-        .map(|k| [65_536, 100_003, 1 << 20, 6 << 20][k % 4])
-        .collect();
     const WINDOW: usize = 8;
+    const ROUNDS: usize = 4;
     const SLOT: usize = 7 << 20;
+    let size = |k: usize| [65_536, 100_003, 1 << 20, 6 << 20][k % 4];
     let pushed_before = shared_copy::stats().pushed;
+    // The receiver starts taking a round's messages once all are posted
+    // and the sender is about to wait for them.
+    let posted = Arc::new(std::sync::Barrier::new(2));
     let sender = {
-        let p = p.clone();
-        let sizes = sizes.clone();
+        let (p, posted) = (p.clone(), posted.clone());
         std::thread::spawn(move || {
-            for (k, &n) in sizes.iter().enumerate() {
-                let slot = k % WINDOW;
-                if k >= WINDOW {
-                    let d = p.a.send_wait(Some(Duration::from_secs(20))).unwrap();
+            for round in 0..ROUNDS {
+                for slot in 0..WINDOW {
+                    let k = round * WINDOW + slot;
+                    let src = p.ma.data(4096 + slot * SLOT);
+                    for i in 0..size(k) {
+                        // SAFETY: inside the arena.
+                        unsafe { *src.add(i) = pattern(k, i) };
+                    }
+                }
+                for slot in 0..WINDOW {
+                    let k = round * WINDOW + slot;
+                    let src = p.ma.data(4096 + slot * SLOT);
+                    let sd = p.ma.desc(slot);
+                    set_desc(sd, 0, &[(src as u64, p.ma.handle, size(k) as u32)], 0);
+                    p.a.post_send(sd, p.ma.handle).unwrap();
+                }
+                posted.wait();
+                for _ in 0..WINDOW {
+                    let d = p.a.send_wait(Some(Duration::from_secs(60))).unwrap();
                     // SAFETY: a completed descriptor of ours.
                     assert_eq!(unsafe { (*d.0).cs.status } & status::ERROR_MASK, 0);
                 }
-                let src = p.ma.data(4096 + slot * SLOT);
-                for i in 0..n {
-                    // SAFETY: inside the arena.
-                    unsafe { *src.add(i) = pattern(k, i) };
-                }
-                let sd = p.ma.desc(slot);
-                set_desc(sd, 0, &[(src as u64, p.ma.handle, n as u32)], 0);
-                p.a.post_send(sd, p.ma.handle).unwrap();
-            }
-            for _ in 0..WINDOW.min(sizes.len()) {
-                let d = p.a.send_wait(Some(Duration::from_secs(20))).unwrap();
-                // SAFETY: as above.
-                assert_eq!(unsafe { (*d.0).cs.status } & status::ERROR_MASK, 0);
             }
         })
     };
-    let post = |k: usize| {
-        let slot = k % WINDOW;
-        let rd = p.mb.desc(slot);
-        let dst = p.mb.data(4096 + slot * SLOT);
-        // Three segments, the middle one odd-sized.
-        let a = 12_345u32;
-        let b = 1_000_001u32;
-        let c = SLOT as u32 - a - b - 64;
-        set_desc(
-            rd,
-            0,
-            &[
-                (dst as u64, p.mb.handle, a),
-                (dst as u64 + a as u64, p.mb.handle, b),
-                (dst as u64 + (a + b) as u64, p.mb.handle, c),
-            ],
-            0,
-        );
-        p.b.post_recv(rd, p.mb.handle).unwrap();
-    };
-    for k in 0..WINDOW {
-        post(k);
-    }
-    for (k, &n) in sizes.iter().enumerate() {
-        let got = p.b.recv_wait(Some(Duration::from_secs(20))).unwrap();
-        let rd: *mut Descriptor = got.0;
-        assert_eq!(rd, p.mb.desc(k % WINDOW));
-        // SAFETY: a completed descriptor of ours.
-        let (st, len) = unsafe { ((*rd).cs.status, (*rd).cs.length) };
-        assert_eq!(st & status::ERROR_MASK, 0, "message {k}: status {st:#x}");
-        assert_eq!(len as usize, n);
-        let dst = p.mb.data(4096 + (k % WINDOW) * SLOT);
-        for i in 0..n {
-            // SAFETY: inside the arena.
-            let b = unsafe { *dst.add(i) };
-            assert_eq!(b, pattern(k, i), "message {k} ({n} bytes), byte {i}");
+    for round in 0..ROUNDS {
+        for slot in 0..WINDOW {
+            let rd = p.mb.desc(slot);
+            let dst = p.mb.data(4096 + slot * SLOT);
+            // Three segments, the middle one odd-sized.
+            let a = 12_345u32;
+            let b = 1_000_001u32;
+            let c = SLOT as u32 - a - b - 64;
+            set_desc(
+                rd,
+                0,
+                &[
+                    (dst as u64, p.mb.handle, a),
+                    (dst as u64 + a as u64, p.mb.handle, b),
+                    (dst as u64 + (a + b) as u64, p.mb.handle, c),
+                ],
+                0,
+            );
+            p.b.post_recv(rd, p.mb.handle).unwrap();
         }
-        if k + WINDOW < sizes.len() {
-            post(k + WINDOW);
+        posted.wait();
+        for slot in 0..WINDOW {
+            let got = p.b.recv_wait(Some(Duration::from_secs(60))).unwrap();
+            let rd: *mut Descriptor = got.0;
+            assert_eq!(rd, p.mb.desc(slot));
+            let k = round * WINDOW + slot;
+            // SAFETY: a completed descriptor of ours.
+            let (st, len) = unsafe { ((*rd).cs.status, (*rd).cs.length) };
+            assert_eq!(st & status::ERROR_MASK, 0, "message {k}: status {st:#x}");
+            assert_eq!(len as usize, size(k));
+        }
+        for slot in 0..WINDOW {
+            let k = round * WINDOW + slot;
+            let dst = p.mb.data(4096 + slot * SLOT);
+            for i in 0..size(k) {
+                // SAFETY: inside the arena.
+                let b = unsafe { *dst.add(i) };
+                assert_eq!(
+                    b,
+                    pattern(k, i),
+                    "message {k} ({} bytes), byte {i}",
+                    size(k)
+                );
+            }
         }
     }
     sender.join().unwrap();
