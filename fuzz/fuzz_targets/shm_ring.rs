@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use openvia_core::transport::shm::ring::fuzz_consume;
+use openvia_core::devices::shm::ring::fuzz_consume;
 
 fuzz_target!(|data: &[u8]| {
     fuzz_consume(data);

@@ -6,7 +6,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use openvia_core::transport::udp::agent::{sign, verify, RequestData, MAX_CARRIED_DISCRIMINATOR};
+use openvia_core::devices::rum::packet_auth::{sign, verify};
+use openvia_core::devices::rum::rendezvous::{RequestData, MAX_CARRIED_DISCRIMINATOR};
 
 fuzz_target!(|data: &[u8]| {
     if let Some(r) = RequestData::parse(data) {

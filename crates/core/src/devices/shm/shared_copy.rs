@@ -284,6 +284,64 @@ impl OpenTransfer {
     pub fn gen(&self) -> u32 {
         (self.claim >> 32) as u32
     }
+
+    /// Whether the sender may push pieces of this transfer for its message
+    /// of `source_len` bytes: the slot is written by the other process, and
+    /// a claim made on anything but the message sent would move the wrong
+    /// bytes.
+    pub fn matches(&self, source_len: u64) -> bool {
+        self.piece != 0
+            && self.total == source_len
+            && self
+                .dst
+                .iter()
+                .try_fold(0u64, |sum, r| sum.checked_add(r.len))
+                .is_some_and(|room| room >= self.total)
+    }
+
+    /// (offset, length) of piece `i` (`i` below `pieces(total, piece)`).
+    pub fn piece_at(&self, i: u64) -> (u64, u64) {
+        let off = i * self.piece;
+        (off, self.piece.min(self.total - off))
+    }
+}
+
+/// Reads `data` as a slot's contents, as a sender would find them after
+/// the other process wrote anything there, and claims what it offers:
+/// nothing may panic, overflow or reach past the message. For the fuzz
+/// target `shm_copy_slot` and the tests. Returns the pieces claimed.
+pub fn fuzz_slot(data: &[u8], source_len: u64) -> u64 {
+    let mem: Vec<AtomicU64> = (0..SLOT_BYTES / 8)
+        .map(|i| {
+            let mut w = [0u8; 8];
+            for (k, b) in w.iter_mut().enumerate() {
+                *b = data.get(i * 8 + k).copied().unwrap_or(0);
+            }
+            AtomicU64::new(u64::from_le_bytes(w))
+        })
+        .collect();
+    // SAFETY: the vector holds SLOT_BYTES of atomics and outlives the view.
+    let slot = unsafe { CopySlot::new(mem.as_ptr() as *mut u8) };
+    let Some(t) = slot.peek() else {
+        return 0;
+    };
+    assert!(t.dst.len() <= MAX_DST);
+    if !t.matches(source_len) {
+        return 0;
+    }
+    let n = pieces(t.total, t.piece);
+    let mut claimed = 0;
+    let mut covered = 0u64;
+    while let Some(i) = slot.claim(t.gen(), n) {
+        let (off, len) = t.piece_at(i);
+        assert!(off + len <= t.total && len > 0);
+        covered += len;
+        claimed += 1;
+    }
+    // Claims start wherever the slot's index stood, so they cover at most
+    // the message.
+    assert!(covered <= t.total);
+    claimed
 }
 
 /// Pieces a transfer of `total` bytes is cut into.
@@ -349,6 +407,45 @@ mod tests {
         let mut off = RingPace::new(0);
         assert_eq!(off.observe(65_536, u64::MAX), None);
         assert_eq!(off.observe(65_536, u64::MAX), None);
+    }
+
+    /// The fuzz target's body over deterministic pseudo-random slots (and
+    /// slots that offer a whole message), so CI runs it too.
+    #[test]
+    fn hostile_slots_are_read_safely() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut claimed = 0;
+        for round in 0..20_000 {
+            let mut data = vec![0u8; SLOT_BYTES];
+            for b in data.iter_mut() {
+                *b = next() as u8;
+            }
+            // Often a plausible transfer: small counts, a matching total.
+            let total = next() % (64 << 20) + 1;
+            if round % 2 == 0 {
+                let words: [u64; 7] = [
+                    ((next() % 5) << 32) | (next() % 4),
+                    next(),
+                    total,
+                    next() % (total + 2),
+                    next(),
+                    next() % 2,
+                    next() % 4,
+                ];
+                for (i, w) in words.iter().enumerate() {
+                    data[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+                }
+                data[DST * 8 + 8..DST * 8 + 16].copy_from_slice(&total.to_le_bytes());
+            }
+            claimed += fuzz_slot(&data, total);
+        }
+        assert!(claimed > 0, "no slot offered anything to claim");
     }
 
     #[test]

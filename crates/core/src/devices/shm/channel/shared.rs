@@ -107,16 +107,13 @@ impl ShmChannel {
         let Some((_, source)) = self.cma_sent.iter().find(|(s, _)| *s == t.seq) else {
             return false;
         };
-        // What the slot says must match the message we sent; a claim made
-        // on anything else would move the wrong bytes.
-        if t.piece == 0 || ranges::total(source) != t.total || ranges::total(&t.dst) < t.total {
+        if !t.matches(ranges::total(source)) {
             return false;
         }
         let n = pieces(t.total, t.piece);
         let mut did = false;
         while let Some(i) = self.tx_copy.claim(t.gen(), n) {
-            let off = i * t.piece;
-            let len = t.piece.min(t.total - off);
+            let (off, len) = t.piece_at(i);
             // The source is our posted send's validated memory, held until
             // the peer counts the message consumed; the destination is in
             // the peer's address space, which the kernel checks.
