@@ -2,10 +2,12 @@
 //!
 //! The connection region holds two rings, one per direction. Small
 //! messages travel inside ring records (sender copies in, receiver copies
-//! out: the fastest way for a few KiB). Large ones take one copy: the
-//! record carries the sender's buffer list and the receiver pulls the bytes
-//! with process_vm_readv straight into the posted buffer (RDMA reads: the
-//! target pushes with process_vm_writev). When the kernel refuses CMA the
+//! out: the fastest way for a few KiB). Large ones (and smaller ones while
+//! the receiver finds the ring slow) take one copy: the record carries the
+//! sender's buffer list, and both processes copy pieces of it straight into
+//! the posted buffer, the receiver with process_vm_readv, the sender with
+//! process_vm_writev (see `shared_copy`; RDMA reads: the target pushes with
+//! process_vm_writev). When the kernel refuses CMA the
 //! same messages are cut into chunks that stream through the ring, which
 //! then acts as a pipelined bounce buffer.
 //!
