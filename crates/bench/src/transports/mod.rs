@@ -236,17 +236,26 @@ pub(crate) fn send_then_recv<E: Endpoint + ?Sized>(
     ep.recv(pong)
 }
 
-/// The plain echo server: `rounds` times `recv`, then `send` it back (the
-/// default of [`Endpoint::echo_rounds`]).
+/// The plain echo server (the default of [`Endpoint::echo_rounds`]):
+/// `rounds` times `recv`, then an answer of the same length from a buffer
+/// of its own that carries the ping's first 8 bytes (its round number)
+/// back, as osu_latency and ucx_perftest answer from a send buffer they
+/// never write. Sending back the buffer just received into made the
+/// client's copy read a megabyte the server's core had just written:
+/// where the two cores share no cache that tripled the shared-memory
+/// device's 1 MiB latency (docs/shm.md), a cost the peers' tests never pay.
 pub(crate) fn recv_then_send<E: Endpoint + ?Sized>(
     ep: &mut E,
     size: usize,
     rounds: u64,
 ) -> Result<()> {
     let mut buf = vec![0u8; size];
+    let mut answer = vec![0u8; size];
     for _ in 0..rounds {
         let n = ep.recv(&mut buf)?;
-        ep.send(&buf[..n])?;
+        let tag = n.min(8);
+        answer[..tag].copy_from_slice(&buf[..tag]);
+        ep.send(&answer[..n])?;
     }
     Ok(())
 }
