@@ -10,6 +10,10 @@ use crate::sys::cma;
 /// Spins between two looks at whether the sender is still there while
 /// waiting for its last pieces.
 const LIVENESS_EVERY: u32 = 1 << 12;
+/// Waiting longer than this for the sender's last pieces, the receiver
+/// naps `NAP_US` between looks.
+const NAP_AFTER_NS: u64 = 1_000_000;
+const NAP_US: u64 = 100;
 
 /// Pieces of a transfer of `total` bytes: at least `least` bytes, and at
 /// most `MOST_PIECES` of them (each piece is a system call and a walk of
@@ -71,7 +75,11 @@ impl ShmChannel {
             count_piece(false);
         }
         // Wait for the pieces the sender claimed: it is copying them now.
+        // A piece takes microseconds; a sender still not done after
+        // `NAP_AFTER_NS` was descheduled or stopped, and is waited for in
+        // naps rather than with a spinning CPU.
         let mut spins = 0u32;
+        let mut since = None;
         while self.rx_copy.done() < total {
             spins = spins.wrapping_add(1);
             if spins.is_multiple_of(LIVENESS_EVERY) {
@@ -80,7 +88,13 @@ impl ShmChannel {
                     error.get_or_insert_with(|| std::io::Error::from_raw_os_error(libc::ESRCH));
                     break;
                 }
-                std::thread::yield_now();
+                let now = crate::sys::now_ns();
+                let t0 = *since.get_or_insert(now);
+                if now - t0 >= NAP_AFTER_NS {
+                    std::thread::sleep(std::time::Duration::from_micros(NAP_US));
+                } else {
+                    std::thread::yield_now();
+                }
             } else {
                 std::hint::spin_loop();
             }
