@@ -47,32 +47,35 @@ pub fn signal_raw(fd: RawFd) {
     unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
 }
 
-/// An epoll instance.
-/// Whether `fd` is readable right now (a poll that does not wait): for
-/// tests that check an eventfd was or was not signalled.
-pub fn readable_now(fd: RawFd) -> bool {
+/// The events of `fd` among `events` (and errors and hang-ups) right now,
+/// by a poll that does not wait; 0 for none.
+fn poll_now(fd: RawFd, events: i16) -> i16 {
     let mut p = libc::pollfd {
         fd,
-        events: libc::POLLIN,
+        events,
         revents: 0,
     };
     // SAFETY: one valid pollfd, no wait.
-    unsafe { libc::poll(&mut p, 1, 0) == 1 }
+    if unsafe { libc::poll(&mut p, 1, 0) } == 1 {
+        p.revents
+    } else {
+        0
+    }
+}
+
+/// Whether `fd` is readable right now: for tests that check an eventfd
+/// was or was not signalled.
+pub fn readable_now(fd: RawFd) -> bool {
+    poll_now(fd, libc::POLLIN) != 0
 }
 
 /// Whether the other end of the socket `fd` has hung up (its process
 /// closed it or died), without waiting.
 pub fn hung_up(fd: RawFd) -> bool {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLRDHUP,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd, no wait.
-    let n = unsafe { libc::poll(&mut p, 1, 0) };
-    n == 1 && p.revents & (libc::POLLHUP | libc::POLLRDHUP | libc::POLLERR) != 0
+    poll_now(fd, libc::POLLRDHUP) & (libc::POLLHUP | libc::POLLRDHUP | libc::POLLERR) != 0
 }
 
+/// An epoll instance.
 pub struct Epoll(OwnedFd);
 
 impl Epoll {

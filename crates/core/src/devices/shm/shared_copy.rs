@@ -143,10 +143,17 @@ impl CopySlot {
         self.word(CLAIM).load(Ordering::Relaxed) >> 32 != 0
     }
 
-    /// Sender: the transfer the slot announces now, if any.
+    /// Sender: the transfer the slot announces now, if it has a piece
+    /// left to claim. (A sender polls this while the receiver copies its
+    /// last pieces: that look reads four words and allocates nothing.)
     pub fn peek(&self) -> Option<OpenTransfer> {
         let claim = self.word(CLAIM).load(Ordering::Acquire);
         if claim >> 32 == 0 {
+            return None;
+        }
+        let total = self.word(TOTAL).load(Ordering::Relaxed);
+        let piece = self.word(PIECE).load(Ordering::Relaxed);
+        if claim & 0xffff_ffff >= pieces(total, piece) {
             return None;
         }
         let n = (self.word(N_DST).load(Ordering::Relaxed) as usize).min(MAX_DST);
@@ -159,8 +166,8 @@ impl CopySlot {
         Some(OpenTransfer {
             claim,
             seq: self.word(SEQ).load(Ordering::Relaxed),
-            total: self.word(TOTAL).load(Ordering::Relaxed),
-            piece: self.word(PIECE).load(Ordering::Relaxed),
+            total,
+            piece,
             dst,
         })
     }
@@ -378,6 +385,8 @@ mod tests {
         assert_eq!(n, 10);
         let got: Vec<u64> = std::iter::from_fn(|| slot.claim(7, n)).collect();
         assert_eq!(got, (0..10).collect::<Vec<_>>());
+        // Open, but nothing left to claim: the sender's look ends there.
+        assert!(slot.peek().is_none());
         // A stale generation claims nothing, even with pieces left.
         assert!(slot.open(8, 4, 4 << 20, 1 << 20, &dst));
         assert_eq!(slot.claim(7, n), None);

@@ -15,11 +15,12 @@ const LIVENESS_EVERY: u32 = 1 << 12;
 const NAP_AFTER_NS: u64 = 1_000_000;
 const NAP_US: u64 = 100;
 
-/// Pieces of a transfer of `total` bytes: at least `least` bytes, and at
-/// most `MOST_PIECES` of them (each piece is a system call and a walk of
-/// both page tables; eight keep both copiers busy while a preempted one
-/// holds back at most an eighth). 0 when sharing is off.
-pub(crate) fn piece_for(total: u64, least: u64) -> u64 {
+/// The piece size for a transfer of `total` bytes: at least `least`
+/// bytes, and large enough for at most `MOST_PIECES` pieces (each piece is
+/// a system call and a walk of both page tables; eight keep both copiers
+/// busy, and a preempted copier holds the other back by one piece). 0
+/// when sharing is off.
+fn piece_for(total: u64, least: u64) -> u64 {
     if least == 0 {
         return 0;
     }
