@@ -5,7 +5,7 @@
  *
  *   compat MODE   MODE: poll select epoll-lt epoll-et epoll-nested peek
  *                       dup threads sendfile splice exec exec-vfork exec-connect
- *                       exec-closerange exec-closeloop exec-closefrom exec-used
+ *                       exec-closerange exec-closeloop exec-closefrom exec-used fork-used
  *                       epollout-et epollout-lt fork-settling shutdown-wakes
  *                       linger0 ipv6 reuseport reuseport-plain selfloop stress reconnect
  *                       hangup
@@ -635,6 +635,7 @@ int main(int argc, char **argv) {
         else if (strcmp(mode, "epollout-et") == 0 || strcmp(mode, "epollout-lt") == 0) epollout_reader(fd);
         else if (strcmp(mode, "fork-settling") == 0) fork_settling_client(fd);
         else if (strcmp(mode, "exec-used") == 0) exec_used_client(fd);
+        else if (strcmp(mode, "fork-used") == 0) fork_used_client(fd);
         else if (strcmp(mode, "shutdown-wakes") == 0) {
             write_all(fd, "h", 1);
             char c; /* the acceptor's SHUT_RDWR ends its direction */
@@ -670,6 +671,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "epollout-lt") == 0) epollout_lt_writer(fd);
     else if (strcmp(mode, "fork-settling") == 0) fork_settling_server(fd);
     else if (strcmp(mode, "exec-used") == 0) exec_used_server(fd);
+    else if (strcmp(mode, "fork-used") == 0) fork_used_server(fd);
     else if (strcmp(mode, "shutdown-wakes") == 0) shutdown_wakes_server(fd);
     else if (strcmp(mode, "linger0") == 0) linger0_server(fd);
     else if (!strcmp(mode, "poll") || !strcmp(mode, "select") || !strncmp(mode, "epoll-", 6)) readiness_server(fd);

@@ -54,6 +54,8 @@ void exec_used_server(int fd);
 void exec_vfork_server(int fd);
 void fork_settling_client(int fd);
 void fork_settling_server(int fd);
+void fork_used_client(int fd);
+void fork_used_server(int fd);
 
 /* compat_flow.c */
 void epollout_lt_writer(int fd);

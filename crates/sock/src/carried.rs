@@ -51,13 +51,19 @@ pub trait Carried: Send + Sync {
     /// Bytes a read would get now without waiting, as FIONREAD asks:
     /// every byte arrived and unread; 0 when nothing did, or another
     /// thread is reading.
-    fn unread(&self) -> usize;
+    fn unread(&self, fd: RawFd) -> usize;
     /// Whether a nonblocking write would now take something (or fail at
     /// once on a broken connection) instead of saying EAGAIN.
     fn writable(&self) -> bool;
     /// Sleeps until the reader makes room (or something else happens on
     /// the link), at most `limit`; at once if there is room.
     fn wait_room(&self, fd: RawFd, limit: std::time::Duration);
+    /// For a process that did not make the link (a child forked after
+    /// its first use): the connection handed back to the kernel, usable
+    /// here (`switched`); None where that cannot be done (between hosts).
+    fn switched(&self, _fd: RawFd) -> Option<std::sync::Arc<dyn Carried>> {
+        None
+    }
 }
 
 /// Copies from `src` into the program's buffers `out` at the cursor

@@ -343,8 +343,15 @@ fn settle_locked(fd: RawFd, mut g: std::sync::MutexGuard<'_, Setup>) -> Route {
                 if link.owner_pid() == crate::process::id() {
                     return Route::Via(link.clone());
                 }
-                // Carried by the parent before a fork: not usable here.
-                return Route::Fail(libc::EIO);
+                // Carried by the parent before a fork: handed back to the
+                // kernel, which both processes can then share (between
+                // hosts that cannot be done: EIO).
+                let Some(s) = link.switched(fd) else {
+                    return Route::Fail(libc::EIO);
+                };
+                // The parent's link is not ours to drop (its VI, its NIC).
+                std::mem::forget(std::mem::replace(&mut *g, Setup::Via(s.clone())));
+                return Route::Via(s);
             }
             Setup::Agreed {
                 inherit: Some(i), ..

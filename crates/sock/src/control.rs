@@ -30,15 +30,29 @@
 //! (`consumed`); a writer whose ring is full sleeps on that word (a
 //! futex) after raising `WAITING`.
 //!
-//! The whole is a memfd (4 KiB + 2 × 1 MiB, pages made as touched) made by the
+//! The whole is a memfd (8 KiB + 2 × 1 MiB, pages made as touched) made by the
 //! acceptor and handed to the connector with the rendezvous answer
 //! (`SCM_RIGHTS`, same user only); a forked child shares the mapping.
+//!
+//! Handing the stream back to the kernel (`switched`): each message's
+//! place and length also go into a table on the page, so any process that
+//! maps it — a forked child, a program exec'd on the socket — can read
+//! what is still unread without the VI, under a lock word shared by every
+//! process of the reading side. The word's `SWITCH` stops new messages,
+//! and `CLAIM`/`RAW` make one process of the writing side put the switch
+//! byte `S` into the kernel stream after its last doorbell (`WRITING`
+//! covers a doorbell on its way).
 
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-const HEADER: usize = 4096;
+/// The words (first 4 KiB), then the message tables (one per direction).
+const HEADER: usize = 8192;
+const TABLES: usize = 4096;
+/// Entries of a direction's message table: a writer never has more
+/// messages unread than this.
+pub const TABLE_LEN: u32 = 256;
 /// Bytes of each direction's data ring.
 pub const RING_BYTES: usize = 1 << 20;
 const PAGE: usize = HEADER + 2 * RING_BYTES;
@@ -46,6 +60,12 @@ const PAGE: usize = HEADER + 2 * RING_BYTES;
 /// writer's waiting flag.
 const CONSUMED: usize = 64;
 const WAITING: usize = 68;
+/// Offsets, within a direction's stride, of the reading side's lock (the
+/// pid holding it, 0 for none), of the bytes taken of the first unread
+/// message, and of whether the switch byte was read off the kernel.
+const READ_LOCK: usize = 72;
+const TAKEN: usize = 76;
+const RAW_READ: usize = 80;
 /// Bytes between the two directions' words (own cache lines).
 const STRIDE: usize = 128;
 
@@ -55,6 +75,16 @@ const BELL: u64 = 1;
 const TOKEN: u64 = 2;
 /// The writer has shut down or closed: the reader must ask the kernel.
 const SHUT: u64 = 4;
+/// The stream goes back to the kernel: no new message in this direction.
+const SWITCH: u64 = 8;
+/// The switch byte is in the kernel stream: raw writes may follow it.
+const RAW: u64 = 16;
+/// A process of the writing side is sending the switch byte.
+const CLAIM: u64 = 32;
+/// A writer rang and its doorbell byte is on its way.
+const WRITING: u64 = 64;
+/// The byte that ends the doorbells in a kernel stream.
+pub const SWITCH_BYTE: u8 = b'S';
 const CAP_SHIFT: u32 = 8;
 const CAP_MASK: u64 = 0x00ff_ffff << CAP_SHIFT;
 const POSTED_SHIFT: u32 = 32;
@@ -76,6 +106,9 @@ pub enum Side {
 
 pub struct Control {
     base: *mut u8,
+    /// A close-on-exec copy of the memfd, kept until the connection's
+    /// exec record takes it (`take_fd`); -1 for none.
+    fd: AtomicI32,
 }
 
 // SAFETY: the page is only accessed through atomics.
@@ -127,7 +160,20 @@ impl Control {
                 0,
             )
         };
-        (p != libc::MAP_FAILED).then(|| Control { base: p.cast() })
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        Some(Control {
+            base: p.cast(),
+            fd: AtomicI32::new(keep_copy(fd)),
+        })
+    }
+
+    /// The kept copy of the memfd, now the caller's to close (None if
+    /// none was kept or it was taken).
+    pub fn take_fd(&self) -> Option<RawFd> {
+        let fd = self.fd.swap(-1, Ordering::AcqRel);
+        (fd >= 0).then_some(fd)
     }
 
     fn word32(&self, offset: usize) -> &AtomicU32 {
@@ -169,6 +215,99 @@ impl Control {
         }
     }
 
+    fn entry(&self, writer: Side, index: u32) -> &AtomicU64 {
+        let at =
+            TABLES + tx_index(writer) * (TABLE_LEN as usize * 8) + (index % TABLE_LEN) as usize * 8;
+        // SAFETY: inside the header's table part, 8-aligned; atomics only.
+        unsafe { &*(self.base.add(at) as *const AtomicU64) }
+    }
+
+    /// Writer, before announcing its message number `index`: where it
+    /// lies in the ring, so a process without the VI can read it.
+    pub fn set_entry(&self, writer: Side, index: u32, place: usize, len: usize) {
+        let v = ((place as u64) << 32) | len as u64;
+        self.entry(writer, index).store(v, Ordering::Release);
+    }
+
+    /// The (place, length) the writer put for message `index`, unchecked.
+    pub fn entry_of(&self, writer: Side, index: u32) -> (usize, usize) {
+        let v = self.entry(writer, index).load(Ordering::Acquire);
+        ((v >> 32) as usize, (v & 0xffff_ffff) as usize)
+    }
+
+    /// Reader: bytes already taken of the first unread message.
+    pub fn taken(&self, writer: Side) -> u32 {
+        self.word32(tx_index(writer) * STRIDE + TAKEN)
+            .load(Ordering::Acquire)
+    }
+
+    pub fn set_taken(&self, writer: Side, n: u32) {
+        self.word32(tx_index(writer) * STRIDE + TAKEN)
+            .store(n, Ordering::Release);
+    }
+
+    /// Reader after a switch: messages used up are `consumed` now.
+    pub fn set_consumed(&self, writer: Side, consumed: u32) {
+        self.word32(tx_index(writer) * STRIDE + CONSUMED)
+            .store(consumed, Ordering::SeqCst);
+    }
+
+    /// Whether the switch byte of `writer`'s stream was read.
+    pub fn raw_read(&self, writer: Side) -> bool {
+        self.word32(tx_index(writer) * STRIDE + RAW_READ)
+            .load(Ordering::Acquire)
+            != 0
+    }
+
+    pub fn set_raw_read(&self, writer: Side) {
+        self.word32(tx_index(writer) * STRIDE + RAW_READ)
+            .store(1, Ordering::Release);
+    }
+
+    /// The reading side's lock on `writer`'s direction, shared by every
+    /// process that reads the connection: taken around each read that
+    /// uses messages up, so two processes never take the same bytes.
+    /// Waits while another live process holds it; `nonblocking`: gives up
+    /// (None) after about 200 µs.
+    pub fn lock_reader(&self, writer: Side, nonblocking: bool) -> Option<ReaderLock<'_>> {
+        let word = self.word32(tx_index(writer) * STRIDE + READ_LOCK);
+        let me = crate::process::id();
+        let start = std::time::Instant::now();
+        let mut turns = 0u32;
+        loop {
+            let holder = word.load(Ordering::Acquire);
+            let free = holder == 0 || (turns % 1024 == 1023 && !alive(holder));
+            if free
+                && word
+                    .compare_exchange(holder, me, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            {
+                return Some(ReaderLock(word));
+            }
+            turns = turns.wrapping_add(1);
+            if turns < 64 {
+                std::hint::spin_loop();
+                continue;
+            }
+            if nonblocking && start.elapsed() > Duration::from_micros(200) {
+                return None;
+            }
+            std::thread::sleep(Duration::from_micros(20));
+        }
+    }
+
+    /// Wakes every writer asleep for room (a switch: they must look).
+    pub fn wake_writers(&self) {
+        for dir in 0..2 {
+            futex(
+                self.word32(dir * STRIDE + CONSUMED),
+                libc::FUTEX_WAKE,
+                i32::MAX as u32,
+                None,
+            );
+        }
+    }
+
     fn word(&self, dir: usize) -> &AtomicU64 {
         // SAFETY: the page is PAGE bytes, mapped for our lifetime, and the
         // word is 8-aligned inside it; it is only accessed atomically.
@@ -201,6 +340,22 @@ pub fn peer_of(side: Side) -> Side {
     }
 }
 
+/// Whether process `pid` still runs (a lock it holds is then its).
+fn alive(pid: u32) -> bool {
+    // SAFETY: signal 0 checks existence only.
+    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// A held reader lock (`Control::lock_reader`).
+pub struct ReaderLock<'a>(&'a AtomicU32);
+
+impl Drop for ReaderLock<'_> {
+    fn drop(&mut self) {
+        self.0.store(0, Ordering::Release);
+    }
+}
+
 /// A shared (not process-private) futex call on `word`.
 fn futex(word: &AtomicU32, op: i32, val: u32, limit: Option<Duration>) {
     let ts = limit.map(|d| libc::timespec {
@@ -215,8 +370,32 @@ fn futex(word: &AtomicU32, op: i32, val: u32, limit: Option<Duration>) {
     unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), op, val, tsp, 0, 0) };
 }
 
+/// A close-on-exec copy of `fd` while the descriptor table is less than
+/// half full (a connection beyond that works, but not across exec); -1.
+fn keep_copy(fd: RawFd) -> RawFd {
+    // SAFETY: F_DUPFD_CLOEXEC of the caller's open memfd.
+    let d = unsafe { (crate::real::real().fcntl)(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if d < 0 {
+        return -1;
+    }
+    // SAFETY: getrlimit into our own struct.
+    let mut r: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0;
+    if ok && (d as u64).saturating_mul(2) >= r.rlim_cur {
+        // SAFETY: the copy just made.
+        unsafe { (crate::real::real().close)(d) };
+        return -1;
+    }
+    d
+}
+
 impl Drop for Control {
     fn drop(&mut self) {
+        if let Some(fd) = self.take_fd() {
+            // SAFETY: our own copy of the memfd.
+            unsafe { (crate::real::real().close)(fd) };
+        }
         // SAFETY: unmapping the page mapped in `map`.
         unsafe { libc::munmap(self.base.cast(), PAGE) };
     }
@@ -228,6 +407,16 @@ pub struct Seen {
     pub bell: bool,
     pub token: bool,
     pub shut: bool,
+    /// The stream is going back to the kernel (see the module's text).
+    pub switched: bool,
+}
+
+/// See [`Direction::claim`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Claim {
+    Mine,
+    Done,
+    Wait,
 }
 
 /// One direction's word.
@@ -238,20 +427,61 @@ impl Direction<'_> {
         self.0.fetch_update(Ordering::AcqRel, Ordering::Acquire, f)
     }
 
-    /// Writer, after posting a message of `len` bytes: whether it must
-    /// ring the doorbell (one byte on the kernel socket).
-    pub fn announce(&self, len: usize) -> bool {
+    /// Writer, before posting a message of `len` bytes: whether it must
+    /// ring the doorbell (one byte on the kernel socket; then `rang`
+    /// after it). None: the stream is switching to the kernel, and the
+    /// message is not announced.
+    pub fn announce(&self, len: usize) -> Option<bool> {
         let old = self
             .update(|s| {
+                if s & SWITCH != 0 {
+                    return None;
+                }
                 let mut n = s.wrapping_add(1 << POSTED_SHIFT) & !(TOKEN | CAP_MASK);
-                if !(s & TOKEN != 0 && len <= cap(s)) {
+                let took_token = s & TOKEN != 0 && len <= cap(s);
+                if !took_token {
                     n |= BELL;
+                    if s & BELL == 0 {
+                        n |= WRITING;
+                    }
                 }
                 Some(n)
             })
-            .unwrap_or_else(|s| s);
+            .ok()?;
         let took_token = old & TOKEN != 0 && len <= cap(old);
-        !took_token && old & BELL == 0
+        Some(!took_token && old & BELL == 0)
+    }
+
+    /// Writer: the doorbell byte `announce` asked for is sent (or failed).
+    pub fn rang(&self) {
+        self.0.fetch_and(!WRITING, Ordering::AcqRel);
+    }
+
+    /// No new message in this direction from now on.
+    pub fn switch(&self) {
+        self.0.fetch_or(SWITCH, Ordering::AcqRel);
+    }
+
+    /// Whether the switch byte is in the kernel stream.
+    pub fn raw(&self) -> bool {
+        self.0.load(Ordering::Acquire) & RAW != 0
+    }
+
+    /// Who sends the switch byte: this caller (`Claim::Mine`: send it,
+    /// then `set_raw`), nobody any more (`Done`), or someone later
+    /// (`Wait`: a doorbell or another process's switch byte is on its way).
+    pub fn claim(&self) -> Claim {
+        let r = self
+            .update(|s| (s & (RAW | CLAIM | WRITING) == 0 && s & SWITCH != 0).then_some(s | CLAIM));
+        match r {
+            Ok(_) => Claim::Mine,
+            Err(s) if s & RAW != 0 => Claim::Done,
+            Err(_) => Claim::Wait,
+        }
+    }
+
+    pub fn set_raw(&self) {
+        self.0.fetch_or(RAW, Ordering::AcqRel);
     }
 
     /// Writer: from now on the reader asks the kernel (FIN or close).
@@ -266,6 +496,7 @@ impl Direction<'_> {
             bell: s & BELL != 0,
             token: s & TOKEN != 0,
             shut: s & SHUT != 0,
+            switched: s & SWITCH != 0,
         }
     }
 
@@ -311,11 +542,17 @@ mod tests {
     fn rings_once_until_the_reader_drains() {
         let c = page();
         let (w, r) = (c.tx(Side::Connector), c.rx(Side::Acceptor));
-        assert!(w.announce(10), "first message rings");
-        assert!(!w.announce(10), "a second while the bell is out does not");
+        assert!(w.announce(10) == Some(true), "first message rings");
+        assert!(
+            w.announce(10) == Some(false),
+            "a second while the bell is out does not"
+        );
         assert!(!r.clear_bell(1), "one message still unread");
         assert!(r.clear_bell(2));
-        assert!(w.announce(10), "after the reader took the bell, ring again");
+        assert!(
+            w.announce(10) == Some(true),
+            "after the reader took the bell, ring again"
+        );
     }
 
     #[test]
@@ -323,13 +560,19 @@ mod tests {
         let c = page();
         let (w, r) = (c.tx(Side::Acceptor), c.rx(Side::Connector));
         assert!(r.offer_token(0, 100));
-        assert!(!w.announce(100), "fits: the spinning reader takes it");
+        assert!(
+            w.announce(100) == Some(false),
+            "fits: the spinning reader takes it"
+        );
         assert!(!r.revoke_token(), "the writer took the token");
-        assert!(w.announce(1), "the next one rings");
+        assert!(w.announce(1) == Some(true), "the next one rings");
         assert!(!r.offer_token(1, 100), "unread data: no token");
         assert!(r.clear_bell(2));
         assert!(r.offer_token(2, 100));
-        assert!(w.announce(101), "too big for the reader's room: ring");
+        assert!(
+            w.announce(101) == Some(true),
+            "too big for the reader's room: ring"
+        );
         assert!(!r.revoke_token());
         assert!(r.seen().bell);
     }
@@ -340,7 +583,7 @@ mod tests {
         let (w, r) = (c.tx(Side::Connector), c.rx(Side::Acceptor));
         assert!(r.offer_token(0, 100));
         assert!(r.revoke_token());
-        assert!(w.announce(1));
+        assert!(w.announce(1) == Some(true));
     }
 
     #[test]
@@ -351,7 +594,11 @@ mod tests {
         let n = 200_000u32;
         let w = {
             let c = c.clone();
-            std::thread::spawn(move || (0..n).filter(|_| c.tx(Side::Connector).announce(1)).count())
+            std::thread::spawn(move || {
+                (0..n)
+                    .filter(|_| c.tx(Side::Connector).announce(1) == Some(true))
+                    .count()
+            })
         };
         let r = c.rx(Side::Acceptor);
         let (mut consumed, mut bells_taken, mut unbelled) = (0u32, 0usize, 0u32);
@@ -385,5 +632,54 @@ mod tests {
         }
         assert_eq!(rings, bells_taken, "every ring is taken once");
         assert!(!r.seen().bell);
+    }
+
+    #[test]
+    fn after_a_switch_nothing_is_announced_and_one_process_sends_the_byte() {
+        let c = page();
+        let w = c.tx(Side::Connector);
+        assert_eq!(
+            w.announce(5),
+            Some(true),
+            "rang: its doorbell is on its way"
+        );
+        w.switch();
+        assert_eq!(w.announce(5), None, "no message after the switch");
+        assert_eq!(w.claim(), Claim::Wait, "the doorbell is not sent yet");
+        w.rang();
+        assert_eq!(w.claim(), Claim::Mine);
+        assert_eq!(w.claim(), Claim::Wait, "the claimer is sending it");
+        assert!(!w.raw());
+        w.set_raw();
+        assert_eq!(w.claim(), Claim::Done);
+        assert!(c.rx(Side::Acceptor).seen().switched);
+    }
+
+    #[test]
+    fn the_reader_lock_is_held_by_one_at_a_time() {
+        let c = page();
+        let held = c.lock_reader(Side::Acceptor, false).expect("free");
+        assert!(
+            c.lock_reader(Side::Acceptor, true).is_none(),
+            "a nonblocking reader gives up"
+        );
+        assert!(
+            c.lock_reader(Side::Connector, true).is_some(),
+            "the other direction's is its own"
+        );
+        drop(held);
+        assert!(c.lock_reader(Side::Acceptor, true).is_some());
+    }
+
+    #[test]
+    fn message_entries_round_trip_and_wrap_at_the_table_length() {
+        let c = page();
+        c.set_entry(Side::Acceptor, 3, RING_BYTES - 10, 10);
+        assert_eq!(c.entry_of(Side::Acceptor, 3), (RING_BYTES - 10, 10));
+        assert_eq!(
+            c.entry_of(Side::Acceptor, 3 + TABLE_LEN),
+            (RING_BYTES - 10, 10)
+        );
+        assert_eq!(c.entry_of(Side::Connector, 3), (0, 0), "directions apart");
     }
 }

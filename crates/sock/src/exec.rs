@@ -96,6 +96,15 @@ impl Marks {
                 if !keeps || !carried[..k].contains(&ino) || marked[..m.n].contains(&ino) {
                     continue;
                 }
+                // Its switchable record (made at first use) goes across
+                // exec by itself: the new program hands it to the kernel.
+                let switchable = crate::inherit::held_records()
+                    .iter()
+                    .flatten()
+                    .any(|r| r.socket_inode == ino && r.record_fd >= 0);
+                if switchable {
+                    continue;
+                }
                 if m.n == m.fds.len() {
                     return m;
                 }

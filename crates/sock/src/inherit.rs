@@ -136,6 +136,11 @@ const AWAIT_NET: u32 = 4;
 /// Carried over a VI of the process that execs: unusable in the new
 /// program (see [`mark_unusable`]).
 const UNUSABLE: u32 = 5;
+/// Carried over a VI of a process that used it: the new program hands the
+/// connection back to the kernel on first use (`switched`); `aux_fd` is
+/// the control page's memfd. Held from the first use until closed, by
+/// every process sharing the socket, and never claimed.
+const SWITCHABLE: u32 = 6;
 
 /// What a new program needs to take an unused connection up.
 #[repr(C)]
@@ -180,6 +185,11 @@ pub enum Offered<'a> {
         lport: u16,
         cport: u16,
     },
+    /// A connection in use (carried over this process's VI).
+    Switchable {
+        side: Side,
+        control: RawFd,
+    },
 }
 
 /// This process's hold on a record: the memfd, its mapping, and the
@@ -204,6 +214,13 @@ impl Inherit {
     /// exec).
     pub fn offer(socket: RawFd, what: Offered<'_>) -> Option<Arc<Inherit>> {
         if !room_for_a_record(socket) {
+            return None;
+        }
+        // Connections in use take at most half the places: the other half
+        // stays for unused ones (a server handing accepted connections on).
+        if matches!(what, Offered::Switchable { .. })
+            && HELD.load(Ordering::Relaxed) >= MAX_HELD / 2
+        {
             return None;
         }
         let socket_inode = inode(socket)?;
@@ -232,6 +249,9 @@ impl Inherit {
                 [lport, cport],
                 &[][..],
             ),
+            Offered::Switchable { side, control } => {
+                (SWITCHABLE, side, 0, Some(control), [0, 0], &[][..])
+            }
         };
         if host.len() > HOST_MAX {
             return None;
@@ -464,7 +484,7 @@ fn take_up_one(record_fd: RawFd, sockets: &[(RawFd, u64)]) {
     // A copy of the record's fields: `held` moves into the state below.
     // SAFETY: mapped above, a whole Record long; `used` is read atomically.
     let r = unsafe { &*record };
-    if r.magic != MAGIC || r.used.load(Ordering::Acquire) != 0 {
+    if r.magic != MAGIC || (r.kind != SWITCHABLE && r.used.load(Ordering::Acquire) != 0) {
         // Not for us (or used elsewhere): let it go with this process's
         // copy of its descriptor.
         return;
@@ -495,7 +515,9 @@ fn take_up_one(record_fd: RawFd, sockets: &[(RawFd, u64)]) {
     if let Some((fd, ino)) = aux {
         // Still the record's, not a number the program reused?
         let expected = match kind {
-            AGREED => link_of(fd).is_some_and(|l| l.starts_with("/memfd:viarun-control")),
+            AGREED | SWITCHABLE => {
+                link_of(fd).is_some_and(|l| l.starts_with("/memfd:viarun-control"))
+            }
             _ => link_of(fd).is_some_and(|l| l.starts_with("socket:[")),
         };
         if !expected || inode(fd) != Some(ino) {
@@ -519,6 +541,23 @@ fn take_up_one(record_fd: RawFd, sockets: &[(RawFd, u64)]) {
     };
     let inherit = Some(Arc::new(held));
     let setup = match kind {
+        SWITCHABLE => {
+            let Some((fd, _)) = aux else { return };
+            let Some(control) = Control::map(fd) else {
+                return;
+            };
+            // The record keeps its own copy for a further exec.
+            if let Some(copy) = control.take_fd() {
+                // SAFETY: the page's copy Control::map just made.
+                unsafe { (real().close)(copy) };
+            }
+            Setup::Via(Arc::new(crate::switched::Switched::new(
+                Arc::new(control),
+                side,
+                first,
+                inherit,
+            )))
+        }
         AGREED => {
             let Some((fd, _)) = aux else { return };
             let Some(control) = Control::map(fd) else {

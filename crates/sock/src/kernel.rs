@@ -6,7 +6,7 @@ use std::os::fd::RawFd;
 
 use crate::real::real;
 
-fn errno() -> i32 {
+pub fn errno() -> i32 {
     std::io::Error::last_os_error()
         .raw_os_error()
         .unwrap_or(libc::EIO)

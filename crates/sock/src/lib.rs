@@ -34,6 +34,7 @@ mod rendezvous;
 mod room;
 mod splice;
 mod stats;
+mod switched;
 
 use libc::{c_int, c_void, iovec, msghdr, size_t, sockaddr, socklen_t, ssize_t};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -510,7 +511,7 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: libc::c_ulong, arg: *mut c_vo
             match conn::route(fd) {
                 Route::Kernel => {}
                 Route::Via(link) => {
-                    *(arg as *mut c_int) = link.unread().min(c_int::MAX as usize) as c_int;
+                    *(arg as *mut c_int) = link.unread(fd).min(c_int::MAX as usize) as c_int;
                     return 0;
                 }
                 Route::Fail(e) => {

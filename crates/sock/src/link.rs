@@ -24,7 +24,7 @@ use openvia_core::nic::Nic;
 use openvia_core::vi::{reliability, Vi, ViState};
 use openvia_core::{Address, ViaError};
 
-use crate::control::{peer_of, Control, Direction, Side, RING_BYTES};
+use crate::control::{peer_of, Control, Direction, Side, RING_BYTES, TABLE_LEN};
 use crate::kernel;
 use crate::region::{Region, DESC_BYTES};
 
@@ -174,6 +174,10 @@ pub struct Link {
     control: Arc<Control>,
     tx: Mutex<Tx>,
     pub(crate) rx: Mutex<Rx>,
+    /// The exec record that lets a program exec'd on the socket take the
+    /// connection up after a switch (`switched`); None where none could
+    /// be made (it then gets ECONNRESET, `exec`).
+    record: Option<Arc<crate::inherit::Inherit>>,
     /// The socket's O_NONBLOCK, asked once when the link is made and then
     /// followed through the program's fcntl(F_SETFL) and ioctl(FIONBIO)
     /// (lib.rs): a read or write that must know it makes no system call.
@@ -262,9 +266,21 @@ impl Link {
         control: Arc<Control>,
     ) -> Result<Link, HandshakeEnd> {
         kernel::send_byte(fd, HELLO).map_err(|_| HandshakeEnd::Broken)?;
-        let link = Link::create(side, control).map_err(|_| HandshakeEnd::Broken)?;
+        let mut link = Link::create(side, control).map_err(|_| HandshakeEnd::Broken)?;
         link.set_nonblocking(kernel::is_nonblocking(fd));
         meet(fd, &link.nic, &link.vi, side, token, None)?;
+        if let Some(page) = link.control.take_fd() {
+            link.record = crate::inherit::Inherit::offer(
+                fd,
+                crate::inherit::Offered::Switchable {
+                    side,
+                    control: page,
+                },
+            );
+            // SAFETY: the page's kept copy, handed to the record (which
+            // made its own) and ours to close.
+            unsafe { (crate::real::real().close)(page) };
+        }
         Ok(link)
     }
 
@@ -298,6 +314,7 @@ impl Link {
                 consumed: 0,
                 bell_in_socket: false,
             }),
+            record: None,
             nonblocking: AtomicBool::new(false),
         };
         for j in 0..RECV_SLOTS {
@@ -342,6 +359,49 @@ impl Link {
     }
 
     /// Address of receive slot `j`'s buffer.
+    /// The reading side's lock on the page (`Control::lock_reader`).
+    pub(crate) fn lock_reader(&self, nonblocking: bool) -> Option<crate::control::ReaderLock<'_>> {
+        self.control.lock_reader(peer_of(self.side), nonblocking)
+    }
+
+    /// How much of the first unread message is read, for a process that
+    /// may read on after a switch.
+    pub(crate) fn publish_taken(&self, n: usize) {
+        self.control.set_taken(peer_of(self.side), n as u32);
+    }
+
+    /// The rest of a read (into `out` from `at` on; `got` bytes read
+    /// before) on a connection handed back to the kernel.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn read_switched(
+        &self,
+        fd: RawFd,
+        out: &mut [&mut [u8]],
+        at: (usize, usize),
+        got: usize,
+        nonblocking: bool,
+        peek: bool,
+        all: bool,
+    ) -> Result<usize, i32> {
+        let (seg, off) = at;
+        let mut rest: Vec<&mut [u8]> = out
+            .iter_mut()
+            .skip(seg)
+            .enumerate()
+            .map(|(k, o)| if k == 0 { &mut o[off..] } else { &mut o[..] })
+            .collect();
+        if crate::switched::ensure(&self.control, self.side, fd) == Err(libc::EIO) && got == 0 {
+            return Err(libc::EIO);
+        }
+        // What this call already has counts: a nonblocking tail then.
+        let nb = nonblocking || (got > 0 && !all);
+        match crate::switched::read(&self.control, self.side, fd, &mut rest, nb, peek, all) {
+            Ok(n) => Ok(got + n),
+            Err(_) if got > 0 => Ok(got),
+            Err(e) => Err(e),
+        }
+    }
+
     pub(crate) fn recv_buffer(&self, j: usize) -> usize {
         self.region.buffer(SEND_SLOTS + j)
     }
@@ -430,10 +490,16 @@ impl Link {
         let mut taken = 0usize;
         let (mut seg, mut off) = (0usize, 0usize);
         while taken < total {
+            if self.tx_word().seen().switched {
+                return self.write_switched(fd, data, (seg, off), taken, dontwait, nosignal);
+            }
             if self.reap(&mut tx, false).is_err() {
                 return pipe(taken);
             }
             while tx.free.is_empty() {
+                if self.tx_word().seen().switched {
+                    return self.write_switched(fd, data, (seg, off), taken, dontwait, nosignal);
+                }
                 if *nonblock.get_or_insert_with(|| dontwait || self.is_nonblocking()) {
                     return if taken > 0 {
                         Ok(taken)
@@ -451,7 +517,12 @@ impl Link {
             let at = loop {
                 let used = self.control.consumed(self.side);
                 tx.release(used);
-                if let Some(at) = tx.place(want) {
+                if self.tx_word().seen().switched {
+                    return self.write_switched(fd, data, (seg, off), taken, dontwait, nosignal);
+                }
+                // The page's table holds the last TABLE_LEN messages' places.
+                let table_room = tx.sent.wrapping_sub(used) < TABLE_LEN;
+                if let Some(at) = tx.place(want).filter(|_| table_room) {
                     break at;
                 }
                 if *nonblock.get_or_insert_with(|| dontwait || self.is_nonblocking()) {
@@ -471,6 +542,7 @@ impl Link {
             // keeps a message from crossing its end) and is free: the
             // reader has used up every message that was there.
             let slot = unsafe { self.control.ring(self.side).add(place) };
+            let start = (seg, off);
             let mut len = 0usize;
             while len < want {
                 let part = &data[seg][off..];
@@ -501,10 +573,18 @@ impl Link {
             // for it before it returns (`bell_visible`, `take_bell`), so
             // the socket is readable while data is unread. A dead peer
             // shows on the doorbell as EPIPE (and SIGPIPE) from the kernel.
-            let ring = self.tx_word().announce(len);
+            self.control.set_entry(self.side, tx.sent, place, len);
+            let Some(ring) = self.tx_word().announce(len) else {
+                // Switched meanwhile: this message goes to the kernel.
+                tx.free.push(i);
+                return self.write_switched(fd, data, start, taken, dontwait, nosignal);
+            };
             let d = self.fill(i, buf, 8);
             if self.vi.post_send(d.0, self.region.handle).is_err() {
                 tx.free.push(i);
+                if ring {
+                    self.tx_word().rang();
+                }
                 return pipe(taken);
             }
             tx.in_flight += 1;
@@ -513,12 +593,41 @@ impl Link {
             tx.head = end;
             tx.ends.push_back(end);
             taken += len;
-            if ring && kernel::send_doorbell(fd, nosignal).is_err() {
-                // This message is posted (taken); the next write fails.
-                return Ok(taken);
+            if ring {
+                let rung = kernel::send_doorbell(fd, nosignal);
+                self.tx_word().rang();
+                if rung.is_err() {
+                    // This message is posted (taken); the next write fails.
+                    return Ok(taken);
+                }
             }
         }
         Ok(taken)
+    }
+
+    /// The rest of a write, from `at` (segment, offset) of `data` on, on a
+    /// connection handed back to the kernel (`switched`); `taken` bytes
+    /// went before it through the ring.
+    fn write_switched(
+        &self,
+        fd: RawFd,
+        data: &[&[u8]],
+        at: (usize, usize),
+        taken: usize,
+        dontwait: bool,
+        nosignal: bool,
+    ) -> Result<usize, i32> {
+        let (seg, off) = at;
+        let mut rest: Vec<&[u8]> = Vec::with_capacity(data.len().saturating_sub(seg));
+        for (k, d) in data.iter().enumerate().skip(seg) {
+            rest.push(if k == seg { &d[off.min(d.len())..] } else { d });
+        }
+        let dontwait = dontwait || self.is_nonblocking();
+        match crate::switched::write(&self.control, self.side, fd, &rest, dontwait, nosignal) {
+            Ok(n) => Ok(taken + n),
+            Err(_) if taken > 0 => Ok(taken),
+            Err(e) => Err(e),
+        }
     }
 
     /// Room for a whole message (a free slot and SLOT_BYTES of ring):
@@ -540,7 +649,9 @@ impl Link {
     pub fn flush(&self) {
         let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
         let start = std::time::Instant::now();
-        while tx.in_flight > 0 && start.elapsed() < LINGER {
+        // After a switch the peer reads what is unread through the page,
+        // not the VI: nothing to wait for.
+        while tx.in_flight > 0 && start.elapsed() < LINGER && !self.tx_word().seen().switched {
             if self.reap(&mut tx, true).is_err() {
                 return;
             }
@@ -586,17 +697,28 @@ impl crate::carried::Carried for Link {
     fn owner_pid(&self) -> u32 {
         self.owner_pid
     }
-    fn unread(&self) -> usize {
+    fn unread(&self, fd: RawFd) -> usize {
+        if self.rx_word().seen().switched {
+            return crate::switched::unread(&self.control, self.side, fd);
+        }
         Link::unread(self)
     }
     fn writable(&self) -> bool {
-        Link::writable(self)
+        self.tx_word().seen().switched || Link::writable(self)
     }
     fn wait_room(&self, _fd: RawFd, limit: std::time::Duration) {
         let used = self.control.consumed(self.side);
-        if !Link::writable(self) {
+        if !Link::writable(self) && !self.tx_word().seen().switched {
             self.control.wait_for_room(self.side, used, limit);
         }
+    }
+    fn switched(&self, fd: RawFd) -> Option<Arc<dyn crate::carried::Carried>> {
+        Some(Arc::new(crate::switched::Switched::new(
+            self.control.clone(),
+            self.side,
+            fd,
+            self.record.clone(),
+        )))
     }
 }
 

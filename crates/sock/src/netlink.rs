@@ -557,7 +557,7 @@ impl crate::carried::Carried for NetLink {
         self.reap(&mut st);
         st.broken || !st.free.is_empty()
     }
-    fn unread(&self) -> usize {
+    fn unread(&self, _fd: RawFd) -> usize {
         let mut st = lock(&self.state);
         self.pump(&mut st);
         st.unread()

@@ -80,6 +80,11 @@ impl Link {
         if want == 0 {
             return Ok(0);
         }
+        // Processes that share the socket after a switch read through the
+        // page; this lock keeps them from taking the same bytes as we do.
+        let Some(lock) = self.lock_reader(nonblocking()) else {
+            return Err(libc::EAGAIN);
+        };
         let mut got = 0usize;
         let (mut seg, mut off) = (0usize, 0usize);
         // Set after a sleep, or when the page or VI says so: the kernel
@@ -89,6 +94,14 @@ impl Link {
         // asked the kernel already.
         let (mut waits, mut asked) = (0u32, false);
         loop {
+            if self.rx_word().seen().switched {
+                // Handed back to the kernel (here or by another process):
+                // the rest through the page and the kernel stream.
+                drop(lock);
+                rx.current = None;
+                rx.later.clear();
+                return self.read_switched(fd, out, (seg, off), got, nonblocking(), peek, all);
+            }
             if let Some((place, len, taken)) = rx.current {
                 // Copy what this message has (a peek takes from one message).
                 let mut at = taken;
@@ -115,9 +128,11 @@ impl Link {
                 if at == len {
                     rx.current = None;
                     rx.consumed = rx.consumed.wrapping_add(1);
+                    self.publish_taken(0);
                     self.used_up();
                 } else {
                     rx.current = Some((place, len, at));
+                    self.publish_taken(at);
                 }
                 if got == want {
                     return Ok(self.leave(fd, &mut rx, got));
@@ -185,6 +200,9 @@ impl Link {
                     Peek::Error(e) => return if got > 0 { Ok(got) } else { Err(e) },
                     Peek::Byte(b) => {
                         let now = self.rx_word().seen();
+                        if now.switched {
+                            continue;
+                        }
                         if b != DOORBELL || !now.bell {
                             // Not ours: the stream cannot be followed.
                             return Err(libc::EIO);
@@ -255,7 +273,7 @@ impl Link {
         let mut turns = 0u32;
         loop {
             let seen = self.rx_word().seen();
-            if !seen.token || seen.posted != rx.consumed || seen.shut {
+            if !seen.token || seen.posted != rx.consumed || seen.shut || seen.switched {
                 return Spin::Changed;
             }
             // Polling the VI keeps the device's progress thread asleep and

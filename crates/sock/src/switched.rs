@@ -1,0 +1,481 @@
+//! A one-host connection handed back to the kernel, so that a process
+//! without the VI can use it: a child forked after the connection was
+//! used, or a program exec'd on the socket. Both ends then carry on over
+//! plain kernel TCP, and two processes sharing the socket (after fork)
+//! share it as the kernel shares any socket.
+//!
+//! The switch, done by whichever process of either end notices it first
+//! (its first use in a new process, or a flag on the page):
+//! - both directions' words get `SWITCH`: no writer announces another
+//!   message (a writer that finds it set writes to the kernel instead);
+//! - one process of each end, once its end's last doorbell is sent, puts
+//!   the switch byte `S` into its kernel stream (`Claim`), and only then
+//!   may its end write raw bytes: so `S` is the last of the doorbells;
+//! - a reader first takes what is still unread in the ring, through the
+//!   page's message table (not the VI, which only its maker can read),
+//!   under the reading side's lock; then it drops kernel bytes up to and
+//!   including `S` (doorbells and the hello); everything after is data.
+//!
+//! Nothing is read twice or lost: messages are used up only under the
+//! lock, and the holder of the VI publishes how far into a message it has
+//! read (`taken`) under the same lock.
+
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::carried::{copy_out, reader_turn, Carried};
+use crate::control::{peer_of, Claim, Control, Side, RING_BYTES, SWITCH_BYTE};
+use crate::inherit::Inherit;
+use crate::kernel;
+use crate::link::SLOT_BYTES;
+use crate::real::real;
+
+/// How long a process waits for its end's last doorbell, or another
+/// process's switch byte, before the connection is given up (EIO).
+const CLAIM_LIMIT: Duration = Duration::from_secs(5);
+
+/// Switches the connection (both directions) and makes sure this end's
+/// switch byte is in the kernel stream, so this end may write raw bytes.
+pub(crate) fn ensure(control: &Control, side: Side, fd: RawFd) -> Result<(), i32> {
+    let tx = control.tx(side);
+    if tx.raw() {
+        return Ok(());
+    }
+    tx.switch();
+    control.rx(side).switch();
+    control.wake_writers();
+    let start = Instant::now();
+    loop {
+        match tx.claim() {
+            Claim::Done => return Ok(()),
+            Claim::Mine => {
+                let sent = kernel::send_byte(fd, SWITCH_BYTE);
+                // Even when the peer is gone: nobody waits for it then.
+                tx.set_raw();
+                return sent;
+            }
+            Claim::Wait if start.elapsed() > CLAIM_LIMIT => return Err(libc::EIO),
+            Claim::Wait => std::thread::sleep(Duration::from_micros(20)),
+        }
+    }
+}
+
+/// Bytes still unread in the ring of `side`'s peer (the first message
+/// from what was taken of it), and whether the page's entries are sound.
+fn left_in_ring(control: &Control, side: Side) -> Result<usize, i32> {
+    let writer = peer_of(side);
+    let posted = control.rx(side).seen().posted;
+    let mut i = control.consumed(writer);
+    let mut n = 0usize;
+    let mut taken = control.taken(writer) as usize;
+    while i != posted {
+        let (_, len) = checked_entry(control, writer, i)?;
+        n += len.saturating_sub(taken);
+        taken = 0;
+        i = i.wrapping_add(1);
+    }
+    Ok(n)
+}
+
+/// The peer's entry for message `i`, bounds-checked (the peer wrote it).
+fn checked_entry(control: &Control, writer: Side, i: u32) -> Result<(usize, usize), i32> {
+    let (place, len) = control.entry_of(writer, i);
+    match place.checked_add(len) {
+        Some(end) if len <= SLOT_BYTES && end <= RING_BYTES => Ok((place, len)),
+        _ => Err(libc::EIO),
+    }
+}
+
+/// A read on a switched connection: what the ring still holds, then the
+/// kernel stream after the peer's switch byte. `nonblocking`: the call
+/// or the socket asked not to wait.
+pub(crate) fn read(
+    control: &Control,
+    side: Side,
+    fd: RawFd,
+    out: &mut [&mut [u8]],
+    nonblocking: bool,
+    peek: bool,
+    all: bool,
+) -> Result<usize, i32> {
+    let want: usize = out.iter().map(|o| o.len()).sum();
+    if want == 0 {
+        return Ok(0);
+    }
+    let writer = peer_of(side);
+    let Some(lock) = control.lock_reader(writer, nonblocking) else {
+        return Err(libc::EAGAIN);
+    };
+    let (mut seg, mut off) = (0usize, 0usize);
+    let mut got = 0usize;
+    let posted = control.rx(side).seen().posted;
+    let mut i = control.consumed(writer);
+    let mut at = control.taken(writer) as usize;
+    while i != posted && got < want {
+        let (place, len) = checked_entry(control, writer, i)?;
+        let from = at.min(len);
+        // SAFETY: [place, place + len) lies in the peer's ring (checked),
+        // which it leaves alone until the message is used up, and no
+        // message is announced after the switch.
+        let src = unsafe {
+            std::slice::from_raw_parts(control.ring(writer).add(place + from), len - from)
+        };
+        let n = copy_out(src, out, &mut seg, &mut off);
+        got += n;
+        at = from + n;
+        if at == len {
+            i = i.wrapping_add(1);
+            at = 0;
+        }
+    }
+    if !peek {
+        control.set_taken(writer, at as u32);
+        control.set_consumed(writer, i);
+    }
+    if got > 0 && (!all || got == want || peek) {
+        return Ok(got);
+    }
+    // Everything the ring held is read: the kernel stream, from the
+    // peer's switch byte on.
+    while !control.raw_read(writer) {
+        let wait = !nonblocking && (got == 0 || all);
+        match take_one(fd, wait) {
+            Ok(SWITCH_BYTE) => control.set_raw_read(writer),
+            Ok(_) => {} // a doorbell or the hello
+            Err(0) => return Ok(got),
+            Err(e) => return if got > 0 { Ok(got) } else { Err(e) },
+        }
+    }
+    drop(lock);
+    let mut flags = 0;
+    if peek {
+        flags |= libc::MSG_PEEK;
+    }
+    if all && !nonblocking {
+        flags |= libc::MSG_WAITALL;
+    } else if nonblocking || got > 0 {
+        flags |= libc::MSG_DONTWAIT;
+    }
+    match recv_into(fd, out, seg, off, flags) {
+        Ok(n) => Ok(got + n),
+        Err(_) if got > 0 => Ok(got),
+        Err(e) => Err(e),
+    }
+}
+
+/// One byte off the kernel stream; Err(0) at EOF.
+fn take_one(fd: RawFd, wait: bool) -> Result<u8, i32> {
+    if wait {
+        return kernel::take_byte(fd);
+    }
+    let mut b = 0u8;
+    // SAFETY: one byte into our own variable.
+    let n = unsafe { (real().recv)(fd, (&mut b as *mut u8).cast(), 1, libc::MSG_DONTWAIT) };
+    match n {
+        1 => Ok(b),
+        0 => Err(0),
+        _ => Err(kernel::errno()),
+    }
+}
+
+/// recvmsg into `out` from (`seg`, `off`) on.
+fn recv_into(
+    fd: RawFd,
+    out: &mut [&mut [u8]],
+    seg: usize,
+    off: usize,
+    flags: i32,
+) -> Result<usize, i32> {
+    let mut iov: Vec<libc::iovec> = Vec::with_capacity(out.len().saturating_sub(seg));
+    for (k, o) in out.iter_mut().enumerate().skip(seg) {
+        let skip = if k == seg { off } else { 0 };
+        iov.push(libc::iovec {
+            iov_base: o[skip..].as_mut_ptr().cast(),
+            iov_len: o.len() - skip,
+        });
+    }
+    if iov.iter().all(|v| v.iov_len == 0) {
+        return Ok(0);
+    }
+    loop {
+        // SAFETY: a msghdr naming the program's buffers, which live across
+        // the call; no name or control data.
+        let n = unsafe {
+            let mut m: libc::msghdr = std::mem::zeroed();
+            m.msg_iov = iov.as_mut_ptr();
+            m.msg_iovlen = iov.len() as _;
+            (real().recvmsg)(fd, &mut m, flags)
+        };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        match kernel::errno() {
+            libc::EINTR => {}
+            e => return Err(e),
+        }
+    }
+}
+
+/// A write on a switched connection: raw bytes after this end's switch
+/// byte.
+pub(crate) fn write(
+    control: &Control,
+    side: Side,
+    fd: RawFd,
+    data: &[&[u8]],
+    dontwait: bool,
+    nosignal: bool,
+) -> Result<usize, i32> {
+    if let Err(libc::EIO) = ensure(control, side, fd) {
+        return Err(libc::EIO);
+    }
+    let iov: Vec<libc::iovec> = data
+        .iter()
+        .filter(|d| !d.is_empty())
+        .map(|d| libc::iovec {
+            iov_base: d.as_ptr() as *mut libc::c_void,
+            iov_len: d.len(),
+        })
+        .collect();
+    if iov.is_empty() {
+        return Ok(0);
+    }
+    let mut flags = 0;
+    if dontwait {
+        flags |= libc::MSG_DONTWAIT;
+    }
+    if nosignal {
+        flags |= libc::MSG_NOSIGNAL;
+    }
+    // SAFETY: a msghdr naming the program's buffers, which live across
+    // the call (the kernel only reads them).
+    let n = unsafe {
+        let mut m: libc::msghdr = std::mem::zeroed();
+        m.msg_iov = iov.as_ptr() as *mut libc::iovec;
+        m.msg_iovlen = iov.len() as _;
+        (real().sendmsg)(fd, &m, flags)
+    };
+    if n < 0 {
+        Err(kernel::errno())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// FIONREAD on a switched connection.
+pub(crate) fn unread(control: &Control, side: Side, fd: RawFd) -> usize {
+    let left = left_in_ring(control, side).unwrap_or(0);
+    if left > 0 || !control.raw_read(peer_of(side)) {
+        return left;
+    }
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD into our own int.
+    let r = unsafe { (real().ioctl)(fd, libc::FIONREAD, (&mut n as *mut libc::c_int).cast()) };
+    if r == 0 {
+        n.max(0) as usize
+    } else {
+        0
+    }
+}
+
+/// A connection this process uses after it was switched (or switches on
+/// first use): made for a forked child of the VI's maker, and for a
+/// program exec'd on the socket (from the connection's exec record).
+pub struct Switched {
+    control: Arc<Control>,
+    side: Side,
+    owner_pid: u32,
+    /// This process's readers, one at a time (the page's lock orders the
+    /// processes).
+    rx: Mutex<()>,
+    nonblocking: AtomicBool,
+    /// The connection's exec record, held for a further exec.
+    _record: Option<Arc<Inherit>>,
+}
+
+impl Switched {
+    pub fn new(
+        control: Arc<Control>,
+        side: Side,
+        fd: RawFd,
+        record: Option<Arc<Inherit>>,
+    ) -> Switched {
+        Switched {
+            control,
+            side,
+            owner_pid: crate::process::id(),
+            rx: Mutex::new(()),
+            nonblocking: AtomicBool::new(kernel::is_nonblocking(fd)),
+            _record: record,
+        }
+    }
+}
+
+impl Carried for Switched {
+    fn read(
+        &self,
+        fd: RawFd,
+        out: &mut [&mut [u8]],
+        dontwait: bool,
+        peek: bool,
+        all: bool,
+    ) -> Result<usize, i32> {
+        let nonblocking = dontwait || self.nonblocking.load(Ordering::Relaxed);
+        if let Err(libc::EIO) = ensure(&self.control, self.side, fd) {
+            return Err(libc::EIO);
+        }
+        let _turn = reader_turn(&self.rx, || nonblocking)?;
+        read(&self.control, self.side, fd, out, nonblocking, peek, all)
+    }
+    fn write(
+        &self,
+        fd: RawFd,
+        data: &[&[u8]],
+        dontwait: bool,
+        nosignal: bool,
+    ) -> Result<usize, i32> {
+        let dontwait = dontwait || self.nonblocking.load(Ordering::Relaxed);
+        write(&self.control, self.side, fd, data, dontwait, nosignal)
+    }
+    fn flush(&self) {}
+    fn shut(&self) {}
+    fn set_nonblocking(&self, on: bool) {
+        self.nonblocking.store(on, Ordering::Relaxed);
+    }
+    fn owner_pid(&self) -> u32 {
+        self.owner_pid
+    }
+    fn unread(&self, fd: RawFd) -> usize {
+        unread(&self.control, self.side, fd)
+    }
+    fn writable(&self) -> bool {
+        true
+    }
+    fn wait_room(&self, _fd: RawFd, _limit: Duration) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn socket_pair() -> [RawFd; 2] {
+        let mut sv = [0; 2];
+        // SAFETY: a stream socketpair into our array.
+        let r = unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, sv.as_mut_ptr()) };
+        assert_eq!(r, 0);
+        sv
+    }
+
+    /// The connector wrote two messages into its ring (the acceptor read
+    /// 3 bytes of the first before the switch), then its kernel stream
+    /// holds a doorbell, the switch byte and raw bytes.
+    fn switched_page(sv: [RawFd; 2]) -> Control {
+        let (c, fd) = Control::create().expect("memfd");
+        // SAFETY: the memfd the test made.
+        unsafe { libc::close(fd) };
+        let w = Side::Connector;
+        for (i, (place, msg)) in [(0usize, &b"abcdef"[..]), (6, &b"gh"[..])]
+            .iter()
+            .enumerate()
+        {
+            // SAFETY: inside the connector's ring.
+            unsafe {
+                std::ptr::copy_nonoverlapping(msg.as_ptr(), c.ring(w).add(*place), msg.len())
+            };
+            c.set_entry(w, i as u32, *place, msg.len());
+            assert!(c.tx(w).announce(msg.len()).is_some());
+        }
+        c.set_taken(w, 3);
+        c.tx(w).switch();
+        for b in [b'D', SWITCH_BYTE, b'r', b'a', b'w'] {
+            kernel::send_byte(sv[0], b).expect("send");
+        }
+        let _ = sv;
+        c
+    }
+
+    #[test]
+    fn a_switched_read_takes_the_ring_first_then_the_kernel_after_the_switch_byte() {
+        let sv = socket_pair();
+        let c = switched_page(sv);
+        let me = Side::Acceptor;
+        let mut a = [0u8; 4];
+        let n = read(&c, me, sv[1], &mut [&mut a[..]], false, true, false).expect("peek");
+        assert_eq!(&a[..n], b"defg", "a peek leaves it");
+        let mut b = [0u8; 2];
+        assert_eq!(
+            read(&c, me, sv[1], &mut [&mut b[..]], false, false, false),
+            Ok(2)
+        );
+        assert_eq!(&b, b"de");
+        let mut rest = [0u8; 16];
+        let n = read(&c, me, sv[1], &mut [&mut rest[..]], false, false, false).expect("read");
+        assert_eq!(
+            &rest[..n],
+            b"fgh",
+            "what the ring held, nothing of the kernel's yet"
+        );
+        assert_eq!(unread(&c, me, sv[1]), 0, "the switch byte is not read yet");
+        let n = read(&c, me, sv[1], &mut [&mut rest[..]], false, false, false).expect("read");
+        assert_eq!(
+            &rest[..n],
+            b"raw",
+            "the doorbell and the switch byte are dropped"
+        );
+        let mut none = [0u8; 1];
+        assert_eq!(
+            read(&c, me, sv[1], &mut [&mut none[..]], true, false, false),
+            Err(libc::EAGAIN)
+        );
+        // SAFETY: closing the test's sockets.
+        unsafe { libc::close(sv[0]) };
+        assert_eq!(
+            read(&c, me, sv[1], &mut [&mut none[..]], false, false, false),
+            Ok(0)
+        );
+        // SAFETY: as above.
+        unsafe { libc::close(sv[1]) };
+    }
+
+    #[test]
+    fn a_peer_entry_outside_the_ring_is_refused() {
+        let sv = socket_pair();
+        let c = switched_page(sv);
+        c.set_entry(Side::Connector, 1, RING_BYTES - 1, 2);
+        let mut out = [0u8; 16];
+        assert_eq!(unread(&c, Side::Acceptor, sv[1]), 0);
+        let r = read(
+            &c,
+            Side::Acceptor,
+            sv[1],
+            &mut [&mut out[..]],
+            false,
+            false,
+            false,
+        );
+        assert_eq!(r, Err(libc::EIO));
+        for fd in sv {
+            // SAFETY: closing the test's sockets.
+            unsafe { libc::close(fd) };
+        }
+    }
+
+    #[test]
+    fn writing_after_a_switch_sends_the_switch_byte_once_then_raw_bytes() {
+        let sv = socket_pair();
+        let c = switched_page(sv);
+        let me = Side::Acceptor;
+        assert_eq!(write(&c, me, sv[1], &[b"xy", b"z"], false, true), Ok(3));
+        assert_eq!(write(&c, me, sv[1], &[b"!"], false, true), Ok(1));
+        let mut got = [0u8; 8];
+        // SAFETY: reading the test's socket into our buffer.
+        let n = unsafe { libc::recv(sv[0], got.as_mut_ptr().cast(), 8, libc::MSG_DONTWAIT) };
+        assert_eq!(&got[..n as usize], b"Sxyz!");
+        for fd in sv {
+            // SAFETY: closing the test's sockets.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
