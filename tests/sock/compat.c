@@ -5,7 +5,8 @@
  *
  *   compat MODE   MODE: poll select epoll-lt epoll-et epoll-nested peek
  *                       dup threads sendfile splice exec exec-vfork exec-connect
- *                       exec-closerange exec-closeloop exec-closefrom exec-used fork-used
+ *                       exec-closerange exec-closeloop exec-closefrom exec-used exec-self fork-used fork-close
+ *                       fork-stream
  *                       epollout-et epollout-lt fork-settling shutdown-wakes
  *                       linger0 ipv6 reuseport reuseport-plain selfloop stress reconnect
  *                       hangup
@@ -593,6 +594,7 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "exec-handler") == 0) { echo_bytes(0, 1); return 0; }
     if (strcmp(mode, "exec-dialer") == 0) { check_echo(0, 1); return 0; }
     if (strcmp(mode, "exec-used-child") == 0) return exec_used_child();
+    if (strcmp(mode, "exec-self-child") == 0) return exec_self_child();
     if (strcmp(mode, "reuseport") == 0) return reuseport();
     if (strcmp(mode, "reuseport-plain") == 0) return reuseport_plain();
     if (strcmp(mode, "plain-listener") == 0) return plain_listener();
@@ -636,6 +638,9 @@ int main(int argc, char **argv) {
         else if (strcmp(mode, "fork-settling") == 0) fork_settling_client(fd);
         else if (strcmp(mode, "exec-used") == 0) exec_used_client(fd);
         else if (strcmp(mode, "fork-used") == 0) fork_used_client(fd);
+        else if (strcmp(mode, "fork-close") == 0) fork_close_client(fd);
+        else if (strcmp(mode, "fork-stream") == 0) fork_stream_client(fd);
+        else if (strcmp(mode, "exec-self") == 0) exec_self_client(fd);
         else if (strcmp(mode, "shutdown-wakes") == 0) {
             write_all(fd, "h", 1);
             char c; /* the acceptor's SHUT_RDWR ends its direction */
@@ -672,6 +677,9 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "fork-settling") == 0) fork_settling_server(fd);
     else if (strcmp(mode, "exec-used") == 0) exec_used_server(fd);
     else if (strcmp(mode, "fork-used") == 0) fork_used_server(fd);
+    else if (strcmp(mode, "fork-close") == 0) fork_close_server(fd);
+    else if (strcmp(mode, "fork-stream") == 0) fork_stream_server(fd);
+    else if (strcmp(mode, "exec-self") == 0) exec_self_server(fd);
     else if (strcmp(mode, "shutdown-wakes") == 0) shutdown_wakes_server(fd);
     else if (strcmp(mode, "linger0") == 0) linger0_server(fd);
     else if (!strcmp(mode, "poll") || !strcmp(mode, "select") || !strncmp(mode, "epoll-", 6)) readiness_server(fd);

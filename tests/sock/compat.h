@@ -43,6 +43,9 @@ void write_all(int fd, const void *p, size_t n);
 
 /* compat_exec.c */
 int exec_used_child(void);
+int exec_self_child(void);
+void exec_self_client(int fd);
+void exec_self_server(int fd);
 void check_echo(int in, int out);
 void echo_bytes(int in, int out);
 void exec_closing_on(int fd, const char *how, const char *next);
@@ -54,6 +57,10 @@ void exec_used_server(int fd);
 void exec_vfork_server(int fd);
 void fork_settling_client(int fd);
 void fork_settling_server(int fd);
+void fork_close_client(int fd);
+void fork_close_server(int fd);
+void fork_stream_client(int fd);
+void fork_stream_server(int fd);
 void fork_used_client(int fd);
 void fork_used_server(int fd);
 

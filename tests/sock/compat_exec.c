@@ -1,6 +1,7 @@
 /* compat (see compat.c): handing a connection across fork and exec.
  * Modes exec, exec-vfork, exec-connect, exec-closerange, exec-closeloop,
- * exec-closefrom, exec-used, fork-used, fork-settling. */
+ * exec-closefrom, exec-used, exec-self, fork-used, fork-close, fork-stream,
+ * fork-settling. */
 #include "compat.h"
 
 /* exec: a process hands the connection, not yet used, to a new program
@@ -254,4 +255,143 @@ void fork_used_server(int fd) {
     }
     if (next[1] != FORK_RECORDS || next[2] != FORK_RECORDS) FAIL("records: child %u, parent %u", next[1], next[2]);
     write_all(fd, "good", 4);
+}
+
+/* fork-close: the dialing process uses the connection, forks a child to
+ * carry on, and closes its own descriptor at once (a server's usual
+ * accept, read the request, fork a handler, close). Only then does the
+ * server write 1000 bytes, and the child, which has not touched the
+ * socket yet, must read them and echo them back (the server writes them
+ * in 100 pieces, more than a VI has sends in flight). Under viarun the
+ * parent's close must not end the connection it still shares. */
+void fork_close_client(int fd) {
+    char b[1000];
+    write_all(fd, "hello", 5);
+    read_all(fd, b, 5);
+    if (memcmp(b, "hello", 5)) FAIL("first echo");
+    pid_t c = fork();
+    if (c < 0) FAIL("fork");
+    if (c == 0) {
+        alarm(20);
+        char t;
+        if (read(turn_pipe[0], &t, 1) != 1) FAIL("turn");
+        read_all(fd, b, sizeof b);
+        for (size_t i = 0; i < sizeof b; i++)
+            if ((unsigned char)b[i] != pattern(5, i)) FAIL("child: byte %zu differs", i);
+        write_all(fd, b, sizeof b);
+        read_all(fd, b, 4);
+        if (memcmp(b, "good", 4)) FAIL("verdict %.4s", b);
+        _exit(0);
+    }
+    close(fd);
+    if (write(turn_pipe[1], "c", 1) != 1 || write(turn_pipe[1], "c", 1) != 1) FAIL("turn");
+    int st;
+    if (waitpid(c, &st, 0) != c || !WIFEXITED(st) || WEXITSTATUS(st)) FAIL("child failed (status %#x)", st);
+}
+void fork_close_server(int fd) {
+    char b[1000];
+    read_all(fd, b, 5);
+    write_all(fd, b, 5);
+    char t;
+    if (read(turn_pipe[0], &t, 1) != 1) FAIL("turn");
+    for (size_t i = 0; i < sizeof b; i++) b[i] = (char)pattern(5, i);
+    /* In 100 writes: more messages than a VI has sends in flight. */
+    for (size_t i = 0; i < sizeof b; i += 10) write_all(fd, b + i, 10);
+    char back[1000];
+    read_all(fd, back, sizeof back);
+    if (memcmp(b, back, sizeof b)) FAIL("echo differs");
+    write_all(fd, "good", 4);
+}
+
+/* exec-self: the dialing process uses the connection and then execs a
+ * new program on it itself (no fork: `exec cat <&3` in a shell that
+ * opened it). The server then writes 1000 bytes in 100 pieces (more
+ * messages than a VI has sends in flight) before the new program's first
+ * call, and the new program must read them all and answer. Under viarun
+ * the exec'ing process hands the connection to the kernel first: its VI
+ * ends with it. */
+void exec_self_client(int fd) {
+    char b[4];
+    write_all(fd, "used", 4);
+    read_all(fd, b, 4);
+    if (memcmp(b, "used", 4)) FAIL("first echo");
+    char turn[16];
+    snprintf(turn, sizeof turn, "%d", turn_pipe[0]);
+    if (setenv("COMPAT_TURN_FD", turn, 1)) FAIL("setenv");
+    exec_on(fd, "exec-self-child");
+}
+static int turn_pipe_fd(void) {
+    const char *t = getenv("COMPAT_TURN_FD");
+    if (!t) FAIL("no COMPAT_TURN_FD");
+    return atoi(t);
+}
+int exec_self_child(void) {
+    alarm(20);
+    char t;
+    if (read(turn_pipe_fd(), &t, 1) != 1) FAIL("turn");
+    char b[1000];
+    read_all(0, b, sizeof b);
+    for (size_t i = 0; i < sizeof b; i++)
+        if ((unsigned char)b[i] != pattern(6, i)) FAIL("byte %zu differs", i);
+    write_all(1, "more", 4);
+    return 0;
+}
+void exec_self_server(int fd) {
+    char b[1000];
+    read_all(fd, b, 4);
+    write_all(fd, b, 4);
+    for (size_t i = 0; i < sizeof b; i++) b[i] = (char)pattern(6, i);
+    for (size_t i = 0; i < sizeof b; i += 10) write_all(fd, b + i, 10);
+    if (write(turn_pipe[1], "w", 1) != 1) FAIL("turn");
+    read_all(fd, b, 4);
+    if (memcmp(b, "more", 4)) FAIL("answer %.4s", b);
+}
+
+/* fork-stream: the server streams 8 MiB in writes of random size while
+ * the dialing process, after one echo, forks a child that reads it all
+ * (the parent never reads): under viarun the child's first read switches
+ * the connection in the middle of the server's stream, which then
+ * carries on over the kernel; every byte is checked. */
+#define FORK_STREAM (8u << 20)
+void fork_stream_client(int fd) {
+    char b[5];
+    write_all(fd, "hello", 5);
+    read_all(fd, b, 5);
+    if (memcmp(b, "hello", 5)) FAIL("first echo");
+    pid_t c = fork();
+    if (c < 0) FAIL("fork");
+    if (c == 0) {
+        alarm(30);
+        static char buf[65536];
+        size_t at = 0;
+        while (at < FORK_STREAM) {
+            size_t want = FORK_STREAM - at < sizeof buf ? FORK_STREAM - at : sizeof buf;
+            ssize_t k = read(fd, buf, want);
+            if (k <= 0) FAIL("child: read at %zu: %zd %s", at, k, k < 0 ? strerror(errno) : "EOF");
+            for (ssize_t i = 0; i < k; i++)
+                if ((unsigned char)buf[i] != pattern(7, at + (size_t)i)) FAIL("child: byte %zu differs", at + (size_t)i);
+            at += (size_t)k;
+        }
+        write_all(fd, "good", 4);
+        _exit(0);
+    }
+    int st;
+    if (waitpid(c, &st, 0) != c || !WIFEXITED(st) || WEXITSTATUS(st)) FAIL("child failed (status %#x)", st);
+}
+void fork_stream_server(int fd) {
+    char b[5];
+    read_all(fd, b, 5);
+    write_all(fd, b, 5);
+    static char buf[100000];
+    unsigned seed = 11;
+    size_t at = 0;
+    while (at < FORK_STREAM) {
+        size_t n = 1 + (size_t)(rand_r(&seed) % sizeof buf);
+        if (n > FORK_STREAM - at) n = FORK_STREAM - at;
+        for (size_t i = 0; i < n; i++) buf[i] = (char)pattern(7, at + i);
+        write_all(fd, buf, n);
+        at += n;
+    }
+    read_all(fd, b, 4);
+    if (memcmp(b, "good", 4)) FAIL("verdict %.4s", b);
 }

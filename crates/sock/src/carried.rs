@@ -64,6 +64,12 @@ pub trait Carried: Send + Sync {
     fn switched(&self, _fd: RawFd) -> Option<std::sync::Arc<dyn Carried>> {
         None
     }
+    /// Before this process lets the connection go (its last close, exit,
+    /// exec): hands it to the kernel if another process may go on using
+    /// the socket (`always`: an exec, whose new program may), so that the
+    /// peer does not lose it with our VI. Nothing where that cannot be
+    /// done (between hosts).
+    fn hand_over(&self, _fd: RawFd, _always: bool) {}
 }
 
 /// Copies from `src` into the program's buffers `out` at the cursor

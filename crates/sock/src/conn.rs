@@ -181,7 +181,7 @@ pub fn forget(fd: RawFd) {
         let _ = LAST.try_with(|l| l.borrow_mut().take());
         if let Some(conn) = conn {
             if Arc::strong_count(&conn) == 1 {
-                finish(&conn);
+                finish(&conn, fd);
             }
         }
     }
@@ -194,7 +194,7 @@ pub fn forget(fd: RawFd) {
     }
 }
 
-fn finish(conn: &Conn) {
+fn finish(conn: &Conn, fd: RawFd) {
     // Settling in our parent: nothing here is ours to end.
     let Some(mut g) = conn.lock_here() else {
         return;
@@ -202,6 +202,7 @@ fn finish(conn: &Conn) {
     match std::mem::replace(&mut *g, Setup::Kernel) {
         Setup::Via(link) => {
             if link.owner_pid() == crate::process::id() {
+                link.hand_over(fd, false);
                 link.flush();
                 link.shut();
                 drop(link);
@@ -513,18 +514,42 @@ pub fn carried_inodes(out: &mut [u64]) -> usize {
     n
 }
 
-/// Before exit: every connection carried here hands over what it sent.
+/// Before an exec (not in a vfork child): every connection this process
+/// carries whose socket the new program keeps is handed to the kernel,
+/// since our VI ends with this program (the new one takes it up from its
+/// exec record). Locks are only tried.
+pub fn hand_over_before_exec() {
+    let Ok(t) = TABLE.try_lock() else { return };
+    for (&fd, c) in t.iter().flat_map(|m| m.iter()) {
+        // SAFETY: F_GETFD on a descriptor the table tracks.
+        let flags = unsafe { (real().fcntl)(fd, libc::F_GETFD, 0) };
+        if flags < 0 || flags & libc::FD_CLOEXEC != 0 {
+            continue;
+        }
+        if let Ok(g) = c.setup.try_lock() {
+            if let Setup::Via(link) = &*g {
+                if link.owner_pid() == crate::process::id() {
+                    link.hand_over(fd, true);
+                }
+            }
+        }
+    }
+}
+
+/// Before exit: every connection carried here hands over what it sent
+/// (to the kernel, if a process we forked may still use it).
 pub fn flush_all() {
-    let conns: Vec<Arc<Conn>> = {
+    let conns: Vec<(RawFd, Arc<Conn>)> = {
         let t = TABLE.lock().unwrap_or_else(|e| e.into_inner());
         t.as_ref()
-            .map(|m| m.values().cloned().collect())
+            .map(|m| m.iter().map(|(fd, c)| (*fd, c.clone())).collect())
             .unwrap_or_default()
     };
-    for c in conns {
+    for (fd, c) in conns {
         let Some(g) = c.lock_here() else { continue };
         if let Setup::Via(link) = &*g {
             if link.owner_pid() == crate::process::id() {
+                link.hand_over(fd, false);
                 link.flush();
             }
         }

@@ -60,12 +60,14 @@ const PAGE: usize = HEADER + 2 * RING_BYTES;
 /// writer's waiting flag.
 const CONSUMED: usize = 64;
 const WAITING: usize = 68;
-/// Offsets, within a direction's stride, of the reading side's lock (the
-/// pid holding it, 0 for none), of the bytes taken of the first unread
-/// message, and of whether the switch byte was read off the kernel.
-const READ_LOCK: usize = 72;
-const TAKEN: usize = 76;
-const RAW_READ: usize = 80;
+/// The reading side's own cache line per direction (only readers touch
+/// it, so taking its lock costs a reader no transfer): the lock (the pid
+/// holding it, 0 for none), the bytes taken of the first unread message,
+/// and whether the switch byte was read off the kernel.
+const READER_LINES: usize = 1024;
+const READ_LOCK: usize = 0;
+const TAKEN: usize = 4;
+const RAW_READ: usize = 8;
 /// Bytes between the two directions' words (own cache lines).
 const STRIDE: usize = 128;
 
@@ -237,12 +239,12 @@ impl Control {
 
     /// Reader: bytes already taken of the first unread message.
     pub fn taken(&self, writer: Side) -> u32 {
-        self.word32(tx_index(writer) * STRIDE + TAKEN)
+        self.word32(READER_LINES + tx_index(writer) * 64 + TAKEN)
             .load(Ordering::Acquire)
     }
 
     pub fn set_taken(&self, writer: Side, n: u32) {
-        self.word32(tx_index(writer) * STRIDE + TAKEN)
+        self.word32(READER_LINES + tx_index(writer) * 64 + TAKEN)
             .store(n, Ordering::Release);
     }
 
@@ -254,13 +256,13 @@ impl Control {
 
     /// Whether the switch byte of `writer`'s stream was read.
     pub fn raw_read(&self, writer: Side) -> bool {
-        self.word32(tx_index(writer) * STRIDE + RAW_READ)
+        self.word32(READER_LINES + tx_index(writer) * 64 + RAW_READ)
             .load(Ordering::Acquire)
             != 0
     }
 
     pub fn set_raw_read(&self, writer: Side) {
-        self.word32(tx_index(writer) * STRIDE + RAW_READ)
+        self.word32(READER_LINES + tx_index(writer) * 64 + RAW_READ)
             .store(1, Ordering::Release);
     }
 
@@ -270,7 +272,7 @@ impl Control {
     /// Waits while another live process holds it; `nonblocking`: gives up
     /// (None) after about 200 µs.
     pub fn lock_reader(&self, writer: Side, nonblocking: bool) -> Option<ReaderLock<'_>> {
-        let word = self.word32(tx_index(writer) * STRIDE + READ_LOCK);
+        let word = self.word32(READER_LINES + tx_index(writer) * 64 + READ_LOCK);
         let me = crate::process::id();
         let start = std::time::Instant::now();
         let mut turns = 0u32;

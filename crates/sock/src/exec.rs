@@ -143,6 +143,7 @@ pub fn mark_for_child() {
 /// closed when it returns (an exec that returns failed; a spawn's child
 /// has its copies by then).
 fn with_marks(f: impl FnOnce() -> c_int) -> c_int {
+    crate::process::note_fork();
     let marks = crate::guarded(
         Marks {
             fds: [-1; 64],
@@ -157,39 +158,50 @@ fn with_marks(f: impl FnOnce() -> c_int) -> c_int {
     r
 }
 
+/// An exec of this program: as `with_marks`, after this process's own
+/// connections that the new program keeps are handed to the kernel (our
+/// VI ends here). Not in a vfork child: its parent, whose memory it
+/// borrows, goes on with them.
+fn exec_with_marks(f: impl FnOnce() -> c_int) -> c_int {
+    if !crate::process::borrowing_parent_memory() {
+        crate::guarded((), crate::conn::hand_over_before_exec);
+    }
+    with_marks(f)
+}
+
 /// # Safety
 /// The C prototype of execve(2).
 #[no_mangle]
 pub unsafe extern "C" fn execve(path: *const c_char, argv: Argv, envp: Argv) -> c_int {
-    with_marks(|| (exec_fns().execve)(path, argv, envp))
+    exec_with_marks(|| (exec_fns().execve)(path, argv, envp))
 }
 
 /// # Safety
 /// The C prototype of execv(3).
 #[no_mangle]
 pub unsafe extern "C" fn execv(path: *const c_char, argv: Argv) -> c_int {
-    with_marks(|| (exec_fns().execv)(path, argv))
+    exec_with_marks(|| (exec_fns().execv)(path, argv))
 }
 
 /// # Safety
 /// The C prototype of execvp(3).
 #[no_mangle]
 pub unsafe extern "C" fn execvp(file: *const c_char, argv: Argv) -> c_int {
-    with_marks(|| (exec_fns().execvp)(file, argv))
+    exec_with_marks(|| (exec_fns().execvp)(file, argv))
 }
 
 /// # Safety
 /// The C prototype of execvpe(3).
 #[no_mangle]
 pub unsafe extern "C" fn execvpe(file: *const c_char, argv: Argv, envp: Argv) -> c_int {
-    with_marks(|| (exec_fns().execvpe)(file, argv, envp))
+    exec_with_marks(|| (exec_fns().execvpe)(file, argv, envp))
 }
 
 /// # Safety
 /// The C prototype of fexecve(3).
 #[no_mangle]
 pub unsafe extern "C" fn fexecve(fd: c_int, argv: Argv, envp: Argv) -> c_int {
-    with_marks(|| (exec_fns().fexecve)(fd, argv, envp))
+    exec_with_marks(|| (exec_fns().fexecve)(fd, argv, envp))
 }
 
 /// # Safety

@@ -16,8 +16,10 @@
 //!
 //! The record is shared memory: the first process to use the connection
 //! marks it used, so a forked sibling that uses it or execs later does
-//! not take it up a second time. Once used, a connection is not handed
-//! over by exec (docs/sockets.md).
+//! not take it up a second time. Once used, a one-host connection gets a
+//! *switchable* record instead (the page's memfd), held while it lives,
+//! never claimed: a program exec'd on it hands the connection back to the
+//! kernel on first use (`switched`, docs/sockets.md).
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};

@@ -178,6 +178,8 @@ pub struct Link {
     /// connection up after a switch (`switched`); None where none could
     /// be made (it then gets ECONNRESET, `exec`).
     record: Option<Arc<crate::inherit::Inherit>>,
+    /// `process::forks()` when the link was made.
+    forks: u32,
     /// The socket's O_NONBLOCK, asked once when the link is made and then
     /// followed through the program's fcntl(F_SETFL) and ioctl(FIONBIO)
     /// (lib.rs): a read or write that must know it makes no system call.
@@ -315,6 +317,7 @@ impl Link {
                 bell_in_socket: false,
             }),
             record: None,
+            forks: crate::process::forks(),
             nonblocking: AtomicBool::new(false),
         };
         for j in 0..RECV_SLOTS {
@@ -364,6 +367,12 @@ impl Link {
         self.control.lock_reader(peer_of(self.side), nonblocking)
     }
 
+    /// Messages of the peer's direction used up, as the page says (by us,
+    /// or after a switch by another process of our end).
+    pub(crate) fn consumed_on_page(&self) -> u32 {
+        self.control.consumed(peer_of(self.side))
+    }
+
     /// How much of the first unread message is read, for a process that
     /// may read on after a switch.
     pub(crate) fn publish_taken(&self, n: usize) {
@@ -390,9 +399,7 @@ impl Link {
             .enumerate()
             .map(|(k, o)| if k == 0 { &mut o[off..] } else { &mut o[..] })
             .collect();
-        if crate::switched::ensure(&self.control, self.side, fd) == Err(libc::EIO) && got == 0 {
-            return Err(libc::EIO);
-        }
+        crate::switched::switch(&self.control, self.side);
         // What this call already has counts: a nonblocking tail then.
         let nb = nonblocking || (got > 0 && !all);
         match crate::switched::read(&self.control, self.side, fd, &mut rest, nb, peek, all) {
@@ -475,28 +482,16 @@ impl Link {
         nosignal: bool,
     ) -> Result<usize, i32> {
         let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
-        let pipe = |taken: usize| {
-            if taken > 0 {
-                return Ok(taken);
-            }
-            if !nosignal {
-                // SAFETY: raising a signal in this thread, as the kernel would.
-                unsafe { libc::raise(libc::SIGPIPE) };
-            }
-            Err(libc::EPIPE)
-        };
         let total: usize = data.iter().map(|d| d.len()).sum();
         let mut nonblock = None;
         let mut taken = 0usize;
         let (mut seg, mut off) = (0usize, 0usize);
         while taken < total {
-            if self.tx_word().seen().switched {
-                return self.write_switched(fd, data, (seg, off), taken, dontwait, nosignal);
-            }
             if self.reap(&mut tx, false).is_err() {
-                return pipe(taken);
+                return self.vi_lost(fd, data, (seg, off), taken, dontwait, nosignal);
             }
             while tx.free.is_empty() {
+                // (Where nothing waits, `announce` says whether we switched.)
                 if self.tx_word().seen().switched {
                     return self.write_switched(fd, data, (seg, off), taken, dontwait, nosignal);
                 }
@@ -508,7 +503,7 @@ impl Link {
                     };
                 }
                 if self.reap(&mut tx, true).is_err() {
-                    return pipe(taken);
+                    return self.vi_lost(fd, data, (seg, off), taken, dontwait, nosignal);
                 }
             }
             // Room in the data ring for the next message.
@@ -517,13 +512,13 @@ impl Link {
             let at = loop {
                 let used = self.control.consumed(self.side);
                 tx.release(used);
-                if self.tx_word().seen().switched {
-                    return self.write_switched(fd, data, (seg, off), taken, dontwait, nosignal);
-                }
                 // The page's table holds the last TABLE_LEN messages' places.
                 let table_room = tx.sent.wrapping_sub(used) < TABLE_LEN;
                 if let Some(at) = tx.place(want).filter(|_| table_room) {
                     break at;
+                }
+                if self.tx_word().seen().switched {
+                    return self.write_switched(fd, data, (seg, off), taken, dontwait, nosignal);
                 }
                 if *nonblock.get_or_insert_with(|| dontwait || self.is_nonblocking()) {
                     return if taken > 0 {
@@ -533,7 +528,7 @@ impl Link {
                     };
                 }
                 if self.broken() {
-                    return pipe(taken);
+                    return self.vi_lost(fd, data, (seg, off), taken, dontwait, nosignal);
                 }
                 self.control.wait_for_room(self.side, used, SLICE);
             };
@@ -580,19 +575,25 @@ impl Link {
                 return self.write_switched(fd, data, start, taken, dontwait, nosignal);
             };
             let d = self.fill(i, buf, 8);
-            if self.vi.post_send(d.0, self.region.handle).is_err() {
+            let posted = self.vi.post_send(d.0, self.region.handle).is_ok();
+            if posted {
+                tx.in_flight += 1;
+            } else {
                 tx.free.push(i);
-                if ring {
-                    self.tx_word().rang();
-                }
-                return pipe(taken);
             }
-            tx.in_flight += 1;
+            // Announced either way: after a switch the peer reads it
+            // from the ring through the page.
             tx.sent = tx.sent.wrapping_add(1);
             let end = at + len as u64;
             tx.head = end;
             tx.ends.push_back(end);
             taken += len;
+            if !posted {
+                if ring {
+                    self.tx_word().rang();
+                }
+                return self.vi_lost(fd, data, (seg, off), taken, dontwait, nosignal);
+            }
             if ring {
                 let rung = kernel::send_doorbell(fd, nosignal);
                 self.tx_word().rang();
@@ -603,6 +604,35 @@ impl Link {
             }
         }
         Ok(taken)
+    }
+
+    /// Our VI failed in a write, `taken` bytes taken. If the peer's socket
+    /// hung up, the peer is gone: EPIPE (and SIGPIPE) as the kernel says.
+    /// Else its VI ended while its socket lives on in another process (it
+    /// exec'd, or it let the connection go after a fork without telling
+    /// us): the connection is handed to the kernel and the write goes on
+    /// there; what we announced before stays readable through the page.
+    #[allow(clippy::too_many_arguments)]
+    fn vi_lost(
+        &self,
+        fd: RawFd,
+        data: &[&[u8]],
+        at: (usize, usize),
+        taken: usize,
+        dontwait: bool,
+        nosignal: bool,
+    ) -> Result<usize, i32> {
+        if !kernel::peer_hung_up(fd) {
+            return self.write_switched(fd, data, at, taken, dontwait, nosignal);
+        }
+        if taken > 0 {
+            return Ok(taken);
+        }
+        if !nosignal {
+            // SAFETY: raising a signal in this thread, as the kernel would.
+            unsafe { libc::raise(libc::SIGPIPE) };
+        }
+        Err(libc::EPIPE)
     }
 
     /// The rest of a write, from `at` (segment, offset) of `data` on, on a
@@ -642,7 +672,9 @@ impl Link {
         }
         let used = self.control.consumed(self.side);
         tx.release(used);
-        !tx.free.is_empty() && tx.place(SLOT_BYTES).is_some()
+        !tx.free.is_empty()
+            && tx.place(SLOT_BYTES).is_some()
+            && tx.sent.wrapping_sub(used) < TABLE_LEN
     }
 
     /// Waits (up to LINGER) until the peer holds everything sent.
@@ -710,6 +742,14 @@ impl crate::carried::Carried for Link {
         let used = self.control.consumed(self.side);
         if !Link::writable(self) && !self.tx_word().seen().switched {
             self.control.wait_for_room(self.side, used, limit);
+        }
+    }
+    fn hand_over(&self, fd: RawFd, always: bool) {
+        if always || crate::process::forks() != self.forks {
+            crate::switched::switch(&self.control, self.side);
+        }
+        if self.rx_word().seen().switched {
+            crate::switched::drain(&self.control, self.side, fd);
         }
     }
     fn switched(&self, fd: RawFd) -> Option<Arc<dyn crate::carried::Carried>> {

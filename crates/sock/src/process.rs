@@ -5,20 +5,40 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 
 static PID: AtomicU32 = AtomicU32::new(0);
+/// Forks, vforks and spawns this process has made (or is making): a
+/// connection made before the last of them may be shared by another
+/// process, so its last close here hands it to the kernel (`switched`)
+/// instead of ending it.
+static FORKS: AtomicU32 = AtomicU32::new(0);
+
+extern "C" fn before_fork() {
+    note_fork();
+}
+
+/// Another process may share our descriptors from now on (a vfork child
+/// calls it too: its memory is ours).
+pub fn note_fork() {
+    FORKS.fetch_add(1, Ordering::AcqRel);
+}
+
+pub fn forks() -> u32 {
+    FORKS.load(Ordering::Acquire)
+}
 
 extern "C" fn forked_child() {
     PID.store(std::process::id(), Ordering::Relaxed);
-    // Connections our parent carries cannot be used here, nor by any
-    // program this child execs (through execl, system, anything): a
-    // record says so to that program's library (`exec`).
+    // Connections our parent carries are handed back to the kernel when
+    // used here (`switched`); between hosts they cannot be, and a record
+    // says so to the library of any program this child execs (through
+    // execl, system, anything: `exec`).
     let _ = std::panic::catch_unwind(crate::exec::mark_for_child);
 }
 
 /// Registers the fork handler (from the library's constructor).
 pub fn init() {
     PID.store(std::process::id(), Ordering::Relaxed);
-    // SAFETY: registering a plain extern "C" function as child handler.
-    unsafe { libc::pthread_atfork(None, None, Some(forked_child)) };
+    // SAFETY: registering plain extern "C" functions as fork handlers.
+    unsafe { libc::pthread_atfork(Some(before_fork), None, Some(forked_child)) };
 }
 
 pub fn id() -> u32 {

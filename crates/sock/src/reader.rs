@@ -85,6 +85,10 @@ impl Link {
         let Some(lock) = self.lock_reader(nonblocking()) else {
             return Err(libc::EAGAIN);
         };
+        // Another process read since our last read: the connection was
+        // switched, and our VI's messages are stale (no word is loaded
+        // here: the peer writes it with every message).
+        let mut switched = self.consumed_on_page() != rx.consumed;
         let mut got = 0usize;
         let (mut seg, mut off) = (0usize, 0usize);
         // Set after a sleep, or when the page or VI says so: the kernel
@@ -94,7 +98,7 @@ impl Link {
         // asked the kernel already.
         let (mut waits, mut asked) = (0u32, false);
         loop {
-            if self.rx_word().seen().switched {
+            if switched {
                 // Handed back to the kernel (here or by another process):
                 // the rest through the page and the kernel stream.
                 drop(lock);
@@ -128,7 +132,9 @@ impl Link {
                 if at == len {
                     rx.current = None;
                     rx.consumed = rx.consumed.wrapping_add(1);
-                    self.publish_taken(0);
+                    if taken > 0 {
+                        self.publish_taken(0);
+                    }
                     self.used_up();
                 } else {
                     rx.current = Some((place, len, at));
@@ -169,6 +175,10 @@ impl Link {
                 }
             }
             let seen = self.rx_word().seen();
+            if seen.switched {
+                switched = true;
+                continue;
+            }
             let broken = self.broken();
             if seen.posted != rx.consumed && !broken && !ask_kernel {
                 // Announced: its writer is posting it.
@@ -201,6 +211,7 @@ impl Link {
                     Peek::Byte(b) => {
                         let now = self.rx_word().seen();
                         if now.switched {
+                            switched = true;
                             continue;
                         }
                         if b != DOORBELL || !now.bell {

@@ -8,9 +8,10 @@
 //! (its first use in a new process, or a flag on the page):
 //! - both directions' words get `SWITCH`: no writer announces another
 //!   message (a writer that finds it set writes to the kernel instead);
-//! - one process of each end, once its end's last doorbell is sent, puts
-//!   the switch byte `S` into its kernel stream (`Claim`), and only then
-//!   may its end write raw bytes: so `S` is the last of the doorbells;
+//! - before an end's first raw write, one of its processes, once its
+//!   end's last doorbell is sent, puts the switch byte `S` into its
+//!   kernel stream (`Claim`): so `S` is the last of the doorbells, and an
+//!   end that never writes again sends none;
 //! - a reader first takes what is still unread in the ring, through the
 //!   page's message table (not the VI, which only its maker can read),
 //!   under the reading side's lock; then it drops kernel bytes up to and
@@ -36,16 +37,29 @@ use crate::real::real;
 /// process's switch byte, before the connection is given up (EIO).
 const CLAIM_LIMIT: Duration = Duration::from_secs(5);
 
-/// Switches the connection (both directions) and makes sure this end's
-/// switch byte is in the kernel stream, so this end may write raw bytes.
-pub(crate) fn ensure(control: &Control, side: Side, fd: RawFd) -> Result<(), i32> {
+/// Switches the connection, both directions: no writer of either end
+/// announces another message from now on (writers asleep for room wake
+/// and look). Cheap once done.
+pub(crate) fn switch(control: &Control, side: Side) {
+    let (tx, rx) = (control.tx(side), control.rx(side));
+    if tx.seen().switched && rx.seen().switched {
+        return;
+    }
+    tx.switch();
+    rx.switch();
+    control.wake_writers();
+}
+
+/// Before this end's first raw write: makes sure its switch byte is in
+/// the kernel stream (sent here, or by another process of this end).
+/// Only a writer sends it, so an end that never writes again sends
+/// nothing into a socket its peer may have closed.
+fn raw_tx(control: &Control, side: Side, fd: RawFd) -> Result<(), i32> {
     let tx = control.tx(side);
     if tx.raw() {
         return Ok(());
     }
-    tx.switch();
-    control.rx(side).switch();
-    control.wake_writers();
+    switch(control, side);
     let start = Instant::now();
     loop {
         match tx.claim() {
@@ -58,6 +72,28 @@ pub(crate) fn ensure(control: &Control, side: Side, fd: RawFd) -> Result<(), i32
             }
             Claim::Wait if start.elapsed() > CLAIM_LIMIT => return Err(libc::EIO),
             Claim::Wait => std::thread::sleep(Duration::from_micros(20)),
+        }
+    }
+}
+
+/// Before this process lets a switched connection go (its last close,
+/// exit): takes the peer's doorbells (and its switch byte, if there) off
+/// the socket without waiting, once everything in the ring is read. A
+/// socket closed with bytes unread makes the kernel reset the connection,
+/// and the peer could lose what we wrote last; the program read all it
+/// saw, and so must not cause that.
+pub(crate) fn drain(control: &Control, side: Side, fd: RawFd) {
+    let writer = peer_of(side);
+    let Some(_lock) = control.lock_reader(writer, true) else {
+        return;
+    };
+    if control.raw_read(writer) || left_in_ring(control, side) != Ok(0) {
+        return;
+    }
+    while let Ok(b) = take_one(fd, false) {
+        if b == SWITCH_BYTE {
+            control.set_raw_read(writer);
+            return;
         }
     }
 }
@@ -228,7 +264,7 @@ pub(crate) fn write(
     dontwait: bool,
     nosignal: bool,
 ) -> Result<usize, i32> {
-    if let Err(libc::EIO) = ensure(control, side, fd) {
+    if let Err(libc::EIO) = raw_tx(control, side, fd) {
         return Err(libc::EIO);
     }
     let iov: Vec<libc::iovec> = data
@@ -323,9 +359,7 @@ impl Carried for Switched {
         all: bool,
     ) -> Result<usize, i32> {
         let nonblocking = dontwait || self.nonblocking.load(Ordering::Relaxed);
-        if let Err(libc::EIO) = ensure(&self.control, self.side, fd) {
-            return Err(libc::EIO);
-        }
+        switch(&self.control, self.side);
         let _turn = reader_turn(&self.rx, || nonblocking)?;
         read(&self.control, self.side, fd, out, nonblocking, peek, all)
     }
@@ -354,6 +388,9 @@ impl Carried for Switched {
         true
     }
     fn wait_room(&self, _fd: RawFd, _limit: Duration) {}
+    fn hand_over(&self, fd: RawFd, _always: bool) {
+        drain(&self.control, self.side, fd);
+    }
 }
 
 #[cfg(test)]
