@@ -70,6 +70,11 @@ for mode in poll select epoll-lt epoll-et epoll-nested peek dup threads sendfile
     [ "$mode" = stress ] && n=3
     expect compat "viarun: $n connections over shm, 0 over kernel TCP"
 done
+# A server accepting one connection after another keeps no descriptor
+# per connection (leak_check.py).
+python3 "$here/leak_check.py"
+$VS python3 "$here/leak_check.py" 2>"$dir/compat.err" || { cat "$dir/compat.err"; exit 1; }
+expect compat "viarun: 100 connections over shm, 0 over kernel TCP"
 # Python's subprocess on sockets (subprocess_check.py): a connection handed
 # to `cat` with the default close_fds, and `head` run on a used one.
 for mode in handoff used; do

@@ -27,6 +27,11 @@ pub fn connect_wait(
     nic.device().connect_wait(nic, local, timeout)
 }
 
+/// Stops listening for `local` after the last `connect_wait` on it.
+pub fn connect_wait_end(nic: &Arc<NicShared>, local: &Address) {
+    nic.device().connect_wait_end(nic, local)
+}
+
 /// `VipConnectRequest`.
 pub fn connect_request(
     vi: &Arc<Vi>,

@@ -48,7 +48,10 @@ pub mod sys;
 pub mod vi;
 mod wait;
 
-pub use connect::{connect_request, connect_wait, peer_done, peer_request, peer_wait, ConnRequest};
+pub use connect::{
+    connect_request, connect_wait, connect_wait_end, peer_done, peer_request, peer_wait,
+    ConnRequest,
+};
 pub use devices::rum::stats::{stats as udp_stats, StatsSnapshot as UdpStats};
 pub use error::{Result, ViaError};
 pub use openvia_wire::handshake::{Address, ViAttrs};

@@ -11,7 +11,7 @@ use std::time::Duration;
 use openvia_core::descriptor::Descriptor;
 use openvia_core::nic::Nic;
 use openvia_core::vi::{reliability, Vi};
-use openvia_core::{connect_request, connect_wait, Address, ViaError};
+use openvia_core::{connect_request, connect_wait, connect_wait_end, Address, ViaError};
 use scenarios::{attrs, set_desc, Arena};
 
 /// Small rings (so a few thousand messages wrap them) and a VI limit.
@@ -137,4 +137,36 @@ fn the_vi_limit_is_a_setting_and_its_error_names_it() {
     nic.destroy_vi(&vis[0]).unwrap();
     nic.create_vi(attrs(ptag, reliability::RELIABLE_DELIVERY), None, None)
         .unwrap();
+}
+
+/// A discriminator waited on for one connection (viarun waits on a fresh
+/// one per connection) keeps its listener, a socket, only until
+/// `connect_wait_end`: then the name is free again, here for another NIC.
+/// Before, every such wait left its socket open until the NIC closed.
+#[test]
+fn an_ended_wait_leaves_no_listener_behind() {
+    settings();
+    let (na, nb) = (Nic::open(None).unwrap(), Nic::open(None).unwrap());
+    let local = Address {
+        host: na.query().address.to_vec(),
+        discriminator: b"wait-ended".to_vec(),
+    };
+    let short = Some(Duration::from_millis(5));
+    assert!(matches!(
+        connect_wait(na.shared(), &local, short),
+        Err(ViaError::Timeout)
+    ));
+    assert!(
+        matches!(
+            connect_wait(nb.shared(), &local, short),
+            Err(ViaError::InvalidState(_))
+        ),
+        "the first NIC still listens (a later wait of its own may follow)"
+    );
+    connect_wait_end(na.shared(), &local);
+    assert!(matches!(
+        connect_wait(nb.shared(), &local, short),
+        Err(ViaError::Timeout)
+    ));
+    connect_wait_end(nb.shared(), &local);
 }

@@ -229,7 +229,7 @@ pub(crate) fn meet(
         host: peer_host.map_or(host, <[u8]>::to_vec),
         discriminator: disc(theirs, token),
     };
-    loop {
+    let met = loop {
         let r = match side {
             Side::Connector => {
                 openvia_core::connect_request(vi, &local, &remote, Some(SLICE)).map(|_| ())
@@ -238,21 +238,28 @@ pub(crate) fn meet(
                 .and_then(|req| req.accept(vi)),
         };
         match r {
-            Ok(()) => break,
+            Ok(()) => break Ok(()),
             Err(ViaError::Timeout) => match kernel::peek_state(fd) {
                 // The peer's hello is there: it is on its way.
                 kernel::Peek::Byte(HELLO) => {
                     if kernel::peer_hung_up(fd) {
-                        return Err(HandshakeEnd::Broken);
+                        break Err(HandshakeEnd::Broken);
                     }
                 }
                 kernel::Peek::Empty => {}
-                kernel::Peek::Eof => return Err(HandshakeEnd::PeerNeverCame),
-                _ => return Err(HandshakeEnd::Broken),
+                kernel::Peek::Eof => break Err(HandshakeEnd::PeerNeverCame),
+                _ => break Err(HandshakeEnd::Broken),
             },
-            Err(_) => return Err(HandshakeEnd::Broken),
+            Err(_) => break Err(HandshakeEnd::Broken),
         }
+    };
+    if matches!(side, Side::Acceptor) {
+        // The discriminator is this connection's alone: no wait on it
+        // follows, and the device would keep its listener (a socket)
+        // until the process ends.
+        openvia_core::connect_wait_end(nic.shared(), &local);
     }
+    met?;
     match kernel::take_byte(fd) {
         Ok(HELLO) => Ok(()),
         _ => Err(HandshakeEnd::Broken),

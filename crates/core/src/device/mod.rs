@@ -104,6 +104,13 @@ pub trait Device: Send + Sync + 'static {
         timeout: Option<Duration>,
     ) -> Result<Box<dyn PendingConnection>>;
 
+    /// Stops listening for `local` (no `connect_wait` on it follows). A
+    /// device keeps what it listens with between waits, so that no client
+    /// is refused between two; a program that waits on a fresh
+    /// discriminator per connection (viarun) would otherwise keep one
+    /// listener per connection until its NIC closes.
+    fn connect_wait_end(&self, _nic: &Arc<NicShared>, _local: &Address) {}
+
     /// `VipConnectRequest`: connects `vi` to the server at `remote`;
     /// returns the server VI's attributes.
     fn connect_request(

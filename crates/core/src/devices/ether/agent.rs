@@ -336,6 +336,15 @@ impl Agent {
         Ok(m)
     }
 
+    /// Drops NIC `nic`'s mailbox of `tag` (the tag becomes free once no
+    /// wait holds it).
+    pub fn unlisten(&self, nic: usize, tag: [u8; TAG_LEN]) {
+        let mut ls = self.listeners.lock().unwrap_or_else(|e| e.into_inner());
+        if ls.get(&tag).is_some_and(|m| m.nic == nic) {
+            ls.remove(&tag);
+        }
+    }
+
     /// Drops the mailboxes of a closing NIC (their tags become free).
     pub fn forget(&self, nic: usize) {
         self.listeners

@@ -211,6 +211,13 @@ impl PendingConnection for EtherConnRequest {
     }
 }
 
+/// Stops listening on `local`'s discriminator.
+pub fn connect_wait_end(nic: &Arc<NicShared>, local: &Address) {
+    if let (Ok(dev), Ok((tag, _))) = (ether_of(nic), setup::wait_args(nic, local, None)) {
+        dev.agent.unlisten(Arc::as_ptr(nic) as usize, tag);
+    }
+}
+
 /// Forgets the mailboxes of a closing NIC.
 pub fn forget_nic(nic: &NicShared) {
     if let Ok(dev) = ether_of(nic) {

@@ -212,6 +212,17 @@ fn read_request(
     Some((req, page, event, cred))
 }
 
+/// Stops listening on `local`'s discriminator (its socket closes once no
+/// wait holds it).
+pub fn connect_wait_end(nic: &Arc<NicShared>, local: &Address) {
+    if let Ok(shm) = super::shm_of(nic) {
+        shm.listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&local.discriminator);
+    }
+}
+
 /// `VipConnectWait`: waits for a client asking for `local`'s discriminator.
 pub fn connect_wait(
     nic: &Arc<NicShared>,

@@ -98,6 +98,10 @@ impl Device for ShmDevice {
         connect::connect_wait(nic, local, timeout).map(|r| Box::new(r) as _)
     }
 
+    fn connect_wait_end(&self, nic: &Arc<NicShared>, local: &Address) {
+        connect::connect_wait_end(nic, local)
+    }
+
     fn connect_request(
         &self,
         vi: &Arc<Vi>,

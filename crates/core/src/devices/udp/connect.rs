@@ -266,6 +266,17 @@ fn wait_request(
 }
 
 /// `VipConnectWait` on the network device.
+/// Stops listening on `local`'s discriminator (its mailbox goes once no
+/// wait holds it).
+pub fn connect_wait_end(nic: &Arc<NicShared>, local: &Address) {
+    if let Ok((tag, _)) = setup::wait_args(nic, local, None) {
+        listeners()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&(Arc::as_ptr(nic) as usize, tag));
+    }
+}
+
 pub fn connect_wait(
     nic: &Arc<NicShared>,
     local: &Address,
