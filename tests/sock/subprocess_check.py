@@ -80,4 +80,42 @@ def used():
         sys.exit(f"used: head gave {p.stdout!r}, status {p.returncode}")
 
 
-{"handoff": handoff, "used": used}[sys.argv[1]]()
+def sibling():
+    """A connection first used by one program the client runs on it
+    (`first`: writes 5 bytes, reads 5), then handed to a second one
+    (`head -c 5`). Over kernel TCP head reads the server's next 5 bytes.
+    Under viarun the stream is carried by the first program, which has
+    exited: head must read those 5 bytes or fail at once with nothing
+    read, never read other bytes (doorbells) or hang."""
+    l = socket.socket()
+    l.bind(("127.0.0.1", 0))
+    l.listen(1)
+    port = l.getsockname()[1]
+    pid = os.fork()
+    if pid == 0:
+        s, _ = l.accept()
+        got = b""
+        while len(got) < 5:
+            got += s.recv(5 - len(got))
+        s.sendall(b"hello")
+        s.sendall(b"world")
+        try:
+            s.recv(1)
+        except ConnectionResetError:
+            pass
+        os._exit(0)
+    c = socket.create_connection(("127.0.0.1", port))
+    first = "import os\nos.write(0, b'first')\nb = b''\nwhile len(b) < 5: b += os.read(0, 5 - len(b))\nassert b == b'hello', b"
+    subprocess.run([sys.executable, "-c", first], stdin=c, check=True, timeout=10)
+    p = subprocess.run(["head", "-c", "5"], stdin=c, capture_output=True, timeout=10)
+    c.close()
+    os.waitpid(pid, 0)
+    if p.returncode == 0 and p.stdout == b"world":
+        print("subprocess sibling: ok (carried on)")
+    elif p.returncode != 0 and p.stdout == b"":
+        print("subprocess sibling: ok (refused: %s)" % p.stderr.decode().strip())
+    else:
+        sys.exit(f"sibling: head gave {p.stdout!r}, status {p.returncode}")
+
+
+{"handoff": handoff, "used": used, "sibling": sibling}[sys.argv[1]]()

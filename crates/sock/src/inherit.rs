@@ -462,9 +462,26 @@ pub fn take_up() {
             _ => {}
         }
     }
+    // Switchable records first: a socket named by one of them is carried
+    // on through it, whatever older record also names it.
+    records.sort_by_key(|&fd| record_kind(fd) != Some(SWITCHABLE));
     for record_fd in records {
         take_up_one(record_fd, &sockets);
     }
+}
+
+/// The kind of the record in memfd `fd`, read without mapping it.
+fn record_kind(fd: RawFd) -> Option<u32> {
+    let mut rec = std::mem::MaybeUninit::<Record>::uninit();
+    let len = std::mem::size_of::<Record>();
+    // SAFETY: reading at most a Record's bytes into our own buffer.
+    let n = unsafe { libc::pread(fd, rec.as_mut_ptr().cast(), len, 0) };
+    if n != len as isize {
+        return None;
+    }
+    // SAFETY: fully written by the read above; every field is plain data.
+    let rec = unsafe { rec.assume_init() };
+    (rec.magic == MAGIC).then_some(rec.kind)
 }
 
 fn take_up_one(record_fd: RawFd, sockets: &[(RawFd, u64)]) {
@@ -486,9 +503,8 @@ fn take_up_one(record_fd: RawFd, sockets: &[(RawFd, u64)]) {
     // A copy of the record's fields: `held` moves into the state below.
     // SAFETY: mapped above, a whole Record long; `used` is read atomically.
     let r = unsafe { &*record };
-    if r.magic != MAGIC || (r.kind != SWITCHABLE && r.used.load(Ordering::Acquire) != 0) {
-        // Not for us (or used elsewhere): let it go with this process's
-        // copy of its descriptor.
+    if r.magic != MAGIC {
+        // Not for us: let it go with this process's copy of its descriptor.
         return;
     }
     let on: Vec<RawFd> = sockets
@@ -497,9 +513,16 @@ fn take_up_one(record_fd: RawFd, sockets: &[(RawFd, u64)]) {
         .map(|(fd, _)| *fd)
         .collect();
     let Some(&first) = on.first() else { return };
-    if r.kind == UNUSABLE {
-        // Its bytes travel in another process's VI and rings: a clear
-        // error on use, never the doorbells read as data or a wait.
+    if conn::tracks(first) {
+        return; // taken up through another record already
+    }
+    let used_elsewhere = r.kind != SWITCHABLE && r.used.load(Ordering::Acquire) != 0;
+    if r.kind == UNUSABLE || used_elsewhere {
+        // Its bytes travel in another process's VI and rings (or, used
+        // elsewhere, in those of a program this one's parent ran before:
+        // a shell running two programs on one /dev/tcp descriptor),
+        // which nobody here can reach: a clear error on use, never the
+        // doorbells read as data or a wait.
         conn::insert(first, Setup::Broken);
         for &fd in &on[1..] {
             conn::alias(first, fd);
