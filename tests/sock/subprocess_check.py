@@ -19,11 +19,16 @@ import subprocess
 import sys
 
 
-def handoff():
+def listener():
+    """A TCP listener on loopback and its port."""
     l = socket.socket()
     l.bind(("127.0.0.1", 0))
     l.listen(1)
-    port = l.getsockname()[1]
+    return l, l.getsockname()[1]
+
+
+def handoff():
+    l, port = listener()
     data = os.urandom(300000)
     pid = os.fork()
     if pid == 0:
@@ -49,10 +54,7 @@ def handoff():
 
 
 def used():
-    l = socket.socket()
-    l.bind(("127.0.0.1", 0))
-    l.listen(1)
-    port = l.getsockname()[1]
+    l, port = listener()
     pid = os.fork()
     if pid == 0:
         s, _ = l.accept()
@@ -87,10 +89,7 @@ def sibling():
     Under viarun the stream is carried by the first program, which has
     exited: head must read those 5 bytes or fail at once with nothing
     read, never read other bytes (doorbells) or hang."""
-    l = socket.socket()
-    l.bind(("127.0.0.1", 0))
-    l.listen(1)
-    port = l.getsockname()[1]
+    l, port = listener()
     pid = os.fork()
     if pid == 0:
         s, _ = l.accept()
