@@ -649,7 +649,7 @@ mod tests {
     }
 
     #[test]
-    fn a_record_is_taken_up_under_every_descriptor_of_its_socket_until_claimed() {
+    fn a_record_is_taken_up_under_every_descriptor_of_its_socket_and_refused_once_claimed() {
         let sv = socket_pair();
         // SAFETY: dup of our socket.
         let other = unsafe { libc::dup(sv[0]) };
@@ -670,11 +670,21 @@ mod tests {
         );
         conn::forget(sv[0]);
         conn::forget(other);
-        // Used by some process: a later exec leaves it alone.
+        // Used by some process: a later program cannot follow its stream
+        // (it travels in that process's VI) and gets a clear error.
         assert!(rec.claim());
         assert!(!rec.claim());
         take_up_one(copy_of(&rec), &sockets);
-        assert!(conn::lookup(sv[0]).is_none());
+        assert!(matches!(
+            conn::route(sv[0]),
+            conn::Route::Fail(libc::ECONNRESET)
+        ));
+        assert!(matches!(
+            conn::route(other),
+            conn::Route::Fail(libc::ECONNRESET)
+        ));
+        conn::forget(sv[0]);
+        conn::forget(other);
         drop(rec);
         for fd in [sv[0], sv[1], other] {
             // SAFETY: closing our sockets.
