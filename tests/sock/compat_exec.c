@@ -148,6 +148,27 @@ void fork_settling_server(int fd) {
     for (size_t i = at; i < got; i++) if (b[i] != 'z') FAIL("byte %zu differs", i);
 }
 
+/* The dialing side's first use of a connection: writes `w` and reads
+ * its echo. */
+static void use_once(int fd, const char *w) {
+    char b[16];
+    size_t n = strlen(w);
+    write_all(fd, w, n);
+    read_all(fd, b, n);
+    if (memcmp(b, w, n)) FAIL("first echo");
+}
+/* The server's side of it: echoes `n` bytes. */
+static void echo_once(int fd, size_t n) {
+    char b[16];
+    read_all(fd, b, n);
+    write_all(fd, b, n);
+}
+/* Waits for child `c`, which must exit with 0. */
+static void wait_child(pid_t c) {
+    int st;
+    if (waitpid(c, &st, 0) != c || !WIFEXITED(st) || WEXITSTATUS(st)) FAIL("child %d failed (status %#x)", (int)c, st);
+}
+
 /* exec-used: the dialing process uses the connection (one echo), then a
  * forked child puts it on stdin and stdout and execs a new program, as
  * bash does for `exec 3<>/dev/tcp/...; echo >&3; cat <&3`. The new
@@ -158,15 +179,11 @@ void fork_settling_server(int fd) {
  * instead get an error at once (ECONNRESET or EIO): never the doorbell
  * bytes as data, never a wait (the alarm). */
 void exec_used_client(int fd) {
-    char b[4];
-    write_all(fd, "used", 4);
-    read_all(fd, b, 4);
-    if (memcmp(b, "used", 4)) FAIL("first echo");
+    use_once(fd, "used");
     pid_t c = fork();
     if (c < 0) FAIL("fork");
     if (c == 0) exec_on(fd, "exec-used-child");
-    int st;
-    if (waitpid(c, &st, 0) != c || !WIFEXITED(st) || WEXITSTATUS(st)) FAIL("the exec'd program failed (status %#x)", st);
+    wait_child(c);
 }
 int exec_used_child(void) {
     alarm(10);
@@ -188,8 +205,7 @@ int exec_used_child(void) {
 }
 void exec_used_server(int fd) {
     char b[4];
-    read_all(fd, b, 4);
-    write_all(fd, b, 4);
+    echo_once(fd, 4);
     ssize_t k = read(fd, b, 4);
     if (k == 4 && !memcmp(b, "more", 4)) write_all(fd, "data", 4);
     else if (k != 0 && !(k < 0 && errno == ECONNRESET)) FAIL("after the exec: %zd %s", k, k < 0 ? strerror(errno) : "");
@@ -217,9 +233,8 @@ static void write_records(int fd, uint32_t writer, uint32_t n) {
 }
 void fork_used_client(int fd) {
     char b[FORK_UNREAD + 5];
-    write_all(fd, "hello", 5);
-    read_all(fd, b, 10); /* 5 of the echo and 5 of the data */
-    if (memcmp(b, "hello", 5)) FAIL("first echo");
+    use_once(fd, "hello");
+    read_all(fd, b + 5, 5); /* the first 5 bytes of the data */
     pid_t c = fork();
     if (c < 0) FAIL("fork");
     if (c == 0) {
@@ -231,16 +246,14 @@ void fork_used_client(int fd) {
         _exit(0);
     }
     write_records(fd, 2, FORK_RECORDS);
-    int st;
-    if (waitpid(c, &st, 0) != c || !WIFEXITED(st) || WEXITSTATUS(st)) FAIL("child failed (status %#x)", st);
+    wait_child(c);
     write_records(fd, 3, 1);
     read_all(fd, b, 4);
     if (memcmp(b, "good", 4)) FAIL("server's verdict %.4s", b);
 }
 void fork_used_server(int fd) {
     char b[FORK_UNREAD];
-    read_all(fd, b, 5);
-    write_all(fd, b, 5);
+    echo_once(fd, 5);
     for (size_t i = 0; i < FORK_UNREAD; i++) b[i] = (char)pattern(3, i);
     write_all(fd, b, FORK_UNREAD);
     uint32_t next[4] = {0, 0, 0, 0};
@@ -266,9 +279,7 @@ void fork_used_server(int fd) {
  * parent's close must not end the connection it still shares. */
 void fork_close_client(int fd) {
     char b[1000];
-    write_all(fd, "hello", 5);
-    read_all(fd, b, 5);
-    if (memcmp(b, "hello", 5)) FAIL("first echo");
+    use_once(fd, "hello");
     pid_t c = fork();
     if (c < 0) FAIL("fork");
     if (c == 0) {
@@ -285,13 +296,11 @@ void fork_close_client(int fd) {
     }
     close(fd);
     if (write(turn_pipe[1], "c", 1) != 1 || write(turn_pipe[1], "c", 1) != 1) FAIL("turn");
-    int st;
-    if (waitpid(c, &st, 0) != c || !WIFEXITED(st) || WEXITSTATUS(st)) FAIL("child failed (status %#x)", st);
+    wait_child(c);
 }
 void fork_close_server(int fd) {
     char b[1000];
-    read_all(fd, b, 5);
-    write_all(fd, b, 5);
+    echo_once(fd, 5);
     char t;
     if (read(turn_pipe[0], &t, 1) != 1) FAIL("turn");
     for (size_t i = 0; i < sizeof b; i++) b[i] = (char)pattern(5, i);
@@ -311,10 +320,7 @@ void fork_close_server(int fd) {
  * the exec'ing process hands the connection to the kernel first: its VI
  * ends with it. */
 void exec_self_client(int fd) {
-    char b[4];
-    write_all(fd, "used", 4);
-    read_all(fd, b, 4);
-    if (memcmp(b, "used", 4)) FAIL("first echo");
+    use_once(fd, "used");
     char turn[16];
     snprintf(turn, sizeof turn, "%d", turn_pipe[0]);
     if (setenv("COMPAT_TURN_FD", turn, 1)) FAIL("setenv");
@@ -338,8 +344,7 @@ int exec_self_child(void) {
 }
 void exec_self_server(int fd) {
     char b[1000];
-    read_all(fd, b, 4);
-    write_all(fd, b, 4);
+    echo_once(fd, 4);
     for (size_t i = 0; i < sizeof b; i++) b[i] = (char)pattern(6, i);
     for (size_t i = 0; i < sizeof b; i += 10) write_all(fd, b + i, 10);
     if (write(turn_pipe[1], "w", 1) != 1) FAIL("turn");
@@ -354,10 +359,7 @@ void exec_self_server(int fd) {
  * carries on over the kernel; every byte is checked. */
 #define FORK_STREAM (8u << 20)
 void fork_stream_client(int fd) {
-    char b[5];
-    write_all(fd, "hello", 5);
-    read_all(fd, b, 5);
-    if (memcmp(b, "hello", 5)) FAIL("first echo");
+    use_once(fd, "hello");
     pid_t c = fork();
     if (c < 0) FAIL("fork");
     if (c == 0) {
@@ -375,13 +377,11 @@ void fork_stream_client(int fd) {
         write_all(fd, "good", 4);
         _exit(0);
     }
-    int st;
-    if (waitpid(c, &st, 0) != c || !WIFEXITED(st) || WEXITSTATUS(st)) FAIL("child failed (status %#x)", st);
+    wait_child(c);
 }
 void fork_stream_server(int fd) {
     char b[5];
-    read_all(fd, b, 5);
-    write_all(fd, b, 5);
+    echo_once(fd, 5);
     static char buf[100000];
     unsigned seed = 11;
     size_t at = 0;

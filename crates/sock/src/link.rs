@@ -399,17 +399,10 @@ impl Link {
         peek: bool,
         all: bool,
     ) -> Result<usize, i32> {
-        let (seg, off) = at;
-        let mut rest: Vec<&mut [u8]> = out
-            .iter_mut()
-            .skip(seg)
-            .enumerate()
-            .map(|(k, o)| if k == 0 { &mut o[off..] } else { &mut o[..] })
-            .collect();
         crate::switched::switch(&self.control, self.side);
         // What this call already has counts: a nonblocking tail then.
         let nb = nonblocking || (got > 0 && !all);
-        match crate::switched::read(&self.control, self.side, fd, &mut rest, nb, peek, all) {
+        match crate::switched::read(&self.control, self.side, fd, out, at, nb, peek, all) {
             Ok(n) => Ok(got + n),
             Err(_) if got > 0 => Ok(got),
             Err(e) => Err(e),
@@ -654,13 +647,8 @@ impl Link {
         dontwait: bool,
         nosignal: bool,
     ) -> Result<usize, i32> {
-        let (seg, off) = at;
-        let mut rest: Vec<&[u8]> = Vec::with_capacity(data.len().saturating_sub(seg));
-        for (k, d) in data.iter().enumerate().skip(seg) {
-            rest.push(if k == seg { &d[off.min(d.len())..] } else { d });
-        }
         let dontwait = dontwait || self.is_nonblocking();
-        match crate::switched::write(&self.control, self.side, fd, &rest, dontwait, nosignal) {
+        match crate::switched::write(&self.control, self.side, fd, data, at, dontwait, nosignal) {
             Ok(n) => Ok(taken + n),
             Err(_) if taken > 0 => Ok(taken),
             Err(e) => Err(e),

@@ -127,16 +127,21 @@ fn checked_entry(control: &Control, writer: Side, i: u32) -> Result<(usize, usiz
 /// A read on a switched connection: what the ring still holds, then the
 /// kernel stream after the peer's switch byte. `nonblocking`: the call
 /// or the socket asked not to wait.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn read(
     control: &Control,
     side: Side,
     fd: RawFd,
     out: &mut [&mut [u8]],
+    at: (usize, usize),
     nonblocking: bool,
     peek: bool,
     all: bool,
 ) -> Result<usize, i32> {
-    let want: usize = out.iter().map(|o| o.len()).sum();
+    let (mut seg, mut off) = at;
+    let want = parts(out.iter().map(|o| &o[..]), at)
+        .map(|p| p.len())
+        .sum::<usize>();
     if want == 0 {
         return Ok(0);
     }
@@ -144,7 +149,6 @@ pub(crate) fn read(
     let Some(lock) = control.lock_reader(writer, nonblocking) else {
         return Err(libc::EAGAIN);
     };
-    let (mut seg, mut off) = (0usize, 0usize);
     let mut got = 0usize;
     let posted = control.rx(side).seen().posted;
     let mut i = control.consumed(writer);
@@ -194,7 +198,15 @@ pub(crate) fn read(
     } else if nonblocking || got > 0 {
         flags |= libc::MSG_DONTWAIT;
     }
-    match recv_into(fd, out, seg, off, flags) {
+    match transfer(
+        fd,
+        out.iter_mut().skip(seg).enumerate().map(|(k, o)| {
+            let from = if k == 0 { off.min(o.len()) } else { 0 };
+            (o[from..].as_mut_ptr(), o.len() - from)
+        }),
+        flags,
+        false,
+    ) {
         Ok(n) => Ok(got + n),
         Err(_) if got > 0 => Ok(got),
         Err(e) => Err(e),
@@ -216,36 +228,70 @@ fn take_one(fd: RawFd, wait: bool) -> Result<u8, i32> {
     }
 }
 
-/// recvmsg into `out` from (`seg`, `off`) on.
-fn recv_into(
+/// The buffers of `bufs` from the cursor `at` (segment, offset) on.
+fn parts<'a>(
+    bufs: impl Iterator<Item = &'a [u8]>,
+    at: (usize, usize),
+) -> impl Iterator<Item = &'a [u8]> {
+    bufs.skip(at.0)
+        .enumerate()
+        .map(move |(k, b)| if k == 0 { &b[at.1.min(b.len())..] } else { b })
+}
+
+/// recvmsg (`send` false) or sendmsg on the buffers `parts` names, with
+/// `flags`; EINTR is retried. The iovecs live on the stack for up to 16
+/// buffers (no allocation per call on a switched connection).
+fn transfer(
     fd: RawFd,
-    out: &mut [&mut [u8]],
-    seg: usize,
-    off: usize,
+    parts: impl Iterator<Item = (*mut u8, usize)>,
     flags: i32,
+    send: bool,
 ) -> Result<usize, i32> {
-    let mut iov: Vec<libc::iovec> = Vec::with_capacity(out.len().saturating_sub(seg));
-    for (k, o) in out.iter_mut().enumerate().skip(seg) {
-        let skip = if k == seg { off } else { 0 };
-        iov.push(libc::iovec {
-            iov_base: o[skip..].as_mut_ptr().cast(),
-            iov_len: o.len() - skip,
-        });
+    let none = libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    };
+    let mut stack = [none; 16];
+    let mut heap: Vec<libc::iovec> = Vec::new();
+    let mut n = 0;
+    for (p, len) in parts.filter(|&(_, len)| len > 0) {
+        let v = libc::iovec {
+            iov_base: p.cast(),
+            iov_len: len,
+        };
+        if n < stack.len() {
+            stack[n] = v;
+        } else {
+            if heap.is_empty() {
+                heap.extend_from_slice(&stack);
+            }
+            heap.push(v);
+        }
+        n += 1;
     }
-    if iov.iter().all(|v| v.iov_len == 0) {
+    if n == 0 {
         return Ok(0);
     }
+    let iov: &mut [libc::iovec] = if n <= stack.len() {
+        &mut stack[..n]
+    } else {
+        &mut heap
+    };
     loop {
         // SAFETY: a msghdr naming the program's buffers, which live across
-        // the call; no name or control data.
-        let n = unsafe {
+        // the call (sendmsg only reads them); no name or control data.
+        let r = unsafe {
             let mut m: libc::msghdr = std::mem::zeroed();
             m.msg_iov = iov.as_mut_ptr();
             m.msg_iovlen = iov.len() as _;
-            (real().recvmsg)(fd, &mut m, flags)
+            if send {
+                (real().sendmsg)(fd, &m, flags)
+            } else {
+                (real().recvmsg)(fd, &mut m, flags)
+            }
         };
-        if n >= 0 {
-            return Ok(n as usize);
+        if r >= 0 {
+            return Ok(r as usize);
         }
         match kernel::errno() {
             libc::EINTR => {}
@@ -254,29 +300,19 @@ fn recv_into(
     }
 }
 
-/// A write on a switched connection: raw bytes after this end's switch
-/// byte.
+/// A write on a switched connection, from `at` (segment, offset) of
+/// `data` on: raw bytes after this end's switch byte.
 pub(crate) fn write(
     control: &Control,
     side: Side,
     fd: RawFd,
     data: &[&[u8]],
+    at: (usize, usize),
     dontwait: bool,
     nosignal: bool,
 ) -> Result<usize, i32> {
     if let Err(libc::EIO) = raw_tx(control, side, fd) {
         return Err(libc::EIO);
-    }
-    let iov: Vec<libc::iovec> = data
-        .iter()
-        .filter(|d| !d.is_empty())
-        .map(|d| libc::iovec {
-            iov_base: d.as_ptr() as *mut libc::c_void,
-            iov_len: d.len(),
-        })
-        .collect();
-    if iov.is_empty() {
-        return Ok(0);
     }
     let mut flags = 0;
     if dontwait {
@@ -285,19 +321,8 @@ pub(crate) fn write(
     if nosignal {
         flags |= libc::MSG_NOSIGNAL;
     }
-    // SAFETY: a msghdr naming the program's buffers, which live across
-    // the call (the kernel only reads them).
-    let n = unsafe {
-        let mut m: libc::msghdr = std::mem::zeroed();
-        m.msg_iov = iov.as_ptr() as *mut libc::iovec;
-        m.msg_iovlen = iov.len() as _;
-        (real().sendmsg)(fd, &m, flags)
-    };
-    if n < 0 {
-        Err(kernel::errno())
-    } else {
-        Ok(n as usize)
-    }
+    let bufs = parts(data.iter().copied(), at).map(|b| (b.as_ptr() as *mut u8, b.len()));
+    transfer(fd, bufs, flags, true)
 }
 
 /// FIONREAD on a switched connection.
@@ -361,7 +386,16 @@ impl Carried for Switched {
         let nonblocking = dontwait || self.nonblocking.load(Ordering::Relaxed);
         switch(&self.control, self.side);
         let _turn = reader_turn(&self.rx, || nonblocking)?;
-        read(&self.control, self.side, fd, out, nonblocking, peek, all)
+        read(
+            &self.control,
+            self.side,
+            fd,
+            out,
+            (0, 0),
+            nonblocking,
+            peek,
+            all,
+        )
     }
     fn write(
         &self,
@@ -371,7 +405,15 @@ impl Carried for Switched {
         nosignal: bool,
     ) -> Result<usize, i32> {
         let dontwait = dontwait || self.nonblocking.load(Ordering::Relaxed);
-        write(&self.control, self.side, fd, data, dontwait, nosignal)
+        write(
+            &self.control,
+            self.side,
+            fd,
+            data,
+            (0, 0),
+            dontwait,
+            nosignal,
+        )
     }
     fn flush(&self) {}
     fn shut(&self) {}
@@ -396,6 +438,26 @@ impl Carried for Switched {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A read by the acceptor into one buffer, from its start.
+    fn read_one(
+        c: &Control,
+        fd: RawFd,
+        out: &mut [u8],
+        nonblocking: bool,
+        peek: bool,
+    ) -> Result<usize, i32> {
+        read(
+            c,
+            Side::Acceptor,
+            fd,
+            &mut [out],
+            (0, 0),
+            nonblocking,
+            peek,
+            false,
+        )
+    }
 
     fn socket_pair() -> [RawFd; 2] {
         let mut sv = [0; 2];
@@ -439,23 +501,20 @@ mod tests {
         let c = switched_page(sv);
         let me = Side::Acceptor;
         let mut a = [0u8; 4];
-        let n = read(&c, me, sv[1], &mut [&mut a[..]], false, true, false).expect("peek");
+        let n = read_one(&c, sv[1], &mut a, false, true).expect("peek");
         assert_eq!(&a[..n], b"defg", "a peek leaves it");
         let mut b = [0u8; 2];
-        assert_eq!(
-            read(&c, me, sv[1], &mut [&mut b[..]], false, false, false),
-            Ok(2)
-        );
+        assert_eq!(read_one(&c, sv[1], &mut b, false, false), Ok(2));
         assert_eq!(&b, b"de");
         let mut rest = [0u8; 16];
-        let n = read(&c, me, sv[1], &mut [&mut rest[..]], false, false, false).expect("read");
+        let n = read_one(&c, sv[1], &mut rest, false, false).expect("read");
         assert_eq!(
             &rest[..n],
             b"fgh",
             "what the ring held, nothing of the kernel's yet"
         );
         assert_eq!(unread(&c, me, sv[1]), 0, "the switch byte is not read yet");
-        let n = read(&c, me, sv[1], &mut [&mut rest[..]], false, false, false).expect("read");
+        let n = read_one(&c, sv[1], &mut rest, false, false).expect("read");
         assert_eq!(
             &rest[..n],
             b"raw",
@@ -463,15 +522,12 @@ mod tests {
         );
         let mut none = [0u8; 1];
         assert_eq!(
-            read(&c, me, sv[1], &mut [&mut none[..]], true, false, false),
+            read_one(&c, sv[1], &mut none, true, false),
             Err(libc::EAGAIN)
         );
         // SAFETY: closing the test's sockets.
         unsafe { libc::close(sv[0]) };
-        assert_eq!(
-            read(&c, me, sv[1], &mut [&mut none[..]], false, false, false),
-            Ok(0)
-        );
+        assert_eq!(read_one(&c, sv[1], &mut none, false, false), Ok(0));
         // SAFETY: as above.
         unsafe { libc::close(sv[1]) };
     }
@@ -483,15 +539,7 @@ mod tests {
         c.set_entry(Side::Connector, 1, RING_BYTES - 1, 2);
         let mut out = [0u8; 16];
         assert_eq!(unread(&c, Side::Acceptor, sv[1]), 0);
-        let r = read(
-            &c,
-            Side::Acceptor,
-            sv[1],
-            &mut [&mut out[..]],
-            false,
-            false,
-            false,
-        );
+        let r = read_one(&c, sv[1], &mut out, false, false);
         assert_eq!(r, Err(libc::EIO));
         for fd in sv {
             // SAFETY: closing the test's sockets.
@@ -504,12 +552,55 @@ mod tests {
         let sv = socket_pair();
         let c = switched_page(sv);
         let me = Side::Acceptor;
-        assert_eq!(write(&c, me, sv[1], &[b"xy", b"z"], false, true), Ok(3));
-        assert_eq!(write(&c, me, sv[1], &[b"!"], false, true), Ok(1));
+        assert_eq!(
+            write(&c, me, sv[1], &[b"xy", b"z"], (0, 0), false, true),
+            Ok(3)
+        );
+        assert_eq!(write(&c, me, sv[1], &[b"!"], (0, 0), false, true), Ok(1));
         let mut got = [0u8; 8];
         // SAFETY: reading the test's socket into our buffer.
         let n = unsafe { libc::recv(sv[0], got.as_mut_ptr().cast(), 8, libc::MSG_DONTWAIT) };
         assert_eq!(&got[..n as usize], b"Sxyz!");
+        for fd in sv {
+            // SAFETY: closing the test's sockets.
+            unsafe { libc::close(fd) };
+        }
+    }
+
+    #[test]
+    fn reads_and_writes_go_on_from_the_cursor_and_past_sixteen_buffers() {
+        let sv = socket_pair();
+        let c = switched_page(sv);
+        let me = Side::Acceptor;
+        // From the cursor (segment 1, offset 1), then 20 one-byte buffers
+        // (more iovecs than the stack holds).
+        assert_eq!(
+            write(&c, me, sv[1], &[b"ab", b"cde"], (1, 1), false, true),
+            Ok(2)
+        );
+        let ones: Vec<[u8; 1]> = (0..20u8).map(|i| [b'A' + i]).collect();
+        let refs: Vec<&[u8]> = ones.iter().map(|o| &o[..]).collect();
+        assert_eq!(write(&c, me, sv[1], &refs, (0, 0), false, true), Ok(20));
+        let mut got = [0u8; 32];
+        // SAFETY: reading the test's socket into our buffer.
+        let n = unsafe { libc::recv(sv[0], got.as_mut_ptr().cast(), 32, libc::MSG_DONTWAIT) };
+        assert_eq!(&got[..n as usize], b"SdeABCDEFGHIJKLMNOPQRST");
+        // A read into the second buffer from its third byte on: the
+        // ring's "defgh" (3 of the first message taken before), so
+        // "de" there, then "fgh" from the start of the next call.
+        let (mut a, mut b) = ([0u8; 4], [0u8; 4]);
+        let n = read(
+            &c,
+            me,
+            sv[1],
+            &mut [&mut a[..], &mut b[..]],
+            (1, 2),
+            false,
+            false,
+            false,
+        );
+        assert_eq!(n, Ok(2));
+        assert_eq!((&a, &b), (&[0u8; 4], b"\0\0de"));
         for fd in sv {
             // SAFETY: closing the test's sockets.
             unsafe { libc::close(fd) };
