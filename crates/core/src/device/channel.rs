@@ -88,6 +88,17 @@ pub trait Channel: Send {
     /// Highest message number the peer has delivered.
     fn consumed(&self) -> u64;
 
+    /// We are about to break the connection over a fault in what the peer
+    /// sent: the peer's delivered count as it stands *after* that fault
+    /// was seen, with every refusal (and RDMA read answer) the peer wrote
+    /// before counting put into `place`, so sends it took before it erred
+    /// complete with success instead of being flushed. Nothing is
+    /// delivered. `None`: the count read before the last pass stands (a
+    /// device whose counts travel in order with its messages).
+    fn settle_before_break(&mut self, _place: &mut Placement) -> Option<u64> {
+        None
+    }
+
     /// The remote VI's attributes.
     fn remote_attrs(&self) -> ViAttrs;
 

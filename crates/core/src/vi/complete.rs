@@ -30,9 +30,23 @@ impl Vi {
             Ok(moved) => did |= moved,
         }
         if !inner.faults.is_empty() {
+            if inner.attrs.reliable() && self.state() == ViState::Connected {
+                self.settle_before_break(inner);
+            }
             self.handle_faults(inner, deferred);
         }
         did
+    }
+
+    /// Completes the sends the peer took before the fault that is about to
+    /// break the connection (see `Channel::settle_before_break`).
+    fn settle_before_break(&self, inner: &mut ViInner) {
+        let Some((ch, mut place)) = self.placement(inner) else {
+            return;
+        };
+        if let Some(consumed) = ch.settle_before_break(&mut place) {
+            self.reap_sends(inner, Some(consumed));
+        }
     }
 
     /// One progress call of the channel. Returns the peer's delivered count
@@ -46,15 +60,23 @@ impl Vi {
         std::result::Result<bool, crate::device::ChannelFailed>,
         bool,
     )> {
-        let ch = inner.channel.as_mut()?;
         // The peer's count lives on a line it writes: skip the miss when no
         // send waits on it.
-        let consumed = if inner.sq.completed < inner.sq.entries.len() {
-            ch.consumed()
-        } else {
-            0
-        };
-        let mut place = Placement {
+        let waiting = inner.sq.completed < inner.sq.entries.len();
+        let (ch, mut place) = self.placement(inner)?;
+        let consumed = if waiting { ch.consumed() } else { 0 };
+        let result = ch.progress(&mut place);
+        Some((consumed, result, place.completed_any))
+    }
+
+    /// The channel and what it may place into (the VI's queues), borrowed
+    /// side by side from `inner`.
+    fn placement<'a>(
+        &'a self,
+        inner: &'a mut ViInner,
+    ) -> Option<(&'a mut Box<dyn crate::device::Channel>, Placement<'a>)> {
+        let ch = inner.channel.as_mut()?;
+        let place = Placement {
             registry: &self.nic.registry,
             ptag: inner.attrs.ptag,
             rdma_write: inner.attrs.rdma_write,
@@ -68,8 +90,7 @@ impl Vi {
             faults: &mut inner.faults,
             completed_any: false,
         };
-        let result = ch.progress(&mut place);
-        Some((consumed, result, place.completed_any))
+        Some((ch, place))
     }
 
     pub(super) fn handle_faults(&self, inner: &mut ViInner, deferred: &mut Vec<Deferred>) {
@@ -238,5 +259,146 @@ impl Vi {
         if let Some(cq) = &self.recv_cq {
             self.nic.fire_cq_notify(cq);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! A channel whose peer counts our message and then sends something
+    //! faulty, both between the VI's read of the count and its look at
+    //! what arrived: the send the peer took must complete with success,
+    //! not be flushed by the break.
+
+    use std::os::fd::{AsRawFd, OwnedFd};
+    use std::sync::Arc;
+
+    use openvia_wire::handshake::ViAttrs;
+
+    use crate::descriptor::{status, DataSegment, Descriptor, WorkRequest};
+    use crate::device::{Channel, ChannelFailed, Completion, PeerEvent};
+    use crate::nic::Nic;
+    use crate::ranges::Range;
+    use crate::vi::placement::{Fault, Placement};
+    use crate::vi::{reliability, Vi, ViAttributes, ViState};
+
+    struct CountsThenErrs {
+        posted: bool,
+        consumed: u64,
+        settles: bool,
+        quiet: OwnedFd,
+    }
+
+    impl Channel for CountsThenErrs {
+        fn post(
+            &mut self,
+            _wr: &WorkRequest,
+            _local: &[Range],
+            _track: bool,
+        ) -> Result<(u64, Completion), ChannelFailed> {
+            self.posted = true;
+            Ok((1, Completion::Consumed))
+        }
+        fn progress(&mut self, place: &mut Placement) -> Result<bool, ChannelFailed> {
+            if !self.posted || self.consumed == 1 {
+                return Ok(false);
+            }
+            // The peer took message 1, then wrote an RDMA write we refuse.
+            self.consumed = 1;
+            place.faults.push(Fault::RdmaWriteProtection);
+            Ok(true)
+        }
+        fn has_work(&self) -> bool {
+            true
+        }
+        fn sent(&self) -> u64 {
+            1
+        }
+        fn consumed(&self) -> u64 {
+            self.consumed
+        }
+        fn settle_before_break(&mut self, _place: &mut Placement) -> Option<u64> {
+            self.settles.then_some(self.consumed)
+        }
+        fn remote_attrs(&self) -> ViAttrs {
+            ViAttrs {
+                reliability: reliability::RELIABLE_RECEPTION,
+                max_transfer: 1 << 20,
+                rdma_write: false,
+                rdma_read: false,
+            }
+        }
+        fn liveness_fd(&self) -> std::os::fd::RawFd {
+            self.quiet.as_raw_fd()
+        }
+        fn peer_event(&mut self) -> PeerEvent {
+            PeerEvent::Quiet
+        }
+        fn close(&mut self, _broken: bool) {}
+    }
+
+    /// The status the send ends with, on a channel that settles (the
+    /// shared-memory device) or not (the count read before stands).
+    fn send_status(settles: bool) -> u32 {
+        let nic = Nic::open(None).unwrap();
+        let attrs = ViAttributes {
+            reliability: reliability::RELIABLE_RECEPTION,
+            max_transfer: 1 << 20,
+            ptag: nic.create_ptag().unwrap(),
+            rdma_write: false,
+            rdma_read: false,
+        };
+        let vi: Arc<Vi> = nic.create_vi(attrs, None, None).unwrap();
+        let mut mem = vec![0u8; 256];
+        let base = (mem.as_mut_ptr() as usize).next_multiple_of(64);
+        let handle = nic
+            .register_mem(base as u64, 128, attrs.ptag, false, false)
+            .unwrap();
+        let d = base as *mut Descriptor;
+        // SAFETY: the first 64 bytes of the registered buffer, not posted.
+        unsafe {
+            std::ptr::write_bytes(d as *mut u8, 0, 64);
+            (*d).cs.seg_count = 1;
+            (*d).ds[0] = DataSegment {
+                data: (base + 64) as u64,
+                handle,
+                length: 8,
+            };
+        }
+        // SAFETY: a plain eventfd nobody writes: the channel never wakes.
+        let quiet =
+            unsafe { std::os::fd::FromRawFd::from_raw_fd(libc::eventfd(0, libc::EFD_CLOEXEC)) };
+        let ch = CountsThenErrs {
+            posted: false,
+            consumed: 0,
+            settles,
+            quiet,
+        };
+        let remote = ch.remote_attrs();
+        vi.attach_channel(Box::new(ch), remote).unwrap();
+        vi.post_send(d, handle).unwrap();
+        let done = vi
+            .send_wait(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        assert_eq!(done.0, d);
+        assert_eq!(vi.state(), ViState::Error);
+        // SAFETY: the descriptor completed.
+        let st = unsafe { (*d).cs.status };
+        drop(mem);
+        st
+    }
+
+    #[test]
+    fn a_send_taken_before_the_peers_fault_completes() {
+        let st = send_status(true);
+        assert_eq!(st & status::ERROR_MASK, 0, "status {st:#x}");
+        assert_ne!(st & status::DONE, 0);
+    }
+
+    /// Without a settled count the break flushes the send (why the
+    /// shared-memory device settles).
+    #[test]
+    fn without_a_settled_count_the_send_is_flushed() {
+        let st = send_status(false);
+        assert_ne!(st & status::DESC_FLUSHED_ERROR, 0, "status {st:#x}");
     }
 }

@@ -611,6 +611,27 @@ impl Channel for ShmChannel {
         self.tx.consumed()
     }
 
+    /// The peer writes a refusal into the ring before it counts the
+    /// message, so once the count is read every refusal up to it lies in
+    /// the ring: walk the rest of the ring for them (data records are
+    /// dropped, the connection breaks anyway). Without this, a send the
+    /// peer had taken just before it sent the faulty record was flushed:
+    /// the count read before the pass predates the record.
+    fn settle_before_break(&mut self, place: &mut Placement) -> Option<u64> {
+        let consumed = self.tx.consumed();
+        while let Ok(Some(pk)) = self.rx.peek() {
+            match pk.header.kind {
+                RecordKind::Nack => place.remote_refused(pk.header.msg_seq, pk.header.status),
+                RecordKind::ReadDone => {
+                    place.read_done(pk.header.msg_seq, pk.header.status & status::ERROR_MASK)
+                }
+                RecordKind::First | RecordKind::Cont | RecordKind::Pad => {}
+            }
+            self.rx.advance(&pk);
+        }
+        Some(consumed)
+    }
+
     fn remote_attrs(&self) -> ViAttrs {
         self.remote
     }
