@@ -11,6 +11,7 @@
  *                       linger0 ipv6 reuseport reuseport-plain selfloop stress reconnect
  *                       hangup
  *                       hangup-exit hangup-kill hangup-et wake nonblock
+ *                       stdio stdio-exec stdio-dup2
  *
  * Between hosts (tests/sock/hosts.sh): COMPAT_ADDR (IPv4) is where the
  * server listens instead of 127.0.0.1, and a child that dials first
@@ -595,6 +596,7 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "exec-dialer") == 0) { check_echo(0, 1); return 0; }
     if (strcmp(mode, "exec-used-child") == 0) return exec_used_child();
     if (strcmp(mode, "exec-self-child") == 0) return exec_self_child();
+    if (strcmp(mode, "stdio-handler") == 0) return stdio_handler();
     if (strcmp(mode, "reuseport") == 0) return reuseport();
     if (strcmp(mode, "reuseport-plain") == 0) return reuseport_plain();
     if (strcmp(mode, "plain-listener") == 0) return plain_listener();
@@ -641,6 +643,9 @@ int main(int argc, char **argv) {
         else if (strcmp(mode, "fork-close") == 0) fork_close_client(fd);
         else if (strcmp(mode, "fork-stream") == 0) fork_stream_client(fd);
         else if (strcmp(mode, "exec-self") == 0) exec_self_client(fd);
+        else if (strcmp(mode, "stdio") == 0) stdio_client(fd);
+        else if (strcmp(mode, "stdio-exec") == 0) stdio_exec_client(fd);
+        else if (strcmp(mode, "stdio-dup2") == 0) stdio_dup2_client(fd);
         else if (strcmp(mode, "shutdown-wakes") == 0) {
             write_all(fd, "h", 1);
             char c; /* the acceptor's SHUT_RDWR ends its direction */
@@ -680,6 +685,9 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "fork-close") == 0) fork_close_server(fd);
     else if (strcmp(mode, "fork-stream") == 0) fork_stream_server(fd);
     else if (strcmp(mode, "exec-self") == 0) exec_self_server(fd);
+    else if (strcmp(mode, "stdio") == 0) stdio_server(fd);
+    else if (strcmp(mode, "stdio-exec") == 0) stdio_exec_server(fd);
+    else if (strcmp(mode, "stdio-dup2") == 0) stdio_dup2_server(fd);
     else if (strcmp(mode, "shutdown-wakes") == 0) shutdown_wakes_server(fd);
     else if (strcmp(mode, "linger0") == 0) linger0_server(fd);
     else if (!strcmp(mode, "poll") || !strcmp(mode, "select") || !strncmp(mode, "epoll-", 6)) readiness_server(fd);

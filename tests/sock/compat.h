@@ -1,7 +1,8 @@
 /* Shared by the compat program's files (see compat.c): the helpers every
  * mode uses, and the modes that live in compat_exec.c (handing a
  * connection across fork and exec), compat_flow.c (writers waiting for
- * room, and ways a connection ends) and compat_listen.c (listeners and
+ * room, and ways a connection ends), compat_stdio.c (buffered streams on a
+ * socket) and compat_listen.c (listeners and
  * the setting up of connections). */
 #ifndef COMPAT_H
 #define COMPAT_H
@@ -51,6 +52,7 @@ void echo_bytes(int in, int out);
 void exec_closing_on(int fd, const char *how, const char *next);
 void exec_closing_server(int fd, const char *how);
 void exec_on(int fd, const char *next);
+void exec_handler(int fd, const char *next);
 void exec_server(int fd);
 void exec_used_client(int fd);
 void exec_used_server(int fd);
@@ -71,6 +73,15 @@ void epollout_writer(int fd);
 void linger0_client(int fd);
 void linger0_server(int fd);
 void shutdown_wakes_server(int fd);
+
+/* compat_stdio.c */
+int stdio_handler(void);
+void stdio_client(int fd);
+void stdio_server(int fd);
+void stdio_exec_client(int fd);
+void stdio_exec_server(int fd);
+void stdio_dup2_client(int fd);
+void stdio_dup2_server(int fd);
 
 /* compat_listen.c */
 int ipv6(void);

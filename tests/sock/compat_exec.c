@@ -32,13 +32,15 @@ void exec_on(int fd, const char *next) {
     execl("/proc/self/exe", "compat", next, (char *)NULL);
     FAIL("exec: %s", strerror(errno));
 }
-void exec_server(int fd) {
+/* A forked handler becomes `compat NEXT` on the connection; waits for it. */
+void exec_handler(int fd, const char *next) {
     pid_t h = fork();
     if (h < 0) FAIL("fork");
-    if (h == 0) exec_on(fd, "exec-handler");
+    if (h == 0) exec_on(fd, next);
     int st;
     if (waitpid(h, &st, 0) != h || !WIFEXITED(st) || WEXITSTATUS(st)) FAIL("handler failed");
 }
+void exec_server(int fd) { exec_handler(fd, "exec-handler"); }
 /* exec-vfork: as exec, but the handler is started as Python's subprocess
  * starts one: vfork, then dup2 and close in the child, in the parent's
  * memory, before the exec. The parent's own descriptors must be left as

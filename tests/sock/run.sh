@@ -9,7 +9,7 @@ here=$(dirname "$0")
 cc -Wall -Wextra -Werror -O2 -o "$dir/echo" "$here/echo.c"
 cc -Wall -Wextra -Werror -O2 -o "$dir/peer" "$here/peer.c"
 cc -Wall -Wextra -Werror -O2 -pthread -o "$dir/compat" "$here/compat.c" "$here/compat_exec.c" \
-    "$here/compat_flow.c" "$here/compat_listen.c"
+    "$here/compat_flow.c" "$here/compat_listen.c" "$here/compat_stdio.c"
 shm_before=$(ls /dev/shm | wc -l)
 V="$bin/viarun"
 
@@ -47,7 +47,7 @@ pair "$V" die "$VS" survivor
 expect client "$SHM1"
 # Each socket feature (compat.c): kernel TCP first (the reference), then
 # both ends under viarun, where the connections must have gone over shm.
-for mode in poll select epoll-lt epoll-et epoll-nested peek dup threads sendfile splice exec exec-vfork exec-connect exec-closerange exec-closeloop exec-closefrom exec-used exec-self fork-used fork-close fork-stream epollout-et epollout-lt fork-settling shutdown-wakes linger0 \
+for mode in poll select epoll-lt epoll-et epoll-nested peek dup threads sendfile splice exec exec-vfork exec-connect exec-closerange exec-closeloop exec-closefrom exec-used exec-self fork-used fork-close fork-stream stdio stdio-exec stdio-dup2 epollout-et epollout-lt fork-settling shutdown-wakes linger0 \
     reuseport reuseport-plain selfloop ipv6 stress reconnect hangup hangup-exit hangup-kill hangup-et wake nonblock; do
     "$dir/compat" "$mode"
     $VS "$dir/compat" "$mode" 2>"$dir/compat.err" || { cat "$dir/compat.err"; exit 1; }

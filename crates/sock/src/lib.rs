@@ -10,7 +10,8 @@
 //!   VI data path on one host; `control`: its shared page that decides
 //!   when a doorbell is needed; `netlink`: the data path between hosts;
 //!   `kernel`: the doorbell bytes on the program's own TCP socket.
-//! - `stats`: the lines `viarun --stats` counts.
+//! - `stats`: the lines `viarun --stats` counts; `stdio`: buffered
+//!   streams on a carried connection.
 //!
 //! The hooks below decide per call: not ours → the real call, unchanged.
 //! No panic leaves a hook: one becomes -1/EIO.
@@ -34,6 +35,7 @@ mod rendezvous;
 mod room;
 mod splice;
 mod stats;
+mod stdio;
 mod switched;
 
 use libc::{c_int, c_void, iovec, msghdr, size_t, sockaddr, socklen_t, ssize_t};
@@ -391,7 +393,12 @@ pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
 /// The C prototype of close(2).
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
-    guarded(-1, || closing::close(fd))
+    guarded(-1, || {
+        stdio::before_replacing(fd);
+        let r = closing::close(fd);
+        stdio::follow_std(fd);
+        r
+    })
 }
 
 /// # Safety
@@ -441,9 +448,11 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
         if old == new {
             return (real().dup2)(old, new);
         }
+        stdio::before_replacing(new);
         let r = (real().dup2)(old, new);
         if r >= 0 {
             follow_dup(old, r);
+            stdio::follow_std(r);
         }
         r
     })
@@ -454,9 +463,11 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     guarded(-1, || {
+        stdio::before_replacing(new);
         let r = (real().dup3)(old, new, flags);
         if r >= 0 {
             follow_dup(old, r);
+            stdio::follow_std(r);
         }
         r
     })
@@ -861,6 +872,12 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, alen: socklen
 }
 
 extern "C" fn at_exit() {
+    // The C library flushes its streams only after every exit handler:
+    // what ours hold must go out before the connections are flushed.
+    if stdio::any() {
+        // SAFETY: flushing every stream, as exit is about to.
+        unsafe { libc::fflush(std::ptr::null_mut()) };
+    }
     let _ = catch_unwind(conn::flush_all);
 }
 
@@ -871,6 +888,13 @@ extern "C" fn init() {
     let _ = catch_unwind(exec::init);
     // An accepted connection handed over by the exec that started us.
     let _ = catch_unwind(inherit::take_up);
+    let _ = catch_unwind(stdio::init);
+    // A program exec'd on a connection as its stdin, stdout or stderr.
+    let _ = catch_unwind(|| {
+        for fd in 0..=2 {
+            stdio::follow_std(fd);
+        }
+    });
     // SAFETY: registering a plain extern "C" function.
     unsafe { libc::atexit(at_exit) };
 }
