@@ -60,16 +60,21 @@ pub trait Carried: Send + Sync {
     fn wait_room(&self, fd: RawFd, limit: std::time::Duration);
     /// For a process that did not make the link (a child forked after
     /// its first use): the connection handed back to the kernel, usable
-    /// here (`switched`); None where that cannot be done (between hosts).
+    /// here (`switched`); None where that cannot be done.
     fn switched(&self, _fd: RawFd) -> Option<std::sync::Arc<dyn Carried>> {
         None
     }
     /// Before this process lets the connection go (its last close, exit,
     /// exec): hands it to the kernel if another process may go on using
     /// the socket (`always`: an exec, whose new program may), so that the
-    /// peer does not lose it with our VI. Nothing where that cannot be
-    /// done (between hosts).
+    /// peer does not lose it with our VI.
     fn hand_over(&self, _fd: RawFd, _always: bool) {}
+    /// For the process that made the link: if a process without it asked
+    /// for the connection (between hosts), hand it over now. Whether one
+    /// asked.
+    fn serve_request(&self, _fd: RawFd) -> bool {
+        false
+    }
 }
 
 /// Copies from `src` into the program's buffers `out` at the cursor

@@ -536,6 +536,30 @@ pub fn hand_over_before_exec() {
     }
 }
 
+/// For the hand-over watcher (`netlink::start_watcher`): serves every
+/// request a process without the VI made for a connection this process
+/// carries. Whether there was one.
+pub fn serve_requests() -> bool {
+    let conns: Vec<(RawFd, Arc<Conn>)> = {
+        let Ok(t) = TABLE.try_lock() else {
+            return false;
+        };
+        t.as_ref()
+            .map(|m| m.iter().map(|(fd, c)| (*fd, c.clone())).collect())
+            .unwrap_or_default()
+    };
+    let mut served = false;
+    for (fd, c) in conns {
+        let Ok(g) = c.setup.try_lock() else { continue };
+        if let Setup::Via(link) = &*g {
+            if link.owner_pid() == crate::process::id() {
+                served |= link.serve_request(fd);
+            }
+        }
+    }
+    served
+}
+
 /// Before exit: every connection carried here hands over what it sent
 /// (to the kernel, if a process we forked may still use it).
 pub fn flush_all() {

@@ -144,29 +144,9 @@ impl Control {
 
     /// Maps a page received from the peer (checked to be of our size).
     pub fn map(fd: RawFd) -> Option<Control> {
-        // SAFETY: fstat into our own struct.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_size != PAGE as libc::off_t {
-            return None;
-        }
-        // SAFETY: a shared mapping of the whole (checked) file; owned by
-        // the Control until Drop.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                PAGE,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return None;
-        }
+        let p = crate::kernel::map_memfd(fd, PAGE)?;
         Some(Control {
-            base: p.cast(),
+            base: p,
             fd: AtomicI32::new(keep_copy(fd)),
         })
     }

@@ -144,6 +144,10 @@ pub fn mark_for_child() {
 /// has its copies by then).
 fn with_marks(f: impl FnOnce() -> c_int) -> c_int {
     crate::process::note_fork();
+    if !crate::process::borrowing_parent_memory() {
+        // A spawned program may ask for a connection carried between hosts.
+        crate::guarded((), crate::netlink::start_watcher);
+    }
     let marks = crate::guarded(
         Marks {
             fds: [-1; 64],

@@ -143,6 +143,10 @@ const UNUSABLE: u32 = 5;
 /// the control page's memfd. Held from the first use until closed, by
 /// every process sharing the socket, and never claimed.
 const SWITCHABLE: u32 = 6;
+/// As SWITCHABLE, between hosts: `aux_fd` is the hand-over page's memfd
+/// (`netlink::page`); the new program asks the VI's maker to hand the
+/// connection to the kernel on first use.
+const NET_SWITCHABLE: u32 = 7;
 
 /// What a new program needs to take an unused connection up.
 #[repr(C)]
@@ -192,6 +196,10 @@ pub enum Offered<'a> {
         side: Side,
         control: RawFd,
     },
+    /// A connection in use between hosts.
+    NetSwitchable {
+        page: RawFd,
+    },
 }
 
 /// This process's hold on a record: the memfd, its mapping, and the
@@ -220,8 +228,10 @@ impl Inherit {
         }
         // Connections in use take at most half the places: the other half
         // stays for unused ones (a server handing accepted connections on).
-        if matches!(what, Offered::Switchable { .. })
-            && HELD.load(Ordering::Relaxed) >= MAX_HELD / 2
+        if matches!(
+            what,
+            Offered::Switchable { .. } | Offered::NetSwitchable { .. }
+        ) && HELD.load(Ordering::Relaxed) >= MAX_HELD / 2
         {
             return None;
         }
@@ -254,6 +264,14 @@ impl Inherit {
             Offered::Switchable { side, control } => {
                 (SWITCHABLE, side, 0, Some(control), [0, 0], &[][..])
             }
+            Offered::NetSwitchable { page } => (
+                NET_SWITCHABLE,
+                Side::Connector,
+                0,
+                Some(page),
+                [0, 0],
+                &[][..],
+            ),
         };
         if host.len() > HOST_MAX {
             return None;
@@ -464,7 +482,7 @@ pub fn take_up() {
     }
     // Switchable records first: a socket named by one of them is carried
     // on through it, whatever older record also names it.
-    records.sort_by_key(|&fd| record_kind(fd) != Some(SWITCHABLE));
+    records.sort_by_key(|&fd| !matches!(record_kind(fd), Some(SWITCHABLE | NET_SWITCHABLE)));
     for record_fd in records {
         take_up_one(record_fd, &sockets);
     }
@@ -516,7 +534,8 @@ fn take_up_one(record_fd: RawFd, sockets: &[(RawFd, u64)]) {
     if conn::tracks(first) {
         return; // taken up through another record already
     }
-    let used_elsewhere = r.kind != SWITCHABLE && r.used.load(Ordering::Acquire) != 0;
+    let switchable = matches!(r.kind, SWITCHABLE | NET_SWITCHABLE);
+    let used_elsewhere = !switchable && r.used.load(Ordering::Acquire) != 0;
     if r.kind == UNUSABLE || used_elsewhere {
         // Its bytes travel in another process's VI and rings (or, used
         // elsewhere, in those of a program this one's parent ran before:
@@ -543,6 +562,9 @@ fn take_up_one(record_fd: RawFd, sockets: &[(RawFd, u64)]) {
             AGREED | SWITCHABLE => {
                 link_of(fd).is_some_and(|l| l.starts_with("/memfd:viarun-control"))
             }
+            NET_SWITCHABLE => {
+                link_of(fd).is_some_and(|l| l.starts_with(crate::netlink::page::LINK_PREFIX))
+            }
             _ => link_of(fd).is_some_and(|l| l.starts_with("socket:[")),
         };
         if !expected || inode(fd) != Some(ino) {
@@ -566,6 +588,21 @@ fn take_up_one(record_fd: RawFd, sockets: &[(RawFd, u64)]) {
     };
     let inherit = Some(Arc::new(held));
     let setup = match kind {
+        NET_SWITCHABLE => {
+            let Some((fd, _)) = aux else { return };
+            let Some(page) = crate::netlink::page::Page::map(fd) else {
+                return;
+            };
+            // The record keeps its own copy for a further exec.
+            if let Some(copy) = page.take_fd() {
+                // SAFETY: the page's copy Page::map just made.
+                unsafe { (real().close)(copy) };
+            }
+            Setup::Via(Arc::new(crate::netlink::switched::NetSwitched::new(
+                Arc::new(page),
+                inherit,
+            )))
+        }
         SWITCHABLE => {
             let Some((fd, _)) = aux else { return };
             let Some(control) = Control::map(fd) else {

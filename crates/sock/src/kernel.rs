@@ -158,3 +158,28 @@ pub fn socket_inode(fd: RawFd) -> Option<u64> {
 pub fn pipe_inode(fd: RawFd) -> Option<u64> {
     inode_and_type(fd).and_then(|(ino, t)| (t == libc::S_IFIFO).then_some(ino))
 }
+
+/// Maps memfd `fd` shared, if it is exactly `len` bytes long (a page a
+/// peer or a parent handed us: checked before use). The caller owns the
+/// mapping.
+pub fn map_memfd(fd: RawFd, len: usize) -> Option<*mut u8> {
+    // SAFETY: fstat into our own struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_size != len as libc::off_t {
+        return None;
+    }
+    // SAFETY: a shared mapping of the whole (checked) file, handed to the
+    // caller.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    (p != libc::MAP_FAILED).then_some(p.cast())
+}

@@ -43,8 +43,8 @@
 
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use openvia_core::descriptor::{status, DataSegment, DescPtr};
@@ -58,7 +58,13 @@ use crate::kernel;
 use crate::link::{meet, process_nic, HandshakeEnd, Medium, HELLO};
 use crate::region::{Region, DESC_BYTES};
 
+mod handover;
+pub mod page;
 mod reader;
+pub mod switched;
+
+pub use handover::start_watcher;
+use switched::NetSwitched;
 
 /// Header in front of each message: kind, flags, pad, number, length.
 const HDR: usize = 16;
@@ -67,7 +73,7 @@ const HDR: usize = 16;
 pub const CHUNK: usize = 64 << 10;
 const BUF: usize = HDR + CHUNK;
 const SEND_SLOTS: usize = 16;
-const RECV_SLOTS: usize = 32;
+pub const RECV_SLOTS: usize = 32;
 /// A sleeping reader or writer looks at the kernel socket this often.
 const SLICE: Duration = Duration::from_millis(10);
 const LINGER: Duration = Duration::from_secs(10);
@@ -102,6 +108,15 @@ struct State {
     consumed: u32,
     owed: u32,
     broken: bool,
+    /// What each send slot carries now (payload bytes, message number).
+    slot_len: [usize; SEND_SLOTS],
+    slot_number: [u32; SEND_SLOTS],
+    /// Payload bytes the peer acknowledged, and sends it did not (slot
+    /// held, to go again through the kernel at a hand-over).
+    tx_acked: u64,
+    unacked: Vec<usize>,
+    /// Payload bytes taken off the VI in all.
+    rx_total: u64,
 }
 
 impl State {
@@ -125,6 +140,19 @@ pub struct NetLink {
     /// The descriptor of the last read or write, for a flush at close or
     /// exit (which come without one) to notice a peer gone.
     last_fd: AtomicI32,
+    /// Shared with this end's other processes (after fork or exec): where
+    /// a hand-over to the kernel leaves what the VI had unread.
+    page: Option<Arc<page::Page>>,
+    /// Once handed over: the connection as every process of this end
+    /// now uses it.
+    handed: OnceLock<Arc<NetSwitched>>,
+    /// Writers between a post and its doorbell (a hand-over waits for
+    /// them: its switch byte must follow every doorbell).
+    ringing: AtomicU32,
+    /// Forks made before the link: a close after a later one hands over.
+    forks: u32,
+    /// The record a program exec'd on the socket takes it up with.
+    record: Option<Arc<crate::inherit::Inherit>>,
 }
 
 // SAFETY: the region is plain memory owned by the link; its slots are
@@ -239,10 +267,17 @@ impl NetLink {
         peer_host: Option<&[u8]>,
     ) -> Result<NetLink, HandshakeEnd> {
         kernel::send_byte(fd, HELLO).map_err(|_| HandshakeEnd::Broken)?;
-        let link = NetLink::create().map_err(|_| HandshakeEnd::Broken)?;
+        let mut link = NetLink::create().map_err(|_| HandshakeEnd::Broken)?;
         link.nonblocking
             .store(kernel::is_nonblocking(fd), Ordering::Relaxed);
         meet(fd, &link.nic, &link.vi, side, token, peer_host)?;
+        if let Some(page) = link.page.as_ref().and_then(|p| p.take_fd()) {
+            link.record =
+                crate::inherit::Inherit::offer(fd, crate::inherit::Offered::NetSwitchable { page });
+            // SAFETY: the page's kept copy, handed to the record (which
+            // made its own) and ours to close.
+            unsafe { (crate::real::real().close)(page) };
+        }
         Ok(link)
     }
 
@@ -270,12 +305,23 @@ impl NetLink {
                 consumed: 0,
                 owed: 0,
                 broken: false,
+                slot_len: [0; SEND_SLOTS],
+                slot_number: [0; SEND_SLOTS],
+                tx_acked: 0,
+                unacked: Vec::new(),
+                rx_total: 0,
             }),
             reading: Mutex::new(()),
             spin: Mutex::new(Window::new(spin_time(), SPIN_CONTENDED_NS)),
             nonblocking: AtomicBool::new(false),
             last_fd: AtomicI32::new(-1),
+            page: page::Page::create().map(Arc::new),
+            handed: OnceLock::new(),
+            ringing: AtomicU32::new(0),
+            forks: crate::process::forks(),
+            record: None,
         };
+        handover::count_link(1);
         for i in SEND_SLOTS..SEND_SLOTS + RECV_SLOTS {
             link.post_recv(i)?;
         }
@@ -318,13 +364,18 @@ impl NetLink {
         self.vi.post_send(d.0, self.region.handle).is_ok()
     }
 
-    /// A completed send: its slot is free again.
+    /// A completed send: its slot is free again (unless the peer did not
+    /// take it: then it is kept for a hand-over to send again).
     fn sent_done(&self, st: &mut State, d: DescPtr) {
+        let slot = self.region.slot_of(d);
+        st.in_flight -= 1;
         if d.status() & status::ERROR_MASK != 0 {
             st.broken = true;
+            st.unacked.push(slot);
+            return;
         }
-        st.free.push(self.region.slot_of(d));
-        st.in_flight -= 1;
+        st.tx_acked += st.slot_len[slot] as u64;
+        st.free.push(slot);
     }
 
     /// A completed receive: a message to read (anything else is dropped
@@ -354,6 +405,7 @@ impl NetLink {
         };
         match kind {
             DATA if len <= got - HDR && len <= CHUNK => {
+                st.rx_total += len as u64;
                 let at = st
                     .arrived
                     .iter()
@@ -428,8 +480,21 @@ impl NetLink {
             }
             Err(libc::EPIPE)
         };
+        if let Some(s) = self.handed.get() {
+            return s.write_from(fd, data, (0, 0), dontwait, nosignal);
+        }
         let total: usize = data.iter().map(|d| d.len()).sum();
         let (mut taken, mut seg, mut off) = (0usize, 0usize, 0usize);
+        // The VI is gone: if the peer handed the connection to the kernel
+        // (its switch byte comes), so do we, and the rest goes there.
+        let lost = |taken: usize, at: (usize, usize)| match self.follow_peer(fd) {
+            Some(s) => match s.write_from(fd, data, at, dontwait, nosignal) {
+                Ok(n) => Ok(taken + n),
+                Err(_) if taken > 0 => Ok(taken),
+                Err(e) => Err(e),
+            },
+            None => pipe(taken),
+        };
         while taken < total {
             let mut st = lock(&self.state);
             // Taking completions runs the protocol: the acknowledgements
@@ -444,7 +509,8 @@ impl NetLink {
                 st.broken = true;
             }
             if st.broken {
-                return pipe(taken);
+                drop(st);
+                return lost(taken, (seg, off));
             }
             let Some(slot) = st.free.pop() else {
                 drop(st);
@@ -458,9 +524,14 @@ impl NetLink {
                 if hung_up_both(fd) {
                     return pipe(taken);
                 }
+                if handover::switch_ahead(fd) {
+                    // The peer handed over; our VI has not heard yet.
+                    return lost(taken, (seg, off));
+                }
                 nap(&self.vi, fd, 0, SLICE);
                 continue;
             };
+            let chunk_at = (seg, off);
             let n = (total - taken).min(CHUNK);
             // SAFETY: the free slot's buffer has CHUNK bytes after its header.
             let dst = unsafe { self.region.buffer_ptr(slot).add(HDR) };
@@ -486,15 +557,25 @@ impl NetLink {
             if !self.post_send(slot, DATA, flags, number, n) {
                 st.free.push(slot);
                 st.broken = true;
-                return pipe(taken);
+                drop(st);
+                return lost(taken, chunk_at);
             }
             st.in_flight += 1;
             st.sent = number;
+            st.slot_len[slot] = n;
+            st.slot_number[slot] = number;
+            if ring {
+                self.ringing.fetch_add(1, Ordering::AcqRel);
+            }
             drop(st);
             taken += n;
             // Rung after the post: a reader woken by it finds the message.
-            if ring && kernel::send_doorbell(fd, nosignal).is_err() {
-                return Ok(taken);
+            if ring {
+                let rang = kernel::send_doorbell(fd, nosignal);
+                self.ringing.fetch_sub(1, Ordering::AcqRel);
+                if rang.is_err() {
+                    return Ok(taken);
+                }
             }
         }
         Ok(taken)
@@ -553,11 +634,17 @@ impl crate::carried::Carried for NetLink {
         self.owner_pid
     }
     fn writable(&self) -> bool {
+        if self.handed.get().is_some() {
+            return true;
+        }
         let mut st = lock(&self.state);
         self.reap(&mut st);
         st.broken || !st.free.is_empty()
     }
-    fn unread(&self, _fd: RawFd) -> usize {
+    fn unread(&self, fd: RawFd) -> usize {
+        if let Some(s) = self.handed.get() {
+            return s.unread(fd);
+        }
         let mut st = lock(&self.state);
         self.pump(&mut st);
         st.unread()
@@ -568,12 +655,35 @@ impl crate::carried::Carried for NetLink {
             nap(&self.vi, fd, 0, limit);
         }
     }
+    fn switched(&self, _fd: RawFd) -> Option<Arc<dyn crate::carried::Carried>> {
+        let page = self.page.clone()?;
+        Some(Arc::new(NetSwitched::new(page, self.record.clone())))
+    }
+    fn hand_over(&self, fd: RawFd, always: bool) {
+        if always || crate::process::forks() != self.forks {
+            let _ = self.hand_over_now(fd);
+        }
+        if let Some(s) = self.handed.get() {
+            s.hand_over(fd, always);
+        }
+    }
+    fn serve_request(&self, fd: RawFd) -> bool {
+        let asked = self
+            .page
+            .as_ref()
+            .is_some_and(|p| p.state() == page::REQUESTED);
+        if asked {
+            let _ = self.hand_over_now(fd);
+        }
+        asked
+    }
 }
 
 impl Drop for NetLink {
     fn drop(&mut self) {
         if self.owner_pid == crate::process::id() {
             self.region.release(&self.nic, &self.vi);
+            handover::count_link(-1);
         }
     }
 }

@@ -13,6 +13,8 @@ static FORKS: AtomicU32 = AtomicU32::new(0);
 
 extern "C" fn before_fork() {
     note_fork();
+    // The child may ask for a connection carried between hosts here.
+    let _ = std::panic::catch_unwind(crate::netlink::start_watcher);
 }
 
 /// Another process may share our descriptors from now on (a vfork child
@@ -28,9 +30,9 @@ pub fn forks() -> u32 {
 extern "C" fn forked_child() {
     PID.store(std::process::id(), Ordering::Relaxed);
     // Connections our parent carries are handed back to the kernel when
-    // used here (`switched`); between hosts they cannot be, and a record
-    // says so to the library of any program this child execs (through
-    // execl, system, anything: `exec`).
+    // used here (`switched`); a record tells the library of any program
+    // this child execs (through execl, system, anything: `exec`) how to
+    // take them up, or that it cannot.
     let _ = std::panic::catch_unwind(crate::exec::mark_for_child);
 }
 

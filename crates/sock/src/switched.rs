@@ -229,7 +229,7 @@ fn take_one(fd: RawFd, wait: bool) -> Result<u8, i32> {
 }
 
 /// The buffers of `bufs` from the cursor `at` (segment, offset) on.
-fn parts<'a>(
+pub(crate) fn parts<'a>(
     bufs: impl Iterator<Item = &'a [u8]>,
     at: (usize, usize),
 ) -> impl Iterator<Item = &'a [u8]> {
@@ -241,7 +241,7 @@ fn parts<'a>(
 /// recvmsg (`send` false) or sendmsg on the buffers `parts` names, with
 /// `flags`; EINTR is retried. The iovecs live on the stack for up to 16
 /// buffers (no allocation per call on a switched connection).
-fn transfer(
+pub(crate) fn transfer(
     fd: RawFd,
     parts: impl Iterator<Item = (*mut u8, usize)>,
     flags: i32,

@@ -7,8 +7,8 @@
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
-use super::{bytes_in, lock, nap, NetLink, State, DOORBELL_FIRST, HDR, SLICE};
-use crate::carried::{copy_out, reader_turn};
+use super::{bytes_in, handover, lock, nap, NetLink, State, DOORBELL_FIRST, HDR, SLICE};
+use crate::carried::{copy_out, reader_turn, Carried};
 use crate::kernel::{self, Peek};
 
 impl NetLink {
@@ -80,6 +80,10 @@ impl NetLink {
             let mut st = lock(&self.state);
             (std::mem::take(&mut st.owed), !st.arrived.is_empty())
         };
+        if self.handed.get().is_some() {
+            // Handed over meanwhile: the page's reader drops the doorbells.
+            return got;
+        }
         let mut buf = [0u8; 64];
         while owed > 0 {
             let k = (owed as usize).min(buf.len());
@@ -143,6 +147,13 @@ impl NetLink {
         }
         let mut got = 0usize;
         loop {
+            if let Some(s) = self.handed.get() {
+                return if got > 0 {
+                    Ok(got)
+                } else {
+                    s.read(fd, out, dontwait, peek, all)
+                };
+            }
             let broken = {
                 let mut st = lock(&self.state);
                 self.pump_for(&mut st, want - got);
@@ -168,7 +179,11 @@ impl NetLink {
                 return Ok(self.leave(fd, got));
             }
             if broken {
-                // The VI is gone: the kernel says how the stream ended.
+                // The VI is gone: handed over by the peer (its switch
+                // byte comes), or the kernel says how the stream ended.
+                if self.follow_peer(fd).is_some() {
+                    continue;
+                }
                 self.leave(fd, 0);
                 let start = Instant::now();
                 while start.elapsed() < Duration::from_secs(1) {
@@ -180,6 +195,11 @@ impl NetLink {
                 return Err(libc::ECONNRESET);
             }
             if nonblocking() {
+                if got == 0 && handover::switch_ahead(fd) {
+                    // Not a doorbell: the peer handed over.
+                    let _ = self.hand_over_now(fd);
+                    continue;
+                }
                 if let Some(end) = self.ended(fd, got) {
                     return end;
                 }
@@ -226,6 +246,11 @@ impl NetLink {
                 continue;
             }
             spinning = false;
+            if handover::switch_ahead(fd) {
+                // Not a doorbell: the peer handed over.
+                let _ = self.hand_over_now(fd);
+                return None;
+            }
             if let Some(end) = self.ended(fd, got) {
                 return Some(end);
             }

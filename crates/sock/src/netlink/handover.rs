@@ -1,0 +1,268 @@
+//! Handing a connection between hosts back to the kernel, so that a
+//! process without the VI can use it: a child forked after the first use,
+//! a program exec'd on the socket. The VI's maker does it (on request, at
+//! its exec, at its last close or exit after a fork), and so does an end
+//! that sees its peer did:
+//! - it waits for its writers' doorbells, puts the switch byte `S` into
+//!   its kernel stream, ends the VI, then sends the number of payload
+//!   bytes the peer acknowledged (8 bytes, little-endian) and, raw, every
+//!   message the peer did not acknowledge, in order;
+//! - it takes what arrived on the VI and leaves whatever is unread in the
+//!   end's page (`page`), with the number of bytes it took off the VI in
+//!   all; a reader (`switched`) hands that out first, then drops the
+//!   peer's doorbells up to its switch byte, reads the peer's count and
+//!   drops as many raw bytes as it had already taken beyond it (an
+//!   acknowledgement lost on the way makes the peer send again what we
+//!   have): nothing is lost or read twice.
+//!
+//! An end learns that its peer switched from the switch byte in its
+//! kernel stream, where only doorbells stood before.
+
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::page;
+use super::switched::NetSwitched;
+use super::{lock, NetLink, State, HDR};
+use crate::control::SWITCH_BYTE;
+use crate::link::{DOORBELL, HELLO};
+use crate::real::real;
+
+/// Links this process made and still has.
+static LINKS: AtomicIsize = AtomicIsize::new(0);
+static WATCHING: AtomicBool = AtomicBool::new(false);
+/// How long a writer whose VI failed waits for the peer's switch byte.
+const PEER_SWITCH_WAIT: Duration = Duration::from_secs(1);
+
+pub fn count_link(delta: isize) {
+    LINKS.fetch_add(delta, Ordering::AcqRel);
+}
+
+/// Before a fork or spawn: a thread that hands a connection over when a
+/// process without the VI asks (the maker may be busy elsewhere, or wait
+/// for that very process, as a shell waits for `cat`). It looks every
+/// millisecond after a request, backing off to 50 ms while none comes.
+pub fn start_watcher() {
+    if LINKS.load(Ordering::Acquire) <= 0 || WATCHING.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("viarun-handover".into())
+        .spawn(|| {
+            let mut pause = Duration::from_millis(1);
+            loop {
+                std::thread::sleep(pause);
+                pause = if crate::conn::serve_requests() {
+                    Duration::from_millis(1)
+                } else {
+                    (pause * 2).min(Duration::from_millis(50))
+                };
+            }
+        });
+    if spawned.is_err() {
+        WATCHING.store(false, Ordering::Release);
+    }
+}
+
+/// Up to 64 bytes waiting in the kernel stream, not taken: -1 with errno
+/// EAGAIN when none wait. A pending error (a reset) is not looked at
+/// here: a receive would take it, and the reader must get it (-1 with
+/// errno ECONNRESET instead).
+fn peek(fd: RawFd, buf: &mut [u8; 64]) -> isize {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd of ours.
+    unsafe { libc::poll(&mut p, 1, 0) };
+    if p.revents & libc::POLLERR != 0 {
+        crate::set_errno(libc::ECONNRESET);
+        return -1;
+    }
+    if p.revents & libc::POLLIN == 0 {
+        crate::set_errno(libc::EAGAIN);
+        return -1;
+    }
+    // SAFETY: up to 64 bytes into our own buffer.
+    unsafe {
+        (real().recv)(
+            fd,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    }
+}
+
+/// Whether the peer's switch byte (anything but doorbells) waits in the
+/// kernel stream.
+pub fn switch_ahead(fd: RawFd) -> bool {
+    let mut buf = [0u8; 64];
+    let n = peek(fd, &mut buf);
+    n > 0
+        && buf[..n as usize]
+            .iter()
+            .any(|&b| b != DOORBELL && b != HELLO)
+}
+
+/// Waits up to `limit` for the peer's switch byte; false at EOF, an
+/// error, or the limit.
+fn await_switch(fd: RawFd, limit: Duration) -> bool {
+    let start = Instant::now();
+    loop {
+        if switch_ahead(fd) {
+            return true;
+        }
+        let mut buf = [0u8; 64];
+        let n = peek(fd, &mut buf);
+        let left = limit.saturating_sub(start.elapsed());
+        if n == 0 || (n < 0 && crate::kernel::errno() != libc::EAGAIN) || left.is_zero() {
+            return false;
+        }
+        // Doorbells only, or nothing yet: wait for more.
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN | libc::POLLRDHUP,
+            revents: 0,
+        };
+        // SAFETY: one pollfd of ours.
+        unsafe { libc::poll(&mut p, 1, left.as_millis().clamp(1, 10) as libc::c_int) };
+        if n > 0 && p.revents & libc::POLLRDHUP != 0 && !switch_ahead(fd) {
+            return false;
+        }
+    }
+}
+
+/// Sends all of `bytes`, waiting for room (the socket may be nonblocking).
+fn send_all(fd: RawFd, bytes: &[u8]) -> Result<(), i32> {
+    let mut at = 0;
+    while at < bytes.len() {
+        // SAFETY: the rest of our own buffer.
+        let n = unsafe {
+            (real().send)(
+                fd,
+                bytes[at..].as_ptr().cast(),
+                bytes.len() - at,
+                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+            )
+        };
+        if n > 0 {
+            at += n as usize;
+            continue;
+        }
+        match crate::kernel::errno() {
+            libc::EINTR => {}
+            libc::EAGAIN => {
+                let mut p = libc::pollfd {
+                    fd,
+                    events: libc::POLLOUT,
+                    revents: 0,
+                };
+                // SAFETY: one pollfd of ours.
+                unsafe { libc::poll(&mut p, 1, -1) };
+            }
+            e => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+impl NetLink {
+    /// The VI failed or the peer's switch byte came: if the peer handed
+    /// the connection over (its switch byte is there, or comes within a
+    /// second), hand ours over too.
+    pub(super) fn follow_peer(&self, fd: RawFd) -> Option<Arc<NetSwitched>> {
+        if let Some(s) = self.handed.get() {
+            return Some(s.clone());
+        }
+        if !await_switch(fd, PEER_SWITCH_WAIT) {
+            return None;
+        }
+        self.hand_over_now(fd).ok()
+    }
+
+    /// Hands the connection to the kernel (see the module text); every
+    /// process of this end then goes on through the page.
+    pub(super) fn hand_over_now(&self, fd: RawFd) -> Result<Arc<NetSwitched>, i32> {
+        if let Some(s) = self.handed.get() {
+            return Ok(s.clone());
+        }
+        let page = self.page.clone().ok_or(libc::EIO)?;
+        let mut st = lock(&self.state);
+        if let Some(s) = self.handed.get() {
+            return Ok(s.clone());
+        }
+        if !page.begin() && page.state() == page::HANDED {
+            // A process sharing our memory already did (a vfork child).
+            let s = Arc::new(NetSwitched::new(page, self.record.clone()));
+            return Ok(self.handed.get_or_init(|| s).clone());
+        }
+        // Our switch byte follows every doorbell: writers between their
+        // post and their doorbell finish first (none can start: we hold
+        // the state).
+        let start = Instant::now();
+        while self.ringing.load(Ordering::Acquire) != 0 && start.elapsed() < Duration::from_secs(1)
+        {
+            std::thread::yield_now();
+        }
+        let sent = send_all(fd, &[SWITCH_BYTE]);
+        let _ = self.vi.disconnect();
+        self.reap(&mut st);
+        self.pump(&mut st);
+        st.broken = true;
+        if sent.is_ok() {
+            let _ = send_all(fd, &st.tx_acked.to_le_bytes());
+            let _ = self.send_unacked(fd, &mut st);
+        }
+        let left = self.left_over(&st);
+        page.publish(&left, st.rx_total, page::AWAIT_SWITCH, 0);
+        drop(st);
+        let s = Arc::new(NetSwitched::new(page, self.record.clone()));
+        Ok(self.handed.get_or_init(|| s).clone())
+    }
+
+    /// Sends raw, in order, the messages the peer did not acknowledge.
+    fn send_unacked(&self, fd: RawFd, st: &mut State) -> Result<(), i32> {
+        let mut slots = std::mem::take(&mut st.unacked);
+        // In flight are the numbers up to `sent`: counted from `sent + 1`
+        // (wrapping) they sort in the order they were posted.
+        let from = st.sent.wrapping_add(1);
+        slots.sort_by_key(|&s| st.slot_number[s].wrapping_sub(from));
+        for slot in slots {
+            let len = st.slot_len[slot];
+            // SAFETY: the slot's buffer holds its message's `len` payload
+            // bytes after the header; the slot stays ours (never posted
+            // again).
+            let payload =
+                unsafe { std::slice::from_raw_parts(self.region.buffer_ptr(slot).add(HDR), len) };
+            send_all(fd, payload)?;
+        }
+        Ok(())
+    }
+
+    /// What arrived and is unread, in order, as slices of the receive
+    /// buffers.
+    fn left_over<'a>(&'a self, st: &State) -> Vec<&'a [u8]> {
+        let mut out = Vec::new();
+        let mut next = st.consumed.wrapping_add(1);
+        for (k, a) in st.arrived.iter().enumerate() {
+            if a.number != next {
+                break; // not in order: nothing after it is ours to give
+            }
+            next = next.wrapping_add(1);
+            let from = if k == 0 { st.taken.min(a.len) } else { 0 };
+            // SAFETY: the receive buffer holds the message's `len` bytes
+            // after its header; the VI is ended, nothing writes there.
+            out.push(unsafe {
+                std::slice::from_raw_parts(
+                    self.region.buffer_ptr(a.slot).add(HDR + from),
+                    a.len - from,
+                )
+            });
+        }
+        out
+    }
+}

@@ -1,0 +1,345 @@
+//! A connection between hosts handed back to the kernel (`handover`), as
+//! every process of this end uses it from then on: reads hand out what
+//! the VI had unread (from the page), then drop the peer's doorbells up to
+//! its switch byte, read its acknowledged count and drop the raw bytes we
+//! already had; after that, and for every write, the kernel socket is the
+//! connection. A process without the VI that uses the connection first
+//! asks the VI's maker for the hand-over and waits for it.
+
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::page::{self, Page};
+use crate::carried::{copy_out, Carried};
+use crate::control::SWITCH_BYTE;
+use crate::inherit::Inherit;
+use crate::kernel;
+use crate::link::{DOORBELL, HELLO};
+use crate::real::real;
+
+pub struct NetSwitched {
+    page: Arc<Page>,
+    /// Seen HANDED (no need to look again).
+    ready: AtomicBool,
+    /// Held while the connection is used here: a further exec finds it.
+    _record: Option<Arc<Inherit>>,
+}
+
+/// What the start of the kernel stream says, before the peer's count.
+enum Ahead {
+    /// Only doorbells (how many): the switch byte is still to come.
+    Doorbells(usize),
+    /// Doorbells, the switch byte and the count: (bytes to take, count).
+    Switch(usize, u64),
+    /// The switch byte is there, its count not yet whole.
+    Partial,
+    /// Something that is neither: the stream is not ours to read.
+    Garbage,
+}
+
+fn scan(bytes: &[u8]) -> Ahead {
+    for (i, &b) in bytes.iter().enumerate() {
+        match b {
+            DOORBELL | HELLO => continue,
+            SWITCH_BYTE => {
+                let Some(count) = bytes.get(i + 1..i + 9) else {
+                    return Ahead::Partial;
+                };
+                let mut c = [0u8; 8];
+                c.copy_from_slice(count);
+                return Ahead::Switch(i + 9, u64::from_le_bytes(c));
+            }
+            _ => return Ahead::Garbage,
+        }
+    }
+    Ahead::Doorbells(bytes.len())
+}
+
+impl NetSwitched {
+    pub fn new(page: Arc<Page>, record: Option<Arc<Inherit>>) -> NetSwitched {
+        NetSwitched {
+            page,
+            ready: AtomicBool::new(false),
+            _record: record,
+        }
+    }
+
+    /// Asks the VI's maker for the hand-over (if not yet done) and waits
+    /// for it; EIO if the maker is gone without doing it.
+    fn ensure_handed(&self) -> Result<(), i32> {
+        if self.ready.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        loop {
+            match self.page.state() {
+                page::HANDED => {
+                    self.ready.store(true, Ordering::Release);
+                    return Ok(());
+                }
+                s => {
+                    let owner = self.page.owner();
+                    if owner == crate::process::id() {
+                        // We are a program the VI's maker became through
+                        // an exec no hook saw: the VI went with it.
+                        return Err(libc::ECONNRESET);
+                    }
+                    if s == page::LIVE {
+                        self.page.request();
+                    }
+                    if !page::alive(owner) {
+                        return Err(libc::EIO);
+                    }
+                    self.page.wait_change(s, Duration::from_millis(1));
+                }
+            }
+        }
+    }
+
+    /// A write from `at` (segment, offset) of `data` on: straight to the
+    /// kernel.
+    pub fn write_from(
+        &self,
+        fd: RawFd,
+        data: &[&[u8]],
+        at: (usize, usize),
+        dontwait: bool,
+        nosignal: bool,
+    ) -> Result<usize, i32> {
+        self.ensure_handed()?;
+        let mut flags = 0;
+        if dontwait {
+            flags |= libc::MSG_DONTWAIT;
+        }
+        if nosignal {
+            flags |= libc::MSG_NOSIGNAL;
+        }
+        let bufs = crate::switched::parts(data.iter().copied(), at)
+            .map(|b| (b.as_ptr() as *mut u8, b.len()));
+        crate::switched::transfer(fd, bufs, flags, true)
+    }
+
+    /// Under the page lock: moves the stream on to plain data as far as
+    /// it can without waiting (left-overs are handed out by the caller).
+    /// Ok(true) when plain data (or EOF) is next.
+    fn settle_stream(&self, fd: RawFd) -> Result<bool, i32> {
+        let mut buf = [0u8; 256];
+        loop {
+            if self.page.read_mode() == page::AWAIT_SWITCH {
+                // SAFETY: up to 256 bytes into our own buffer.
+                let n = unsafe {
+                    (real().recv)(
+                        fd,
+                        buf.as_mut_ptr().cast(),
+                        buf.len(),
+                        libc::MSG_PEEK | libc::MSG_DONTWAIT,
+                    )
+                };
+                if n == 0 {
+                    return Ok(true); // EOF: the reader sees it
+                }
+                if n < 0 {
+                    return match kernel::errno() {
+                        libc::EAGAIN | libc::EINTR => Ok(false),
+                        _ => Ok(true), // the error: the reader sees it
+                    };
+                }
+                let take = match scan(&buf[..n as usize]) {
+                    Ahead::Garbage => return Err(libc::EIO),
+                    Ahead::Partial => return Ok(false),
+                    Ahead::Doorbells(k) => k,
+                    Ahead::Switch(k, count) => {
+                        let had = self.page.rx_total();
+                        if count > had {
+                            return Err(libc::EIO);
+                        }
+                        drop_bytes(fd, k)?;
+                        self.page.set_raw(had - count);
+                        continue;
+                    }
+                };
+                drop_bytes(fd, take)?;
+                return Ok(false);
+            }
+            let skip = self.page.skip();
+            if skip == 0 {
+                return Ok(true);
+            }
+            let k = (skip as usize).min(buf.len());
+            // SAFETY: up to k bytes into our own buffer.
+            let n = unsafe { (real().recv)(fd, buf.as_mut_ptr().cast(), k, libc::MSG_DONTWAIT) };
+            match n {
+                0 => return Ok(true),
+                n if n > 0 => self.page.set_skip(skip - n as u64),
+                _ => {
+                    return match kernel::errno() {
+                        libc::EAGAIN | libc::EINTR => Ok(false),
+                        _ => Ok(true),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Takes `n` bytes already seen (peeked) off the kernel stream.
+fn drop_bytes(fd: RawFd, n: usize) -> Result<(), i32> {
+    let mut buf = [0u8; 256];
+    let mut left = n;
+    while left > 0 {
+        // SAFETY: up to 256 bytes into our own buffer.
+        let r = unsafe {
+            (real().recv)(
+                fd,
+                buf.as_mut_ptr().cast(),
+                left.min(buf.len()),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if r <= 0 {
+            return Err(libc::EIO);
+        }
+        left -= r as usize;
+    }
+    Ok(())
+}
+
+impl Carried for NetSwitched {
+    fn read(
+        &self,
+        fd: RawFd,
+        out: &mut [&mut [u8]],
+        dontwait: bool,
+        peek: bool,
+        all: bool,
+    ) -> Result<usize, i32> {
+        self.ensure_handed()?;
+        let nonblocking = dontwait || kernel::is_nonblocking(fd);
+        let want: usize = out.iter().map(|o| o.len()).sum();
+        let (mut got, mut seg, mut off) = (0usize, 0usize, 0usize);
+        loop {
+            if !self.page.plain() {
+                let Some(_lock) = self.page.lock(nonblocking) else {
+                    return if got > 0 { Ok(got) } else { Err(libc::EAGAIN) };
+                };
+                let (read, len) = self.page.left();
+                if read < len {
+                    let n = copy_out(
+                        self.page.left_bytes(read, want - got),
+                        out,
+                        &mut seg,
+                        &mut off,
+                    );
+                    got += n;
+                    if !peek {
+                        self.page.set_left_read(read + n as u64);
+                    }
+                    // MSG_WAITALL: the rest comes from the kernel.
+                    if got == want || !all || peek {
+                        return Ok(got);
+                    }
+                    continue;
+                }
+                if !self.settle_stream(fd)? {
+                    drop(_lock);
+                    if got > 0 && !all {
+                        return Ok(got);
+                    }
+                    if nonblocking {
+                        return if got > 0 { Ok(got) } else { Err(libc::EAGAIN) };
+                    }
+                    kernel::wait_readable(fd);
+                    continue;
+                }
+            }
+            let mut flags = 0;
+            if dontwait || got > 0 && !all {
+                flags |= libc::MSG_DONTWAIT;
+            }
+            if peek {
+                flags |= libc::MSG_PEEK;
+            }
+            if all {
+                flags |= libc::MSG_WAITALL;
+            }
+            let bufs = out
+                .iter_mut()
+                .skip(seg)
+                .enumerate()
+                .map(|(k, b)| if k == 0 { &mut b[off..] } else { &mut b[..] })
+                .map(|b| (b.as_mut_ptr(), b.len()));
+            return match crate::switched::transfer(fd, bufs, flags, false) {
+                Ok(n) => Ok(got + n),
+                Err(_) if got > 0 => Ok(got),
+                Err(e) => Err(e),
+            };
+        }
+    }
+    fn write(
+        &self,
+        fd: RawFd,
+        data: &[&[u8]],
+        dontwait: bool,
+        nosignal: bool,
+    ) -> Result<usize, i32> {
+        self.write_from(fd, data, (0, 0), dontwait, nosignal)
+    }
+    fn flush(&self) {}
+    fn shut(&self) {}
+    fn set_nonblocking(&self, _on: bool) {}
+    /// Every process of this end may use it.
+    fn owner_pid(&self) -> u32 {
+        crate::process::id()
+    }
+    fn unread(&self, fd: RawFd) -> usize {
+        let (read, len) = self.page.left();
+        let left = (len - read.min(len)) as usize;
+        if left > 0 || !self.page.plain() {
+            return left;
+        }
+        let mut n: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one int (the C library's ioctl).
+        let r = unsafe { (real().ioctl)(fd, libc::FIONREAD, (&mut n as *mut libc::c_int).cast()) };
+        if r == 0 {
+            n.max(0) as usize
+        } else {
+            0
+        }
+    }
+    fn writable(&self) -> bool {
+        true
+    }
+    fn wait_room(&self, _fd: RawFd, _limit: Duration) {}
+    /// Before this process lets the connection go: the peer's doorbells
+    /// (and its switch byte) come off the socket once the left-overs are
+    /// read, so that closing does not reset the connection over bytes
+    /// the program never saw.
+    fn hand_over(&self, fd: RawFd, _always: bool) {
+        if self.page.state() != page::HANDED {
+            return;
+        }
+        if let Some(_lock) = self.page.lock(true) {
+            let (read, len) = self.page.left();
+            if read == len && self.page.read_mode() == page::AWAIT_SWITCH {
+                let _ = self.settle_stream(fd);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{scan, Ahead};
+
+    #[test]
+    fn the_switch_byte_and_its_count_are_found_behind_doorbells() {
+        let mut s = b"DDS".to_vec();
+        s.extend_from_slice(&7u64.to_le_bytes());
+        s.extend_from_slice(b"data");
+        assert!(matches!(scan(&s), Ahead::Switch(11, 7)));
+        assert!(matches!(scan(b"DDD"), Ahead::Doorbells(3)));
+        assert!(matches!(scan(b"DS\x01\x02"), Ahead::Partial));
+        assert!(matches!(scan(b"Dx"), Ahead::Garbage));
+    }
+}
