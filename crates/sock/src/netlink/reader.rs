@@ -195,7 +195,8 @@ impl NetLink {
                 return Err(libc::ECONNRESET);
             }
             if nonblocking() {
-                if got == 0 && handover::switch_ahead(fd) {
+                let waiting = bytes_in(fd);
+                if got == 0 && waiting > 0 && handover::switch_ahead(fd) {
                     // Not a doorbell: the peer handed over.
                     let _ = self.hand_over_now(fd);
                     continue;
@@ -203,7 +204,7 @@ impl NetLink {
                 if let Some(end) = self.ended(fd, got) {
                     return end;
                 }
-                if got == 0 && bytes_in(fd) > 0 {
+                if got == 0 && waiting > 0 {
                     // A doorbell is there and its message is not: the two
                     // travel on different sockets, and the doorbell can
                     // win (or the message waits in the writer's window).
@@ -246,7 +247,8 @@ impl NetLink {
                 continue;
             }
             spinning = false;
-            if handover::switch_ahead(fd) {
+            let waiting = bytes_in(fd);
+            if waiting > 0 && handover::switch_ahead(fd) {
                 // Not a doorbell: the peer handed over.
                 let _ = self.hand_over_now(fd);
                 return None;
@@ -254,7 +256,7 @@ impl NetLink {
             if let Some(end) = self.ended(fd, got) {
                 return Some(end);
             }
-            if bytes_in(fd) == 0 {
+            if waiting == 0 {
                 let mut p = libc::pollfd {
                     fd,
                     events: libc::POLLIN,
