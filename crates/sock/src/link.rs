@@ -301,6 +301,7 @@ impl Link {
             reliability::RELIABLE_RECEPTION,
             SEND_SLOTS + RECV_SLOTS,
             MSG_BYTES,
+            None,
         )?;
         let link = Link {
             nic,

@@ -115,8 +115,9 @@ struct State {
     /// held, to go again through the kernel at a hand-over).
     tx_acked: u64,
     unacked: Vec<usize>,
-    /// Payload bytes taken off the VI in all.
+    /// Payload bytes taken off the VI in all, and read by the program.
     rx_total: u64,
+    used: u64,
 }
 
 impl State {
@@ -283,6 +284,12 @@ impl NetLink {
 
     fn create() -> Result<NetLink, ViaError> {
         let (nic, ptag) = process_nic(Medium::Network)?;
+        let page = page::Page::create().map(Arc::new);
+        // The registered memory lies in the page: see `page`.
+        let shared = page
+            .as_ref()
+            .and_then(|p| p.kept_fd())
+            .map(|fd| (fd, page::REGION_AT));
         let (region, vi) = Region::open(
             &nic,
             ptag,
@@ -290,6 +297,7 @@ impl NetLink {
             reliability::RELIABLE_RECEPTION,
             SEND_SLOTS + RECV_SLOTS,
             BUF,
+            shared,
         )?;
         let link = NetLink {
             nic,
@@ -310,12 +318,13 @@ impl NetLink {
                 tx_acked: 0,
                 unacked: Vec::new(),
                 rx_total: 0,
+                used: 0,
             }),
             reading: Mutex::new(()),
             spin: Mutex::new(Window::new(spin_time(), SPIN_CONTENDED_NS)),
             nonblocking: AtomicBool::new(false),
             last_fd: AtomicI32::new(-1),
-            page: page::Page::create().map(Arc::new),
+            page,
             handed: OnceLock::new(),
             ringing: AtomicU32::new(0),
             forks: crate::process::forks(),
@@ -376,6 +385,9 @@ impl NetLink {
         }
         st.tx_acked += st.slot_len[slot] as u64;
         st.free.push(slot);
+        if let Some(p) = &self.page {
+            p.note_sent(st.tx_acked, st.slot_number[slot], st.sent);
+        }
     }
 
     /// A completed receive: a message to read (anything else is dropped
@@ -564,6 +576,10 @@ impl NetLink {
             st.sent = number;
             st.slot_len[slot] = n;
             st.slot_number[slot] = number;
+            if let Some(p) = &self.page {
+                let acked = st.sent.wrapping_sub(st.in_flight as u32);
+                p.note_sent(st.tx_acked, acked, number);
+            }
             if ring {
                 self.ringing.fetch_add(1, Ordering::AcqRel);
             }

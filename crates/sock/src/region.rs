@@ -30,24 +30,33 @@ pub(crate) struct Region {
 impl Region {
     /// Maps and registers the memory for `slots` slots of `buf_bytes`, and
     /// makes a VI with `reliability` whose transfers are at most a buffer.
+    /// `shared`: the memory is that of memfd `fd` from `offset` on
+    /// (page-aligned, at least `bytes(slots, buf_bytes)` long), mapped
+    /// shared, so that a program this process becomes by exec can still
+    /// read what the VI left there; otherwise anonymous and private.
     pub(crate) fn open(
         nic: &Nic,
         ptag: PtagId,
         reliability: u16,
         slots: usize,
         buf_bytes: usize,
+        shared: Option<(std::os::fd::RawFd, usize)>,
     ) -> Result<(Region, Arc<Vi>), ViaError> {
-        let len = slots * (DESC_BYTES + buf_bytes);
-        // SAFETY: an anonymous private mapping owned by the region until
-        // `release`.
+        let len = Region::bytes(slots, buf_bytes);
+        let (flags, fd, offset) = match shared {
+            Some((fd, offset)) => (libc::MAP_SHARED, fd, offset as libc::off_t),
+            None => (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0),
+        };
+        // SAFETY: a mapping owned by the region until `release` (of the
+        // caller's memfd, which covers it, or anonymous).
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
+                flags,
+                fd,
+                offset,
             )
         };
         if p == libc::MAP_FAILED {
@@ -89,6 +98,11 @@ impl Region {
                 Err(e)
             }
         }
+    }
+
+    /// Bytes a region of `slots` slots of `buf_bytes` maps.
+    pub(crate) const fn bytes(slots: usize, buf_bytes: usize) -> usize {
+        slots * (DESC_BYTES + buf_bytes)
     }
 
     pub(crate) fn desc(&self, i: usize) -> DescPtr {

@@ -33,8 +33,9 @@ use crate::real::real;
 /// Links this process made and still has.
 static LINKS: AtomicIsize = AtomicIsize::new(0);
 static WATCHING: AtomicBool = AtomicBool::new(false);
-/// How long a writer whose VI failed waits for the peer's switch byte.
-const PEER_SWITCH_WAIT: Duration = Duration::from_secs(1);
+/// How long an end whose VI failed looks for its peer's switch byte or
+/// its end before it hands over by itself.
+const PEER_SWITCH_WAIT: Duration = Duration::from_millis(100);
 
 pub fn count_link(delta: isize) {
     LINKS.fetch_add(delta, Ordering::AcqRel);
@@ -108,36 +109,47 @@ pub fn switch_ahead(fd: RawFd) -> bool {
             .any(|&b| b != DOORBELL && b != HELLO)
 }
 
-/// Waits up to `limit` for the peer's switch byte; false at EOF, an
-/// error, or the limit.
-fn await_switch(fd: RawFd, limit: Duration) -> bool {
+/// What the kernel stream says of a peer whose VI failed us.
+enum Peer {
+    /// Its switch byte is there.
+    Switched,
+    /// EOF, a hang-up or an error: the connection ended.
+    Gone,
+    /// Nothing within the wait, and the socket lives.
+    Quiet,
+}
+
+/// Waits up to `limit` for the peer's switch byte, or the end.
+fn await_switch(fd: RawFd, limit: Duration) -> Peer {
     let start = Instant::now();
     loop {
         if switch_ahead(fd) {
-            return true;
+            return Peer::Switched;
         }
         let mut buf = [0u8; 64];
         let n = peek(fd, &mut buf);
-        let left = limit.saturating_sub(start.elapsed());
-        if n == 0 || (n < 0 && crate::kernel::errno() != libc::EAGAIN) || left.is_zero() {
-            return false;
+        if n == 0 || (n < 0 && crate::kernel::errno() != libc::EAGAIN) {
+            return Peer::Gone;
         }
-        // Doorbells only, or nothing yet: wait for more.
         let mut p = libc::pollfd {
             fd,
             events: libc::POLLIN | libc::POLLRDHUP,
             revents: 0,
         };
+        let left = limit.saturating_sub(start.elapsed());
         // SAFETY: one pollfd of ours.
-        unsafe { libc::poll(&mut p, 1, left.as_millis().clamp(1, 10) as libc::c_int) };
-        if n > 0 && p.revents & libc::POLLRDHUP != 0 && !switch_ahead(fd) {
-            return false;
+        unsafe { libc::poll(&mut p, 1, left.as_millis().min(10) as libc::c_int) };
+        if p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0 && !switch_ahead(fd) {
+            return Peer::Gone;
+        }
+        if left.is_zero() {
+            return Peer::Quiet;
         }
     }
 }
 
 /// Sends all of `bytes`, waiting for room (the socket may be nonblocking).
-fn send_all(fd: RawFd, bytes: &[u8]) -> Result<(), i32> {
+pub(super) fn send_all(fd: RawFd, bytes: &[u8]) -> Result<(), i32> {
     let mut at = 0;
     while at < bytes.len() {
         // SAFETY: the rest of our own buffer.
@@ -171,17 +183,20 @@ fn send_all(fd: RawFd, bytes: &[u8]) -> Result<(), i32> {
 }
 
 impl NetLink {
-    /// The VI failed or the peer's switch byte came: if the peer handed
-    /// the connection over (its switch byte is there, or comes within a
-    /// second), hand ours over too.
+    /// The VI failed, or the peer's switch byte came: unless the kernel
+    /// says the connection ended (a peer that closed or died; looked at
+    /// for up to `PEER_SWITCH_WAIT`, as its FIN may trail its VI's end),
+    /// hand ours over too. Without the peer's switch byte that is ours to
+    /// start: its VI may have gone with an exec no hook saw, and the
+    /// program it became does its part when it uses the connection.
     pub(super) fn follow_peer(&self, fd: RawFd) -> Option<Arc<NetSwitched>> {
         if let Some(s) = self.handed.get() {
             return Some(s.clone());
         }
-        if !await_switch(fd, PEER_SWITCH_WAIT) {
-            return None;
+        match await_switch(fd, PEER_SWITCH_WAIT) {
+            Peer::Gone => None,
+            Peer::Switched | Peer::Quiet => self.hand_over_now(fd).ok(),
         }
-        self.hand_over_now(fd).ok()
     }
 
     /// Hands the connection to the kernel (see the module text); every

@@ -4,18 +4,26 @@
 //! the kernel (`handover`). Nothing crosses the network through it.
 //!
 //! Layout: a 4 KiB header of words, then room for everything the VI may
-//! hold unread at the hand-over (every receive buffer full).
+//! hold unread at the hand-over (every receive buffer full), then the
+//! link's registered memory (its descriptors and buffers, `Region`): a
+//! program the maker becomes through an exec no hook sees (execl) finds
+//! there what the VI had received and sent, and does the hand-over in
+//! the maker's stead (`take_over`).
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::{CHUNK, RECV_SLOTS};
+use super::{BUF, CHUNK, DATA, HDR, RECV_SLOTS, SEND_SLOTS};
+use crate::region::{Region, DESC_BYTES};
 
 const HEADER: usize = 4096;
 /// Bytes the page can hold unread.
 pub const ROOM: usize = RECV_SLOTS * CHUNK;
-const LEN: usize = HEADER + ROOM;
+/// Where the link's registered memory starts (page-aligned).
+pub const REGION_AT: usize = HEADER + ROOM;
+const SLOTS: usize = SEND_SLOTS + RECV_SLOTS;
+const LEN: usize = REGION_AT + Region::bytes(SLOTS, BUF).next_multiple_of(4096);
 const NAME: &std::ffi::CStr = c"viarun-netpage";
 /// How `/proc/self/fd/N` names such a memfd.
 pub const LINK_PREFIX: &str = "/memfd:viarun-netpage";
@@ -34,6 +42,10 @@ pub const HANDED: u32 = 3;
 pub const AWAIT_SWITCH: u32 = 0;
 /// Everything in the kernel stream is data (after `skip` bytes).
 pub const RAW: u32 = 1;
+/// As AWAIT_SWITCH, for a hand-over done in the maker's stead: what is
+/// left over is known only from the peer's count (the messages it saw
+/// acknowledged lie complete in the receive buffers).
+pub const DEAD_VI: u32 = 2;
 
 #[repr(C)]
 struct Header {
@@ -51,6 +63,16 @@ struct Header {
     /// Raw bytes still to drop: the peer sends again what it did not see
     /// acknowledged, some of which we had.
     skip: AtomicU64,
+    /// Kept by the maker as it goes, for `take_over`: bytes the program
+    /// read off the VI, messages it used up, bytes into the next one;
+    /// payload bytes the peer acknowledged, the last message it did, and
+    /// the last message sent.
+    used_bytes: AtomicU64,
+    used_number: AtomicU32,
+    taken: AtomicU32,
+    tx_acked: AtomicU64,
+    acked_number: AtomicU32,
+    sent_number: AtomicU32,
 }
 
 pub struct Page {
@@ -238,6 +260,118 @@ impl Page {
     }
 }
 
+impl Page {
+    /// The memfd's kept copy, still kept (the link maps its registered
+    /// memory from it).
+    pub fn kept_fd(&self) -> Option<RawFd> {
+        let fd = self.fd.load(Ordering::Acquire);
+        (fd >= 0).then_some(fd)
+    }
+
+    /// The maker: the program read up to here.
+    pub fn note_read(&self, used_bytes: u64, used_number: u32, taken: usize) {
+        let h = self.header();
+        h.used_bytes.store(used_bytes, Ordering::Relaxed);
+        h.used_number.store(used_number, Ordering::Relaxed);
+        h.taken.store(taken as u32, Ordering::Relaxed);
+    }
+
+    /// The maker: the peer acknowledged up to here; `sent` went out last.
+    pub fn note_sent(&self, tx_acked: u64, acked_number: u32, sent: u32) {
+        let h = self.header();
+        h.tx_acked.store(tx_acked, Ordering::Relaxed);
+        h.acked_number.store(acked_number, Ordering::Relaxed);
+        h.sent_number.store(sent, Ordering::Relaxed);
+    }
+
+    /// Message slot `i` of the link's memory (send slots, then receive
+    /// slots): (kind, number, payload). A payload length past the buffer
+    /// (the peer wrote it) gives None.
+    fn slot(&self, i: usize) -> Option<(u8, u32, &[u8])> {
+        let at = REGION_AT + SLOTS * DESC_BYTES + i * BUF;
+        // SAFETY: slot i's buffer lies inside the mapping (LEN covers the
+        // region); the VI that wrote it is gone.
+        let b = unsafe { std::slice::from_raw_parts(self.base.add(at), BUF) };
+        let number = u32::from_ne_bytes(b[4..8].try_into().ok()?);
+        let len = u32::from_ne_bytes(b[8..12].try_into().ok()?) as usize;
+        (len <= CHUNK).then(|| (b[0], number, &b[HDR..HDR + len]))
+    }
+
+    /// The payload of message `number` in the send (`send`) or receive
+    /// slots.
+    fn message(&self, send: bool, number: u32) -> Option<&[u8]> {
+        let slots = if send {
+            0..SEND_SLOTS
+        } else {
+            SEND_SLOTS..SLOTS
+        };
+        slots
+            .filter_map(|i| self.slot(i))
+            .find(|&(kind, n, _)| kind == DATA && n == number)
+            .map(|(_, _, p)| p)
+    }
+
+    /// For a hand-over in the maker's stead: the payloads the peer did not
+    /// see acknowledged, in order, and the count it did.
+    pub fn unacked_sends(&self) -> Option<(u64, Vec<&[u8]>)> {
+        let h = self.header();
+        let acked = h.acked_number.load(Ordering::Acquire);
+        let sent = h.sent_number.load(Ordering::Acquire);
+        let mut out = Vec::new();
+        let mut n = acked;
+        while n != sent {
+            n = n.wrapping_add(1);
+            out.push(self.message(true, n)?);
+        }
+        Some((h.tx_acked.load(Ordering::Acquire), out))
+    }
+
+    /// Publishes a hand-over done in the maker's stead.
+    pub fn publish_dead(&self) {
+        let h = self.header();
+        h.left_len.store(0, Ordering::Relaxed);
+        h.left_read.store(0, Ordering::Relaxed);
+        h.read_mode.store(DEAD_VI, Ordering::Relaxed);
+        h.skip.store(0, Ordering::Relaxed);
+        h.state.store(HANDED, Ordering::Release);
+    }
+
+    /// DEAD_VI, once the peer's count `acked` is read: the messages after
+    /// what the program read, up to that count, become the left-overs;
+    /// what the program read beyond it is to be dropped. False if a
+    /// message is missing (the connection cannot go on).
+    pub fn settle_dead(&self, acked: u64) -> bool {
+        let h = self.header();
+        let used = h.used_bytes.load(Ordering::Acquire);
+        let mut number = h.used_number.load(Ordering::Acquire);
+        let taken = h.taken.load(Ordering::Acquire) as u64;
+        let mut start = used - taken.min(used);
+        let mut at = 0usize;
+        while start < acked {
+            number = number.wrapping_add(1);
+            let Some(p) = self.message(false, number) else {
+                return false;
+            };
+            let end = start + p.len() as u64;
+            if end > acked {
+                break; // not acknowledged: the peer sends it again
+            }
+            let from = used.saturating_sub(start).min(p.len() as u64) as usize;
+            let part = &p[from..];
+            let n = part.len().min(ROOM - at);
+            // SAFETY: inside the left-over area (bounded by ROOM), which
+            // nobody reads before read_mode leaves DEAD_VI.
+            unsafe { std::ptr::copy_nonoverlapping(part.as_ptr(), self.base.add(HEADER + at), n) };
+            at += n;
+            start = end;
+        }
+        h.left_len.store(at as u64, Ordering::Relaxed);
+        h.left_read.store(0, Ordering::Relaxed);
+        self.set_raw(used.saturating_sub(acked));
+        true
+    }
+}
+
 /// Whether process `pid` still exists.
 pub fn alive(pid: u32) -> bool {
     // SAFETY: signal 0 only checks that the process exists.
@@ -286,6 +420,55 @@ mod tests {
         p.set_left_read(5);
         p.set_raw(0);
         assert!(p.plain());
+    }
+
+    /// Writes message `number` (payload `data`) into slot `i`, as a
+    /// writer's `post_send` or the peer's device would.
+    fn put(p: &Page, i: usize, number: u32, data: &[u8]) {
+        let at = REGION_AT + SLOTS * DESC_BYTES + i * BUF;
+        // SAFETY: slot i's buffer inside the test's own page.
+        let b = unsafe { std::slice::from_raw_parts_mut(p.base.add(at), BUF) };
+        b[0] = DATA;
+        b[4..8].copy_from_slice(&number.to_ne_bytes());
+        b[8..12].copy_from_slice(&(data.len() as u32).to_ne_bytes());
+        b[HDR..HDR + data.len()].copy_from_slice(data);
+    }
+
+    #[test]
+    fn a_take_over_finds_the_unacknowledged_sends_in_order() {
+        let p = Page::create().expect("page");
+        put(&p, 5, 4, b"four");
+        put(&p, 2, 3, b"three");
+        put(&p, 0, 1, b"one");
+        p.note_sent(8, 2, 4);
+        let (acked, sends) = p.unacked_sends().expect("all there");
+        assert_eq!(acked, 8);
+        assert_eq!(sends, vec![&b"three"[..], &b"four"[..]]);
+        p.note_sent(8, 2, 5);
+        assert!(p.unacked_sends().is_none(), "message 5 is nowhere");
+    }
+
+    #[test]
+    fn left_overs_after_a_take_over_stop_at_the_peers_count() {
+        let p = Page::create().expect("page");
+        // Read so far: messages 1-2 (10 bytes) and 2 bytes of message 3.
+        put(&p, SEND_SLOTS + 7, 3, b"abcdef");
+        put(&p, SEND_SLOTS, 4, b"ghij");
+        put(&p, SEND_SLOTS + 3, 5, b"klm");
+        p.note_read(12, 2, 2);
+        // The peer saw 3 and 4 acknowledged (to byte 20), not 5.
+        assert!(p.settle_dead(20));
+        let (read, len) = p.left();
+        assert_eq!(p.left_bytes(read, len as usize), b"cdefghij");
+        assert_eq!(p.skip(), 0);
+        // Its count behind what was read: the difference is dropped.
+        p.note_read(12, 2, 2);
+        assert!(p.settle_dead(9));
+        assert_eq!(p.left(), (0, 0));
+        assert_eq!(p.skip(), 3);
+        // A message missing from the buffers cannot be made up.
+        p.note_read(12, 2, 2);
+        assert!(!p.settle_dead(30), "message 6 is nowhere");
     }
 
     #[test]

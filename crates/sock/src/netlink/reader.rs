@@ -56,6 +56,7 @@ impl NetLink {
                 peeked += 1;
                 continue;
             }
+            st.used += k as u64;
             if at < len {
                 st.taken = at;
                 break;
@@ -68,6 +69,11 @@ impl NetLink {
             }
             if self.post_recv(slot).is_err() {
                 st.broken = true;
+            }
+        }
+        if !peek {
+            if let Some(p) = &self.page {
+                p.note_read(st.used, st.consumed, st.taken);
             }
         }
         peek && peeked > 0

@@ -27,6 +27,16 @@ pub struct NetSwitched {
     _record: Option<Arc<Inherit>>,
 }
 
+/// Where `settle_stream` left the stream.
+enum Settled {
+    /// Plain data next (or EOF, or an error: a receive reports them).
+    Raw,
+    /// Left-overs came to be: look again.
+    Look,
+    /// Nothing to go on yet: wait for the kernel socket.
+    Wait,
+}
+
 /// What the start of the kernel stream says, before the peer's count.
 enum Ahead {
     /// Only doorbells (how many): the switch byte is still to come.
@@ -67,8 +77,9 @@ impl NetSwitched {
     }
 
     /// Asks the VI's maker for the hand-over (if not yet done) and waits
-    /// for it; EIO if the maker is gone without doing it.
-    fn ensure_handed(&self) -> Result<(), i32> {
+    /// for it; EIO if the maker is gone without doing it. A program the
+    /// maker became by an exec no hook saw does it in its stead.
+    fn ensure_handed(&self, fd: RawFd) -> Result<(), i32> {
         if self.ready.load(Ordering::Acquire) {
             return Ok(());
         }
@@ -83,7 +94,8 @@ impl NetSwitched {
                     if owner == crate::process::id() {
                         // We are a program the VI's maker became through
                         // an exec no hook saw: the VI went with it.
-                        return Err(libc::ECONNRESET);
+                        self.take_over(fd)?;
+                        continue;
                     }
                     if s == page::LIVE {
                         self.page.request();
@@ -97,6 +109,31 @@ impl NetSwitched {
         }
     }
 
+    /// The hand-over in the stead of the VI's maker, whose image an exec
+    /// replaced (see `handover`): the switch byte, the count the peer saw
+    /// acknowledged and, raw, what it did not (from the send buffers in
+    /// the page); what is left over is known once the peer's count comes.
+    fn take_over(&self, fd: RawFd) -> Result<(), i32> {
+        if !self.page.begin() {
+            return Ok(()); // another thread of ours is at it, or done
+        }
+        let Some((acked, unacked)) = self.page.unacked_sends() else {
+            self.page.publish_dead();
+            return Err(libc::ECONNRESET);
+        };
+        let mut sent = super::handover::send_all(fd, &[SWITCH_BYTE]);
+        if sent.is_ok() {
+            sent = super::handover::send_all(fd, &acked.to_le_bytes());
+        }
+        for p in unacked {
+            if sent.is_ok() {
+                sent = super::handover::send_all(fd, p);
+            }
+        }
+        self.page.publish_dead();
+        sent
+    }
+
     /// A write from `at` (segment, offset) of `data` on: straight to the
     /// kernel.
     pub fn write_from(
@@ -107,7 +144,7 @@ impl NetSwitched {
         dontwait: bool,
         nosignal: bool,
     ) -> Result<usize, i32> {
-        self.ensure_handed()?;
+        self.ensure_handed(fd)?;
         let mut flags = 0;
         if dontwait {
             flags |= libc::MSG_DONTWAIT;
@@ -122,11 +159,11 @@ impl NetSwitched {
 
     /// Under the page lock: moves the stream on to plain data as far as
     /// it can without waiting (left-overs are handed out by the caller).
-    /// Ok(true) when plain data (or EOF) is next.
-    fn settle_stream(&self, fd: RawFd) -> Result<bool, i32> {
+    fn settle_stream(&self, fd: RawFd) -> Result<Settled, i32> {
         let mut buf = [0u8; 256];
         loop {
-            if self.page.read_mode() == page::AWAIT_SWITCH {
+            let mode = self.page.read_mode();
+            if mode == page::AWAIT_SWITCH || mode == page::DEAD_VI {
                 // SAFETY: up to 256 bytes into our own buffer.
                 let n = unsafe {
                     (real().recv)(
@@ -137,18 +174,25 @@ impl NetSwitched {
                     )
                 };
                 if n == 0 {
-                    return Ok(true); // EOF: the reader sees it
+                    return Ok(Settled::Raw); // EOF: the reader sees it
                 }
                 if n < 0 {
                     return match kernel::errno() {
-                        libc::EAGAIN | libc::EINTR => Ok(false),
-                        _ => Ok(true), // the error: the reader sees it
+                        libc::EAGAIN | libc::EINTR => Ok(Settled::Wait),
+                        _ => Ok(Settled::Raw), // the error: the reader sees it
                     };
                 }
                 let take = match scan(&buf[..n as usize]) {
                     Ahead::Garbage => return Err(libc::EIO),
-                    Ahead::Partial => return Ok(false),
+                    Ahead::Partial => return Ok(Settled::Wait),
                     Ahead::Doorbells(k) => k,
+                    Ahead::Switch(k, count) if mode == page::DEAD_VI => {
+                        drop_bytes(fd, k)?;
+                        if !self.page.settle_dead(count) {
+                            return Err(libc::EIO);
+                        }
+                        return Ok(Settled::Look); // left-overs first, if any
+                    }
                     Ahead::Switch(k, count) => {
                         let had = self.page.rx_total();
                         if count > had {
@@ -160,22 +204,22 @@ impl NetSwitched {
                     }
                 };
                 drop_bytes(fd, take)?;
-                return Ok(false);
+                return Ok(Settled::Wait);
             }
             let skip = self.page.skip();
             if skip == 0 {
-                return Ok(true);
+                return Ok(Settled::Raw);
             }
             let k = (skip as usize).min(buf.len());
             // SAFETY: up to k bytes into our own buffer.
             let n = unsafe { (real().recv)(fd, buf.as_mut_ptr().cast(), k, libc::MSG_DONTWAIT) };
             match n {
-                0 => return Ok(true),
+                0 => return Ok(Settled::Raw),
                 n if n > 0 => self.page.set_skip(skip - n as u64),
                 _ => {
                     return match kernel::errno() {
-                        libc::EAGAIN | libc::EINTR => Ok(false),
-                        _ => Ok(true),
+                        libc::EAGAIN | libc::EINTR => Ok(Settled::Wait),
+                        _ => Ok(Settled::Raw),
                     }
                 }
             }
@@ -214,7 +258,7 @@ impl Carried for NetSwitched {
         peek: bool,
         all: bool,
     ) -> Result<usize, i32> {
-        self.ensure_handed()?;
+        self.ensure_handed(fd)?;
         let nonblocking = dontwait || kernel::is_nonblocking(fd);
         let want: usize = out.iter().map(|o| o.len()).sum();
         let (mut got, mut seg, mut off) = (0usize, 0usize, 0usize);
@@ -241,16 +285,20 @@ impl Carried for NetSwitched {
                     }
                     continue;
                 }
-                if !self.settle_stream(fd)? {
-                    drop(_lock);
-                    if got > 0 && !all {
-                        return Ok(got);
+                match self.settle_stream(fd)? {
+                    Settled::Raw => {}
+                    Settled::Look => continue,
+                    Settled::Wait => {
+                        drop(_lock);
+                        if got > 0 && !all {
+                            return Ok(got);
+                        }
+                        if nonblocking {
+                            return if got > 0 { Ok(got) } else { Err(libc::EAGAIN) };
+                        }
+                        kernel::wait_readable(fd);
+                        continue;
                     }
-                    if nonblocking {
-                        return if got > 0 { Ok(got) } else { Err(libc::EAGAIN) };
-                    }
-                    kernel::wait_readable(fd);
-                    continue;
                 }
             }
             let mut flags = 0;
@@ -321,7 +369,7 @@ impl Carried for NetSwitched {
         }
         if let Some(_lock) = self.page.lock(true) {
             let (read, len) = self.page.left();
-            if read == len && self.page.read_mode() == page::AWAIT_SWITCH {
+            if read == len && self.page.read_mode() != page::RAW {
                 let _ = self.settle_stream(fd);
             }
         }
