@@ -82,4 +82,16 @@ for mode in poll select epoll-lt epoll-et epoll-nested peek dup threads sendfile
     [ "$mode" = stress ] && n=3
     expect compat "viarun: $n connections over udp, 0 over kernel TCP"
 done
+# Python's subprocess (vfork) on a used connection: head reads from it,
+# printf writes to it (hosts_subprocess.py).
+rm -f "$dir/port"
+mkfifo "$dir/port"
+ip netns exec "$OV_NS_B" $VS python3 "$here/hosts_subprocess.py" server 10.77.0.2 >"$dir/port" 2>"$dir/server.err" &
+spid=$!
+read -r port <"$dir/port"
+ip netns exec "$OV_NS_A" $VS python3 "$here/hosts_subprocess.py" client 10.77.0.2 "$port" 2>"$dir/client.err" ||
+    { cat "$dir/client.err"; exit 1; }
+wait "$spid" || { cat "$dir/server.err"; exit 1; }
+expect server "$UDP1"
+expect client "$UDP1"
 echo "sock tests between hosts: ok"

@@ -29,6 +29,7 @@ pub fn forks() -> u32 {
 
 extern "C" fn forked_child() {
     PID.store(std::process::id(), Ordering::Relaxed);
+    crate::netlink::forked_child();
     // Connections our parent carries are handed back to the kernel when
     // used here (`switched`); a record tells the library of any program
     // this child execs (through execl, system, anything: `exec`) how to

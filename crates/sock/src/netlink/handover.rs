@@ -38,13 +38,22 @@ static WATCHING: AtomicBool = AtomicBool::new(false);
 const PEER_SWITCH_WAIT: Duration = Duration::from_millis(100);
 
 pub fn count_link(delta: isize) {
-    LINKS.fetch_add(delta, Ordering::AcqRel);
+    if LINKS.fetch_add(delta, Ordering::AcqRel) + delta > 0 {
+        start_watcher();
+    }
 }
 
-/// Before a fork or spawn: a thread that hands a connection over when a
-/// process without the VI asks (the maker may be busy elsewhere, or wait
-/// for that very process, as a shell waits for `cat`). It looks every
-/// millisecond after a request, backing off to 50 ms while none comes.
+/// In a child just forked: the watcher was our parent's.
+pub fn forked_child() {
+    WATCHING.store(false, Ordering::Release);
+}
+
+/// From the first link on (and again after a fork): a thread that hands
+/// a connection over when a process without the VI asks (the maker may
+/// be busy elsewhere, or wait for that very process, as a shell waits
+/// for `cat`; a vfork, as Python's subprocess makes, runs no fork
+/// handler that could start it later). It looks every millisecond after
+/// a request, backing off to 50 ms while none comes.
 pub fn start_watcher() {
     if LINKS.load(Ordering::Acquire) <= 0 || WATCHING.swap(true, Ordering::AcqRel) {
         return;
