@@ -20,6 +20,8 @@
 #include <sys/epoll.h>
 #include <sys/syscall.h>
 #include <sched.h>
+#include <semaphore.h>
+#include <sys/mman.h>
 #include <sys/ioctl.h>
 #include <sys/select.h>
 #include <sys/sendfile.h>
