@@ -85,7 +85,7 @@ def used():
 def sibling():
     """A connection first used by one program the client runs on it
     (`first`: writes 5 bytes, reads 5), then handed to a second one
-    (`head -c 5`). Over kernel TCP head reads the server's next 5 bytes.
+    (`sh -c "head -c 5"`). Over kernel TCP head reads the server's next 5 bytes.
     Under viarun the stream is carried by the first program, which has
     exited: head must read those 5 bytes or fail at once with nothing
     read, never read other bytes (doorbells) or hang."""
@@ -106,7 +106,11 @@ def sibling():
     c = socket.create_connection(("127.0.0.1", port))
     first = "import os\nos.write(0, b'first')\nb = b''\nwhile len(b) < 5: b += os.read(0, 5 - len(b))\nassert b == b'hello', b"
     subprocess.run([sys.executable, "-c", first], stdin=c, check=True, timeout=10)
-    p = subprocess.run(["head", "-c", "5"], stdin=c, capture_output=True, timeout=10)
+    # Through a shell, as `sh -c CMD` runs a program: the shell takes the
+    # connection up first and execs head, which must get it too (before,
+    # the shell's library let go of the record, and head read the kernel
+    # stream's doorbells and waited for good).
+    p = subprocess.run(["sh", "-c", "head -c 5"], stdin=c, capture_output=True, timeout=10)
     c.close()
     os.waitpid(pid, 0)
     if p.returncode == 0 and p.stdout == b"world":

@@ -82,6 +82,9 @@ pub enum Setup {
     Kernel,
     /// Committed to openvia and then lost: reads reset, writes EPIPE.
     Broken,
+    /// Carried by another process, out of reach (module `inherit`): as
+    /// Broken, holding the record for any program this one execs.
+    Refused { _record: Arc<Inherit> },
 }
 
 pub struct Conn {
@@ -292,7 +295,10 @@ fn settle(fd: RawFd) -> Route {
 /// Whether `conn` still waits for its peer (its first use to come).
 fn unsettled(conn: &Conn) -> bool {
     match conn.setup.try_lock() {
-        Ok(g) => !matches!(&*g, Setup::Kernel | Setup::Broken | Setup::Via(_)),
+        Ok(g) => !matches!(
+            &*g,
+            Setup::Kernel | Setup::Broken | Setup::Refused { .. } | Setup::Via(_)
+        ),
         Err(_) => false,
     }
 }
@@ -339,7 +345,7 @@ fn settle_locked(fd: RawFd, mut g: std::sync::MutexGuard<'_, Setup>) -> Route {
     loop {
         let next = match &*g {
             Setup::Kernel => return Route::Kernel,
-            Setup::Broken => return Route::Fail(libc::ECONNRESET),
+            Setup::Broken | Setup::Refused { .. } => return Route::Fail(libc::ECONNRESET),
             Setup::Via(link) => {
                 if link.owner_pid() == crate::process::id() {
                     return Route::Via(link.clone());

@@ -541,8 +541,20 @@ fn take_up_one(record_fd: RawFd, sockets: &[(RawFd, u64)]) {
         // elsewhere, in those of a program this one's parent ran before:
         // a shell running two programs on one /dev/tcp descriptor),
         // which nobody here can reach: a clear error on use, never the
-        // doorbells read as data or a wait.
-        conn::insert(first, Setup::Broken);
+        // doorbells read as data or a wait. The record stays held while
+        // the socket is open here: a program this one execs on it (a
+        // shell's next command) must get it too, or it would read the
+        // kernel stream's doorbells and wait for good.
+        let (aux, aux_inode) = (r.aux_fd, r.aux_inode);
+        if aux >= 0 && inode(aux) == Some(aux_inode) {
+            held.set_aux(aux);
+        }
+        conn::insert(
+            first,
+            Setup::Refused {
+                _record: Arc::new(held),
+            },
+        );
         for &fd in &on[1..] {
             conn::alias(first, fd);
         }
