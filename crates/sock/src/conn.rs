@@ -84,7 +84,9 @@ pub enum Setup {
     Broken,
     /// Carried by another process, out of reach (module `inherit`): as
     /// Broken, holding the record for any program this one execs.
-    Refused { _record: Arc<Inherit> },
+    Refused {
+        _record: Arc<Inherit>,
+    },
 }
 
 pub struct Conn {

@@ -63,7 +63,7 @@ pub mod page;
 mod reader;
 pub mod switched;
 
-pub use handover::{forked_child, start_watcher};
+pub use handover::{after_fork, before_fork, forked_child, start_watcher};
 use switched::NetSwitched;
 
 /// Header in front of each message: kind, flags, pad, number, length.

@@ -15,6 +15,11 @@ extern "C" fn before_fork() {
     note_fork();
     // The child may ask for a connection carried between hosts here.
     let _ = std::panic::catch_unwind(crate::netlink::start_watcher);
+    crate::netlink::before_fork();
+}
+
+extern "C" fn forked_parent() {
+    crate::netlink::after_fork();
 }
 
 /// Another process may share our descriptors from now on (a vfork child
@@ -41,7 +46,7 @@ extern "C" fn forked_child() {
 pub fn init() {
     PID.store(std::process::id(), Ordering::Relaxed);
     // SAFETY: registering plain extern "C" functions as fork handlers.
-    unsafe { libc::pthread_atfork(Some(before_fork), None, Some(forked_child)) };
+    unsafe { libc::pthread_atfork(Some(before_fork), Some(forked_parent), Some(forked_child)) };
 }
 
 pub fn id() -> u32 {
