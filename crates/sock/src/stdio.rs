@@ -164,7 +164,7 @@ unsafe extern "C" fn cookie_close(c: *mut c_void) -> c_int {
     forget(cookie.file);
     if cookie.owns_fd {
         // SAFETY: the stream's own descriptor, closed through our hook.
-        unsafe { crate::close(cookie.fd) }
+        unsafe { crate::descriptors::close(cookie.fd) }
     } else {
         0
     }
