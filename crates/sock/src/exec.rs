@@ -11,9 +11,9 @@
 //! calls on it fail at once (ECONNRESET) instead. A forked child gets
 //! such records at once (its fork handler), since its exec may not pass
 //! through these hooks (execl, system and popen call the kernel from
-//! inside the C library). Handing such a
-//! connection over for real would need both ends to move the stream back
-//! to the kernel (docs/sockets.md).
+//! inside the C library). A connection with a switchable record (made at
+//! its first use, on one host and between hosts) needs none: the new
+//! program hands it back to the kernel (docs/sockets.md).
 //!
 //! These hooks may run in a vfork child: nothing here allocates, and the
 //! connection table is only tried, never waited for.

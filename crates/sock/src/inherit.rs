@@ -16,8 +16,9 @@
 //!
 //! The record is shared memory: the first process to use the connection
 //! marks it used, so a forked sibling that uses it or execs later does
-//! not take it up a second time. Once used, a one-host connection gets a
-//! *switchable* record instead (the page's memfd), held while it lives,
+//! not take it up a second time. Once used, a connection gets a
+//! *switchable* record instead (the control page's memfd on one host, the
+//! hand-over page's between hosts), held while it lives,
 //! never claimed: a program exec'd on it hands the connection back to the
 //! kernel on first use (`switched`, docs/sockets.md).
 

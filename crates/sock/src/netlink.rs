@@ -39,7 +39,9 @@
 //! compat `threads` reading EOF 1.8 MB early in one CI run, not
 //! reproduced since.
 //!
-//! This file sets the link up and writes; `reader` reads.
+//! This file sets the link up and writes; `reader` reads; `handover`,
+//! `page` and `switched` hand a used connection back to the kernel for a
+//! process without the VI (a child, an exec'd program).
 
 use std::collections::VecDeque;
 use std::os::fd::RawFd;

@@ -275,7 +275,7 @@ impl NetLink {
             let _ = self.send_unacked(fd, &mut st);
         }
         let left = self.left_over(&st);
-        page.publish(&left, st.rx_total, page::AWAIT_SWITCH, 0);
+        page.publish(&left, st.rx_total);
         drop(st);
         let s = Arc::new(NetSwitched::new(page, self.record.clone()));
         Ok(self.handed.get_or_init(|| s).clone())

@@ -164,8 +164,9 @@ impl Page {
     }
 
     /// The maker, done: `left` is what the VI had unread (copied into the
-    /// page), `rx_total` every byte this end took off the VI.
-    pub fn publish(&self, left: &[&[u8]], rx_total: u64, mode: u32, skip: u64) {
+    /// page), `rx_total` every byte this end took off the VI; the peer's
+    /// switch byte is still ahead in the stream.
+    pub fn publish(&self, left: &[&[u8]], rx_total: u64) {
         let mut at = 0usize;
         for part in left {
             let n = part.len().min(ROOM - at);
@@ -178,15 +179,16 @@ impl Page {
         h.left_len.store(at as u64, Ordering::Relaxed);
         h.left_read.store(0, Ordering::Relaxed);
         h.rx_total.store(rx_total, Ordering::Relaxed);
-        h.read_mode.store(mode, Ordering::Relaxed);
-        h.skip.store(skip, Ordering::Relaxed);
+        h.read_mode.store(AWAIT_SWITCH, Ordering::Relaxed);
+        h.skip.store(0, Ordering::Relaxed);
         h.state.store(HANDED, Ordering::Release);
     }
 
-    /// Waits (bounded by `limit`) until the state is no longer `seen`.
-    pub fn wait_change(&self, seen: u32, limit: Duration) {
+    /// A millisecond's pause if the state is still `seen` (a waiter for
+    /// the hand-over looks again after it).
+    pub fn pause_while(&self, seen: u32) {
         if self.state() == seen {
-            std::thread::sleep(limit.min(Duration::from_millis(1)));
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 
@@ -411,7 +413,7 @@ mod tests {
         assert_eq!(p.state(), REQUESTED);
         assert!(p.begin());
         assert!(!p.begin(), "a second hand-over must not start");
-        p.publish(&[b"abc", b"de"], 9, AWAIT_SWITCH, 0);
+        p.publish(&[b"abc", b"de"], 9);
         assert_eq!(p.state(), HANDED);
         assert_eq!(p.left(), (0, 5));
         assert_eq!(p.left_bytes(1, 10), b"bcde");

@@ -103,7 +103,7 @@ impl NetSwitched {
                     if !page::alive(owner) {
                         return Err(libc::EIO);
                     }
-                    self.page.wait_change(s, Duration::from_millis(1));
+                    self.page.pause_while(s);
                 }
             }
         }
@@ -259,12 +259,14 @@ impl Carried for NetSwitched {
         all: bool,
     ) -> Result<usize, i32> {
         self.ensure_handed(fd)?;
-        let nonblocking = dontwait || kernel::is_nonblocking(fd);
+        // Asked of the kernel (a system call) only where we may wait
+        // ourselves: plain reads leave waiting to the kernel.
+        let nonblocking = || dontwait || kernel::is_nonblocking(fd);
         let want: usize = out.iter().map(|o| o.len()).sum();
         let (mut got, mut seg, mut off) = (0usize, 0usize, 0usize);
         loop {
             if !self.page.plain() {
-                let Some(_lock) = self.page.lock(nonblocking) else {
+                let Some(_lock) = self.page.lock(nonblocking()) else {
                     return if got > 0 { Ok(got) } else { Err(libc::EAGAIN) };
                 };
                 let (read, len) = self.page.left();
@@ -293,7 +295,7 @@ impl Carried for NetSwitched {
                         if got > 0 && !all {
                             return Ok(got);
                         }
-                        if nonblocking {
+                        if nonblocking() {
                             return if got > 0 { Ok(got) } else { Err(libc::EAGAIN) };
                         }
                         kernel::wait_readable(fd);
