@@ -18,7 +18,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use openvia_wire::handshake::{Accept, Address, Message, Mode, Reason, Request, ViAttrs};
@@ -187,29 +187,71 @@ fn server_finish(
     vi.attach_channel(Box::new(ch), req.attrs)
 }
 
-/// Reads one request from a freshly accepted socket.
-fn read_request(
-    sock: &SeqPacket,
-    deadline: Option<Instant>,
-) -> Option<(Request, OwnedFd, OwnedFd, PeerCred)> {
-    let cred = sock.peer_cred().ok()?;
+/// How reading a client's request ended.
+enum Read {
+    Request(Request, OwnedFd, OwnedFd, PeerCred),
+    /// The caller's deadline came first: the client may still send it.
+    NotYet,
+    /// Not a client we answer (wrong user, bad request, gone, or silent
+    /// for `STEP_TIMEOUT` since it was accepted).
+    Refused,
+}
+
+/// Reads one request from a socket accepted at `since`.
+fn read_request(sock: &SeqPacket, deadline: Option<Instant>, since: Instant) -> Read {
+    let Ok(cred) = sock.peer_cred() else {
+        return Read::Refused;
+    };
     if cred.uid != crate::sys::uid() {
-        return None;
+        return Read::Refused;
     }
     let mut buf = [0u8; 512];
     let mut fds = Vec::new();
-    let wait = deadline_left(deadline).map_or(STEP_TIMEOUT, |d| d.min(STEP_TIMEOUT));
-    let n = sock.recv_timeout(&mut buf, &mut fds, Some(wait)).ok()??;
+    let step_left = STEP_TIMEOUT.saturating_sub(since.elapsed());
+    let wait = deadline_left(deadline).map_or(step_left, |d| d.min(step_left));
+    let n = match sock.recv_timeout(&mut buf, &mut fds, Some(wait)) {
+        Ok(Some(n)) => n,
+        Ok(None) if since.elapsed() < STEP_TIMEOUT => return Read::NotYet,
+        _ => return Read::Refused,
+    };
     let Ok(Message::Request(req)) = Message::parse(&buf[..n]) else {
         let _ = sock.send(&Message::Reject(Reason::BadRequest).emit(), &[]);
-        return None;
+        return Read::Refused;
     };
     if fds.len() != 2 || req.nic_region_len as usize != NIC_REGION_LEN {
-        return None;
+        return Read::Refused;
     }
-    let event = fds.pop()?;
-    let page = fds.pop()?;
-    Some((req, page, event, cred))
+    match (fds.pop(), fds.pop()) {
+        (Some(event), Some(page)) => Read::Request(req, page, event, cred),
+        _ => Read::Refused,
+    }
+}
+
+/// A discriminator's listening socket, and a client it accepted whose
+/// request had not come when a timed `VipConnectWait` ran out. That client
+/// did nothing wrong (it sends its request right after connecting, but may
+/// be off its CPU): it waits for the next `VipConnectWait` instead of
+/// being reset.
+pub(crate) struct Listening {
+    sock: SeqPacket,
+    early: Mutex<Option<(SeqPacket, Instant)>>,
+}
+
+impl Listening {
+    fn new(sock: SeqPacket) -> Self {
+        Self {
+            sock,
+            early: Mutex::new(None),
+        }
+    }
+
+    fn take_early(&self) -> Option<(SeqPacket, Instant)> {
+        self.early.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    fn keep_early(&self, sock: SeqPacket, since: Instant) {
+        *self.early.lock().unwrap_or_else(|e| e.into_inner()) = Some((sock, since));
+    }
 }
 
 /// Stops listening on `local`'s discriminator (its socket closes once no
@@ -243,9 +285,10 @@ pub fn connect_wait(
         match ls.get(&local.discriminator) {
             Some(l) => l.clone(),
             None => {
-                let l = Arc::new(SeqPacket::listen(&cs_name(&local.discriminator)).map_err(
-                    |_| ViaError::InvalidState("discriminator in use by another process"),
-                )?);
+                let sock = SeqPacket::listen(&cs_name(&local.discriminator)).map_err(|_| {
+                    ViaError::InvalidState("discriminator in use by another process")
+                })?;
+                let l = Arc::new(Listening::new(sock));
                 ls.insert(local.discriminator.clone(), l.clone());
                 l
             }
@@ -261,14 +304,25 @@ pub fn connect_wait(
         let slice = left.map_or(Duration::from_millis(200), |l| {
             l.min(Duration::from_millis(200))
         });
-        let Some(sock) = listener.accept(Some(slice)).map_err(io_err)? else {
-            if nic.is_closed() {
-                return Err(ViaError::InvalidState("NIC closed"));
-            }
-            continue;
+        let (sock, since) = match listener.take_early() {
+            Some(early) => early,
+            None => match listener.sock.accept(Some(slice)).map_err(io_err)? {
+                Some(sock) => (sock, Instant::now()),
+                None => {
+                    if nic.is_closed() {
+                        return Err(ViaError::InvalidState("NIC closed"));
+                    }
+                    continue;
+                }
+            },
         };
-        let Some((request, page, event, cred)) = read_request(&sock, deadline) else {
-            continue;
+        let (request, page, event, cred) = match read_request(&sock, deadline, since) {
+            Read::Request(r, p, e, c) => (r, p, e, c),
+            Read::NotYet => {
+                listener.keep_early(sock, since);
+                return Err(ViaError::Timeout);
+            }
+            Read::Refused => continue,
         };
         if request.mode != Mode::ClientServer {
             continue;
@@ -482,7 +536,11 @@ fn peer_rendezvous(
                 let Some(sock) = l.accept(Some(slice)).map_err(io_err)? else {
                     continue;
                 };
-                let Some((req, page, event, cred)) = read_request(&sock, deadline) else {
+                // A request not come by the deadline ends the rendezvous
+                // (the loop above says Timeout): both sides gave up.
+                let Read::Request(req, page, event, cred) =
+                    read_request(&sock, deadline, Instant::now())
+                else {
                     continue;
                 };
                 if req.mode != Mode::Peer || req.local.discriminator != remote.discriminator {
@@ -506,5 +564,81 @@ fn peer_rendezvous(
             },
             Err(e) => return Err(io_err(e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use super::*;
+    use crate::nic::Nic;
+    use crate::vi::{reliability, ViAttributes};
+
+    fn attrs(nic: &Nic) -> ViAttributes {
+        ViAttributes {
+            reliability: reliability::RELIABLE_DELIVERY,
+            max_transfer: 1 << 20,
+            ptag: nic.create_ptag().unwrap(),
+            rdma_write: false,
+            rdma_read: false,
+        }
+    }
+
+    /// A client that connects but sends its request only after the
+    /// server's timed wait ran out is answered by the server's next wait
+    /// (it used to be accepted, dropped unread, and reset).
+    #[test]
+    fn a_request_that_misses_a_timed_wait_is_taken_by_the_next() {
+        let (client, server) = (Nic::open(None).unwrap(), Nic::open(None).unwrap());
+        let cvi = client.create_vi(attrs(&client), None, None).unwrap();
+        let svi = server.create_vi(attrs(&server), None, None).unwrap();
+        let host = server.query().address.to_vec();
+        let disc = format!("early-{}", std::process::id()).into_bytes();
+        let saddr = Address {
+            host: host.clone(),
+            discriminator: disc.clone(),
+        };
+        let caddr = Address {
+            host,
+            discriminator: [&disc[..], b"-c"].concat(),
+        };
+        let timeouts = Arc::new(AtomicUsize::new(0));
+        let (shared, saddr2, svi2, t2) = (
+            server.shared().clone(),
+            saddr.clone(),
+            svi.clone(),
+            timeouts.clone(),
+        );
+        let waiter = std::thread::spawn(move || loop {
+            match connect_wait(&shared, &saddr2, Some(Duration::from_millis(5))) {
+                Ok(req) => break Box::new(req).accept(&svi2),
+                Err(ViaError::Timeout) => {
+                    t2.fetch_add(1, Ordering::SeqCst);
+                }
+                Err(e) => break Err(e),
+            }
+        });
+        let name = cs_name(&disc);
+        let sock = loop {
+            match SeqPacket::connect(&name) {
+                Ok(s) => break s,
+                Err(_) => std::thread::yield_now(),
+            }
+        };
+        // Two timed waits end after the connection: the second at least
+        // had it accepted and waited out its deadline for the request.
+        let seen = timeouts.load(Ordering::SeqCst);
+        while timeouts.load(Ordering::SeqCst) < seen + 2 {
+            std::thread::yield_now();
+        }
+        cvi.set_state(ViState::ConnectPending);
+        let req = new_request(&cvi, Mode::ClientServer, &caddr, &saddr);
+        let deadline = Some(Instant::now() + STEP_TIMEOUT);
+        client_exchange(&cvi, sock, req, deadline).expect("the server answers");
+        waiter.join().unwrap().expect("the server accepts");
+        assert_eq!(cvi.state(), ViState::Connected);
+        assert_eq!(svi.state(), ViState::Connected);
+        let _ = (cvi.disconnect(), svi.disconnect());
     }
 }

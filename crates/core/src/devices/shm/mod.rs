@@ -24,7 +24,6 @@ use crate::config::Config;
 use crate::device::{Device, DeviceInfo, Drive, PendingConnection};
 use crate::error::{Result, ViaError};
 use crate::nic::{NicShared, NIC_ADDRESS_LEN};
-use crate::sys::seqpacket::SeqPacket;
 use crate::vi::{reliability, Vi};
 
 /// Largest transfer one descriptor may carry on this device.
@@ -44,7 +43,7 @@ pub fn local_host_address() -> [u8; NIC_ADDRESS_LEN] {
 pub struct ShmDevice {
     info: DeviceInfo,
     /// The listening sockets of `VipConnectWait`, by discriminator.
-    pub(crate) listeners: Mutex<HashMap<Vec<u8>, Arc<SeqPacket>>>,
+    pub(crate) listeners: Mutex<HashMap<Vec<u8>, Arc<connect::Listening>>>,
 }
 
 impl ShmDevice {
