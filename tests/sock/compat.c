@@ -11,7 +11,7 @@
  *                       linger0 ipv6 reuseport reuseport-plain selfloop stress reconnect
  *                       hangup
  *                       hangup-exit hangup-kill hangup-et wake nonblock
- *                       stdio stdio-exec stdio-dup2
+ *                       stdio stdio-exec stdio-dup2 epoll-quiet
  *
  * Between hosts (tests/sock/hosts.sh): COMPAT_ADDR (IPv4) is where the
  * server listens instead of 127.0.0.1, and a child that dials first
@@ -27,6 +27,7 @@
  * main; the others, by what they check: compat_exec.c, compat_flow.c,
  * compat_listen.c (compat.h joins them). */
 #include "compat.h"
+#include <linux/tcp.h> /* struct tcp_info with tcpi_bytes_received */
 
 const char *mode;
 #define ROUNDS 30
@@ -156,6 +157,57 @@ static void readiness_server(int fd) {
         if (wait_readable(fd, 20) != 0) FAIL("round %d: readable with nothing unread", r);
         ack(fd);
     }
+}
+
+/* epoll-quiet: a ping-pong of QUIET_ROUNDS small messages, the server
+ * waiting in epoll_wait (level-triggered, nonblocking reads), the client
+ * in blocking reads; every byte checked. The server then says on stderr
+ * how many bytes the kernel carried to its socket (TCP_INFO, which viarun
+ * does not touch): all of them over kernel TCP; under viarun, where both
+ * ends spin before they sleep, the doorbells that were still rung (run.sh
+ * runs it with a long spin and checks there are few). */
+#define QUIET_ROUNDS 2000
+#define QUIET_LEN 14
+static void quiet_client(int fd) {
+    char m[QUIET_LEN], back[QUIET_LEN];
+    for (int r = 0; r < QUIET_ROUNDS; r++) {
+        for (int i = 0; i < QUIET_LEN; i++) m[i] = (char)pattern((uint64_t)r, (size_t)i);
+        write_all(fd, m, sizeof m);
+        read_all(fd, back, sizeof back);
+        for (int i = 0; i < QUIET_LEN; i++)
+            if (back[i] != (char)~m[i]) FAIL("round %d: byte %d of the answer differs", r, i);
+    }
+}
+static void quiet_server(int fd) {
+    nonblocking(fd);
+    int e = epoll_create1(0);
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 0x5eed};
+    if (e < 0 || epoll_ctl(e, EPOLL_CTL_ADD, fd, &ev)) FAIL("epoll_ctl");
+    char m[QUIET_LEN];
+    for (int r = 0; r < QUIET_ROUNDS; r++) {
+        size_t got = 0;
+        while (got < sizeof m) {
+            struct epoll_event out[4];
+            int n = epoll_wait(e, out, 4, 5000);
+            if (n != 1 || out[0].data.u64 != 0x5eed || !(out[0].events & EPOLLIN))
+                FAIL("round %d: epoll_wait %d events %#x", r, n, n > 0 ? out[0].events : 0);
+            ssize_t k = read(fd, m + got, sizeof m - got);
+            if (k < 0 && errno == EAGAIN) continue;
+            if (k <= 0) FAIL("round %d: read %zd %s", r, k, k < 0 ? strerror(errno) : "EOF");
+            got += (size_t)k;
+        }
+        for (int i = 0; i < QUIET_LEN; i++) {
+            if (m[i] != (char)pattern((uint64_t)r, (size_t)i)) FAIL("round %d: byte %d differs", r, i);
+            m[i] = (char)~m[i];
+        }
+        write_all(fd, m, sizeof m);
+    }
+    struct tcp_info ti;
+    socklen_t tl = sizeof ti;
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl)) FAIL("TCP_INFO: %s", strerror(errno));
+    fprintf(stderr, "compat epoll-quiet: kernel carried %llu bytes of %d\n",
+            (unsigned long long)ti.tcpi_bytes_received, QUIET_ROUNDS * QUIET_LEN);
+    close(e);
 }
 
 static void peek_client(int fd) {
@@ -652,6 +704,7 @@ int main(int argc, char **argv) {
             if (read(fd, &c, 1) != 0) FAIL("no EOF after the peer's shutdown");
         }
         else if (strcmp(mode, "linger0") == 0) linger0_client(fd);
+        else if (strcmp(mode, "epoll-quiet") == 0) quiet_client(fd);
         else readiness_client(fd);
         close(fd);
         return 0;
@@ -690,6 +743,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "stdio-dup2") == 0) stdio_dup2_server(fd);
     else if (strcmp(mode, "shutdown-wakes") == 0) shutdown_wakes_server(fd);
     else if (strcmp(mode, "linger0") == 0) linger0_server(fd);
+    else if (strcmp(mode, "epoll-quiet") == 0) quiet_server(fd);
     else if (!strcmp(mode, "poll") || !strcmp(mode, "select") || !strncmp(mode, "epoll-", 6)) readiness_server(fd);
     else FAIL("unknown mode");
     close(fd);

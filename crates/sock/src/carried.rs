@@ -58,6 +58,27 @@ pub trait Carried: Send + Sync {
     /// Sleeps until the reader makes room (or something else happens on
     /// the link), at most `limit`; at once if there is room.
     fn wait_room(&self, fd: RawFd, limit: std::time::Duration);
+    /// For epoll (`epoll`): whether a read would find something now that
+    /// the page shows (a message arrived or announced, the peer shut down
+    /// or switched, the VI broke). False where only the kernel can tell.
+    fn ready_in_user_space(&self) -> bool {
+        false
+    }
+    /// For epoll: offers the writer a token, so that its next message
+    /// rings no doorbell (the waiter looks at the page). False if none was
+    /// offered (something unread, a doorbell out, another token there).
+    fn offer_poll_token(&self) -> bool {
+        false
+    }
+    /// Whether the token offered is still there (no message took it).
+    fn poll_token_stands(&self) -> bool {
+        false
+    }
+    /// Takes the token back: true if it was still there; false if a
+    /// message took it (it is on its way, with no doorbell).
+    fn revoke_poll_token(&self) -> bool {
+        true
+    }
     /// For a process that did not make the link (a child forked after
     /// its first use): the connection handed back to the kernel, usable
     /// here (`switched`); None where that cannot be done.

@@ -49,6 +49,9 @@ pub fn close(fd: c_int) -> c_int {
     if conn::tracks(fd) && !process::borrowing_parent_memory() {
         conn::forget(fd);
     }
+    if !process::borrowing_parent_memory() {
+        crate::epoll::closed(fd);
+    }
     // SAFETY: the program's own descriptor, closed as it asked.
     unsafe { (real().close)(fd) }
 }
@@ -97,6 +100,10 @@ pub fn close_range(first: u32, last: u32, flags: c_int) -> c_int {
         0
     };
     if r == 0 && own_memory && flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
+        crate::epoll::closed_range(
+            first.min(i32::MAX as u32) as RawFd,
+            last.min(i32::MAX as u32) as RawFd,
+        );
         let end = (last as usize).min(conn::MAX_FD - 1);
         for fd in first as usize..=end {
             if conn::tracks(fd as RawFd) && !kept.contains(&(fd as u32)) {

@@ -464,6 +464,49 @@ fn settle_locked(fd: RawFd, mut g: std::sync::MutexGuard<'_, Setup>) -> Route {
     }
 }
 
+/// Changes whenever an entry of the table comes or goes.
+pub fn epoch() -> u64 {
+    EPOCH.load(Ordering::Acquire)
+}
+
+/// Which entry of the table `fd` names now (to tell a closed and reused
+/// number from the connection it named), if a connection.
+pub fn entry_id(fd: RawFd) -> Option<usize> {
+    lookup(fd).map(|c| Arc::as_ptr(&c) as usize)
+}
+
+/// What epoll may do with a connection (`epoll`).
+pub enum PollLink {
+    /// Carried by this process: its page can be looked at.
+    Carried(Arc<dyn Carried>),
+    /// Not settled yet (or being settled): ask again later.
+    NotYet,
+    /// Over the kernel, or not this process's to look at, for good.
+    Never,
+    /// The number no longer names the connection `id` was.
+    Gone,
+}
+
+/// The link of `fd` for epoll, without waiting for any lock.
+pub fn poll_link(fd: RawFd, id: usize) -> PollLink {
+    let Some(conn) = lookup(fd) else {
+        return PollLink::Gone;
+    };
+    if Arc::as_ptr(&conn) as usize != id {
+        return PollLink::Gone;
+    }
+    let Ok(g) = conn.setup.try_lock() else {
+        return PollLink::NotYet;
+    };
+    match &*g {
+        Setup::Via(link) if link.owner_pid() == crate::process::id() => {
+            PollLink::Carried(link.clone())
+        }
+        Setup::Via(_) | Setup::Kernel | Setup::Broken | Setup::Refused { .. } => PollLink::Never,
+        _ => PollLink::NotYet,
+    }
+}
+
 /// The link of a connection already carried by this process, without
 /// settling one that is not yet (for calls that only change its state).
 pub fn carried(fd: RawFd) -> Option<Arc<dyn Carried>> {

@@ -42,7 +42,12 @@ pub unsafe extern "C" fn closefrom(first: c_int) {
 /// Notes that `new` names what `old` does, unless this is a vfork child
 /// (whose tables are its parent's; see `process`).
 fn follow_dup(old: c_int, new: c_int) {
-    if (conn::tracks(old) || conn::tracks(new)) && !process::borrowing_parent_memory() {
+    if process::borrowing_parent_memory() {
+        return;
+    }
+    // What `new` named before is closed.
+    crate::epoll::closed(new);
+    if conn::tracks(old) || conn::tracks(new) {
         conn::alias(old, new);
     }
 }

@@ -127,6 +127,25 @@ pub fn send_doorbell(fd: RawFd, nosignal: bool) -> Result<(), i32> {
     }
 }
 
+/// Doorbells go out at once (TCP_NODELAY). A carried connection's kernel
+/// stream holds only doorbells; where replies need none (their reader
+/// spins, `epoll`), doorbells flow one way, and with Nagle on a second
+/// one waits for the first one's ACK, which the other end delays by up to
+/// 40 ms when it has nothing to send back.
+pub fn no_delay(fd: RawFd) {
+    let on: libc::c_int = 1;
+    // SAFETY: an int option from our own variable.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_NODELAY,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+}
+
 /// Whether the program made `fd` non-blocking.
 pub fn is_nonblocking(fd: RawFd) -> bool {
     // SAFETY: F_GETFL takes no argument.

@@ -22,6 +22,7 @@ mod closing;
 mod conn;
 mod control;
 mod descriptors;
+mod epoll;
 mod exec;
 mod holder;
 mod inherit;

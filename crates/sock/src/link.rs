@@ -278,6 +278,7 @@ impl Link {
         let mut link = Link::create(side, control).map_err(|_| HandshakeEnd::Broken)?;
         link.set_nonblocking(kernel::is_nonblocking(fd));
         meet(fd, &link.nic, &link.vi, side, token, None)?;
+        kernel::no_delay(fd);
         if let Some(page) = link.control.take_fd() {
             link.record = crate::inherit::Inherit::offer(
                 fd,
@@ -733,6 +734,21 @@ impl crate::carried::Carried for Link {
     }
     fn writable(&self) -> bool {
         self.tx_word().seen().switched || Link::writable(self)
+    }
+    fn ready_in_user_space(&self) -> bool {
+        let s = self.rx_word().seen();
+        s.posted != self.consumed_on_page() || s.shut || s.switched || self.broken()
+    }
+    fn offer_poll_token(&self) -> bool {
+        self.rx_word()
+            .offer_token(self.consumed_on_page(), usize::MAX)
+    }
+    fn poll_token_stands(&self) -> bool {
+        let s = self.rx_word().seen();
+        s.token && !s.shut && !s.switched
+    }
+    fn revoke_poll_token(&self) -> bool {
+        self.rx_word().revoke_token()
     }
     fn wait_room(&self, _fd: RawFd, limit: std::time::Duration) {
         let used = self.control.consumed(self.side);

@@ -16,9 +16,11 @@ extern "C" fn before_fork() {
     // The child may ask for a connection carried between hosts here.
     let _ = std::panic::catch_unwind(crate::netlink::start_watcher);
     crate::netlink::before_fork();
+    crate::epoll::before_fork();
 }
 
 extern "C" fn forked_parent() {
+    crate::epoll::forked_parent();
     crate::netlink::after_fork();
 }
 
@@ -34,6 +36,7 @@ pub fn forks() -> u32 {
 
 extern "C" fn forked_child() {
     PID.store(std::process::id(), Ordering::Relaxed);
+    crate::epoll::forked_child();
     crate::netlink::forked_child();
     // Connections our parent carries are handed back to the kernel when
     // used here (`switched`); a record tells the library of any program

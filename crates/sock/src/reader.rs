@@ -30,7 +30,7 @@ use crate::kernel::{self, Peek};
 use crate::link::{Link, Rx, DOORBELL, SLOT_BYTES};
 
 /// How long a blocking read spins before it sleeps in the kernel.
-fn spin_time() -> Duration {
+pub(crate) fn spin_time() -> Duration {
     static SPIN: OnceLock<Duration> = OnceLock::new();
     *SPIN.get_or_init(|| {
         let us = std::env::var("VIARUN_SPIN_US")

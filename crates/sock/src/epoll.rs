@@ -1,0 +1,452 @@
+//! epoll on carried connections: a waiter that spins before it sleeps.
+//!
+//! The kernel socket of a carried connection is readable while data is
+//! unread (its writer rings a doorbell byte: `control`), so the kernel's
+//! epoll is right without us, but every message then costs its writer a
+//! send and its reader a receive of that byte: as many system calls as
+//! kernel TCP itself, and an event-loop server (redis) gains nothing.
+//!
+//! So `epoll_wait` on a set that holds carried connections first asks the
+//! kernel without waiting and looks at each connection's page (data
+//! arrived and unread needs no kernel to see). With nothing ready it
+//! offers a token on each connection (as a blocking read does, see
+//! `reader`) and spins for `VIARUN_SPIN_US` on the pages, asking the
+//! kernel now and then for the set's other descriptors. A message that
+//! comes meanwhile takes its connection's token instead of ringing; the
+//! waiter takes back the tokens still there, reports the connections whose
+//! token was taken as readable, and only with nothing at all sleeps in the
+//! kernel (writers ring again by then). A reported message is read by the
+//! program's next read, which needs no doorbell: so a spinning event loop
+//! makes no system call per message, and neither does its peer.
+//!
+//! Only connections registered for EPOLLIN without EPOLLONESHOT are
+//! looked at (a one-shot registration is the kernel's to disarm); one
+//! thread per set spins with tokens, others wait in the kernel. The table
+//! of sets follows epoll_ctl; a closed descriptor leaves every set it was
+//! in, a closed set goes.
+
+use std::collections::HashMap;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use libc::{c_int, epoll_event};
+
+use crate::carried::Carried;
+use crate::conn::{self, PollLink};
+use crate::real::real;
+
+/// Sets with at least one connection (so a wait on any other set pays
+/// one load).
+static WATCHED: AtomicUsize = AtomicUsize::new(0);
+static SETS: Mutex<Sets> = Mutex::new(None);
+
+/// Most connections a set may hold and still be looked at in user space
+/// (each wait reads one word per connection): past it, only the kernel.
+const MOST_LOOKED_AT: usize = 256;
+/// Spin turns between two asks of the kernel for the set's other
+/// descriptors (a system call each).
+const KERNEL_EVERY: u32 = 64;
+
+struct Member {
+    fd: RawFd,
+    events: u32,
+    data: u64,
+    /// The connection's entry when `link` was found (a closed and reused
+    /// number names another).
+    conn: usize,
+    link: Option<Arc<dyn Carried>>,
+    /// Never carried here (kernel TCP, another process's link).
+    never: bool,
+}
+
+struct Set {
+    members: Mutex<Vec<Member>>,
+    /// A thread spins with tokens on this set.
+    spinning: AtomicBool,
+    /// The table of connections as of the members' last check
+    /// (`conn::epoch`).
+    epoch: AtomicU64,
+}
+
+fn set_of(epfd: RawFd) -> Option<Arc<Set>> {
+    if WATCHED.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    let s = SETS.lock().unwrap_or_else(|e| e.into_inner());
+    s.as_ref()?.get(&epfd).cloned()
+}
+
+/// After the kernel's epoll_ctl succeeded: follows `fd` in `epfd`'s table
+/// if it names a connection.
+pub fn ctl(epfd: RawFd, op: c_int, fd: RawFd, event: Option<&epoll_event>) {
+    let entry = match (op, event) {
+        (libc::EPOLL_CTL_ADD | libc::EPOLL_CTL_MOD, Some(_)) => conn::entry_id(fd),
+        _ => None,
+    };
+    let (Some(ev), Some(entry)) = (event, entry) else {
+        // Removed, or not a connection (any more): the kernel alone.
+        if let Some(set) = set_of(epfd) {
+            let gone = take_out(&mut lock(&set.members), |m| m.fd == fd);
+            drop(gone);
+        }
+        return;
+    };
+    let set = {
+        let mut s = SETS.lock().unwrap_or_else(|e| e.into_inner());
+        let map = s.get_or_insert_with(HashMap::new);
+        map.entry(epfd)
+            .or_insert_with(|| {
+                WATCHED.fetch_add(1, Ordering::AcqRel);
+                Arc::new(Set {
+                    members: Mutex::new(Vec::new()),
+                    spinning: AtomicBool::new(false),
+                    epoch: AtomicU64::new(u64::MAX),
+                })
+            })
+            .clone()
+    };
+    let mut members = lock(&set.members);
+    let gone = take_out(&mut members, |m| m.fd == fd);
+    members.push(Member {
+        fd,
+        events: ev.events,
+        data: ev.u64,
+        conn: entry,
+        link: None,
+        never: false,
+    });
+    drop(members);
+    drop(gone);
+}
+
+/// `fd` is closed (or replaced by dup2): it leaves every set, and a set
+/// it was goes.
+pub fn closed(fd: RawFd) {
+    closed_range(fd, fd);
+}
+
+/// Every descriptor from `first` to `last` is closed.
+pub fn closed_range(first: RawFd, last: RawFd) {
+    if WATCHED.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    let inside = |fd: RawFd| (first..=last).contains(&fd);
+    let mut gone_sets = Vec::new();
+    let mut gone = Vec::new();
+    {
+        let mut s = SETS.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(map) = s.as_mut() else { return };
+        let closed: Vec<RawFd> = map.keys().copied().filter(|&e| inside(e)).collect();
+        for e in closed {
+            gone_sets.extend(map.remove(&e));
+            WATCHED.fetch_sub(1, Ordering::AcqRel);
+        }
+        for set in map.values() {
+            gone.extend(take_out(&mut lock(&set.members), |m| inside(m.fd)));
+        }
+    }
+    // Dropped with no lock held (see `take_out`).
+    drop(gone);
+    drop(gone_sets);
+}
+
+type Sets = Option<HashMap<RawFd, Arc<Set>>>;
+
+std::thread_local! {
+    /// The table's lock, held by the forking thread across fork.
+    static FORK_HELD: std::cell::RefCell<Option<std::sync::MutexGuard<'static, Sets>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Before fork: the table's lock is taken, so that the child does not
+/// inherit it held by a thread it does not have.
+pub fn before_fork() {
+    let g = SETS.lock().unwrap_or_else(|e| e.into_inner());
+    let _ = FORK_HELD.try_with(|h| *h.borrow_mut() = Some(g));
+}
+
+/// After fork, in the parent: the lock goes back.
+pub fn forked_parent() {
+    let _ = FORK_HELD.try_with(|h| h.borrow_mut().take());
+}
+
+/// After fork, in the child: its sets' connections are its parent's
+/// links, which it does not look at (`conn::poll_link`), so it forgets
+/// the table (its waits go to the kernel). Leaked, not dropped: dropping
+/// a link here must not touch what the parent still uses.
+pub fn forked_child() {
+    let _ = FORK_HELD.try_with(|h| {
+        if let Some(mut g) = h.borrow_mut().take() {
+            std::mem::forget(g.take());
+            WATCHED.store(0, Ordering::Release);
+        }
+    });
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Takes the members `gone` says out of `members`, for the caller to drop
+/// once it holds no lock: the last reference to a link ends it, and that
+/// closes descriptors through the hooks, which take these locks.
+fn take_out(members: &mut Vec<Member>, gone: impl Fn(&Member) -> bool) -> Vec<Member> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < members.len() {
+        if gone(&members[i]) {
+            out.push(members.swap_remove(i));
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+/// One connection looked at in this wait.
+struct Looked {
+    data: u64,
+    events: u32,
+    link: Arc<dyn Carried>,
+}
+
+/// The connections of `set` to look at now (links found where they were
+/// not yet; members whose number now names another connection dropped).
+fn looked_at(set: &Set) -> Vec<Looked> {
+    let mut members = lock(&set.members);
+    if members.len() > MOST_LOOKED_AT {
+        return Vec::new();
+    }
+    let mut out = Vec::with_capacity(members.len());
+    let mut stale = Vec::new();
+    // Numbers are checked again only when the table of connections changed.
+    let epoch = conn::epoch();
+    let recheck = set.epoch.swap(epoch, Ordering::AcqRel) != epoch;
+    members.retain_mut(|m| {
+        if m.events & libc::EPOLLIN as u32 == 0 || m.events & libc::EPOLLONESHOT as u32 != 0 {
+            return true;
+        }
+        if m.never {
+            return true;
+        }
+        if m.link.is_none() {
+            match conn::poll_link(m.fd, m.conn) {
+                PollLink::Carried(l) => m.link = Some(l),
+                PollLink::NotYet => return true,
+                PollLink::Never => {
+                    m.never = true;
+                    return true;
+                }
+                PollLink::Gone => return false,
+            }
+        } else if recheck && conn::entry_id(m.fd) != Some(m.conn) {
+            // Its link is dropped below, with no lock held.
+            stale.extend(m.link.take());
+            return false;
+        }
+        if let Some(link) = &m.link {
+            out.push(Looked {
+                data: m.data,
+                events: m.events,
+                link: link.clone(),
+            });
+        }
+        true
+    });
+    drop(members);
+    drop(stale);
+    out
+}
+
+fn ready_event(l: &Looked) -> epoll_event {
+    epoll_event {
+        events: l.events & (libc::EPOLLIN | libc::EPOLLRDNORM) as u32 | libc::EPOLLIN as u32,
+        u64: l.data,
+    }
+}
+
+/// Adds to the `n` events of `out` those of `ready` not there yet.
+fn merge(out: &mut [epoll_event], mut n: usize, ready: &[&Looked]) -> usize {
+    for l in ready {
+        if n == out.len() {
+            break;
+        }
+        if let Some(e) = out[..n].iter_mut().find(|e| e.u64 == l.data) {
+            e.events |= libc::EPOLLIN as u32;
+            continue;
+        }
+        out[n] = ready_event(l);
+        n += 1;
+    }
+    n
+}
+
+/// epoll_wait/epoll_pwait on `epfd`; None: not a set we look at (the
+/// caller asks the kernel as usual).
+pub fn wait(
+    epfd: RawFd,
+    out: &mut [epoll_event],
+    timeout_ms: c_int,
+    sigmask: *const libc::sigset_t,
+) -> Option<c_int> {
+    let set = set_of(epfd)?;
+    let looked = looked_at(&set);
+    if looked.is_empty() || out.is_empty() {
+        return None;
+    }
+    let kernel = |out: &mut [epoll_event], timeout: c_int| -> c_int {
+        // SAFETY: the program's event array of `out.len()` entries.
+        unsafe {
+            (real().epoll_pwait)(epfd, out.as_mut_ptr(), out.len() as c_int, timeout, sigmask)
+        }
+    };
+    let start = Instant::now();
+    // Tokens go out first, before the kernel is asked: the peer of an
+    // event loop answers fast, and its next message should find one.
+    let spinner = timeout_ms != 0 && !set.spinning.swap(true, Ordering::AcqRel);
+    let offered: Vec<bool> = looked
+        .iter()
+        .map(|l| spinner && l.link.offer_poll_token())
+        .collect();
+    let mut n = kernel(out, 0);
+    if n >= 0 && !looked.iter().any(|l| l.link.ready_in_user_space()) && n == 0 && spinner {
+        let mut limit = crate::reader::spin_time();
+        if timeout_ms > 0 {
+            limit = limit.min(std::time::Duration::from_millis(timeout_ms as u64));
+        }
+        n = spin(&looked, &offered, out, limit, kernel);
+    }
+    let ready = take_back(&looked, &offered);
+    if spinner {
+        set.spinning.store(false, Ordering::Release);
+    }
+    if n < 0 {
+        return Some(n);
+    }
+    let n = merge(out, n as usize, &ready);
+    if n > 0 || timeout_ms == 0 {
+        return Some(n as c_int);
+    }
+    // Nothing: sleep in the kernel (writers ring, the tokens are back).
+    let timeout = if timeout_ms < 0 {
+        -1
+    } else {
+        let spent = start.elapsed().as_millis().min(c_int::MAX as u128) as c_int;
+        (timeout_ms - spent).max(0)
+    };
+    Some(kernel(out, timeout))
+}
+
+/// Takes back the tokens `offered`; the connections to report readable:
+/// those whose token a message took (it is on its way, with no doorbell)
+/// and those the page shows something for.
+fn take_back<'a>(looked: &'a [Looked], offered: &[bool]) -> Vec<&'a Looked> {
+    let mut ready = Vec::new();
+    for (l, &o) in looked.iter().zip(offered) {
+        let taken = o && !l.link.revoke_poll_token();
+        if taken || l.link.ready_in_user_space() {
+            ready.push(l);
+        }
+    }
+    ready
+}
+
+/// Spins while the tokens `offered` stand, at most `limit`, asking the
+/// kernel now and then for the set's other descriptors; the kernel's
+/// events (0: none).
+fn spin(
+    looked: &[Looked],
+    offered: &[bool],
+    out: &mut [epoll_event],
+    limit: std::time::Duration,
+    kernel: impl Fn(&mut [epoll_event], c_int) -> c_int,
+) -> c_int {
+    let start = Instant::now();
+    let mut turns = 0u32;
+    loop {
+        let changed = looked.iter().zip(offered).any(|(l, &o)| {
+            if o {
+                !l.link.poll_token_stands()
+            } else {
+                l.link.ready_in_user_space()
+            }
+        });
+        if changed {
+            return 0;
+        }
+        turns = turns.wrapping_add(1);
+        if turns % KERNEL_EVERY == 0 {
+            let n = kernel(out, 0);
+            if n != 0 || start.elapsed() >= limit {
+                return n;
+            }
+        }
+        std::hint::spin_loop();
+    }
+}
+
+/// # Safety
+/// The C prototype of epoll_ctl(2).
+#[no_mangle]
+pub unsafe extern "C" fn epoll_ctl(
+    epfd: c_int,
+    op: c_int,
+    fd: c_int,
+    event: *mut epoll_event,
+) -> c_int {
+    crate::guarded(-1, || {
+        // SAFETY: the program's arguments, passed on as they came.
+        let r = unsafe { (real().epoll_ctl)(epfd, op, fd, event) };
+        if r == 0 {
+            // SAFETY: on success the kernel read `event` (for ADD and MOD).
+            ctl(epfd, op, fd, unsafe { event.as_ref() });
+        }
+        r
+    })
+}
+
+/// The program's event array as a slice (empty if it gave none).
+fn events<'a>(events: *mut epoll_event, max: c_int) -> &'a mut [epoll_event] {
+    if events.is_null() || max <= 0 {
+        return &mut [];
+    }
+    // SAFETY: the program's array of `max` events, ours for the call.
+    unsafe { std::slice::from_raw_parts_mut(events, max as usize) }
+}
+
+/// # Safety
+/// The C prototype of epoll_wait(2).
+#[no_mangle]
+pub unsafe extern "C" fn epoll_wait(
+    epfd: c_int,
+    ev: *mut epoll_event,
+    max: c_int,
+    timeout: c_int,
+) -> c_int {
+    crate::guarded(-1, || {
+        wait(epfd, events(ev, max), timeout, std::ptr::null()).unwrap_or_else(|| {
+            // SAFETY: the program's arguments, passed on as they came.
+            unsafe { (real().epoll_wait)(epfd, ev, max, timeout) }
+        })
+    })
+}
+
+/// # Safety
+/// The C prototype of epoll_pwait(2).
+#[no_mangle]
+pub unsafe extern "C" fn epoll_pwait(
+    epfd: c_int,
+    ev: *mut epoll_event,
+    max: c_int,
+    timeout: c_int,
+    sigmask: *const libc::sigset_t,
+) -> c_int {
+    crate::guarded(-1, || {
+        wait(epfd, events(ev, max), timeout, sigmask).unwrap_or_else(|| {
+            // SAFETY: the program's arguments, passed on as they came.
+            unsafe { (real().epoll_pwait)(epfd, ev, max, timeout, sigmask) }
+        })
+    })
+}
