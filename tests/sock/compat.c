@@ -11,7 +11,7 @@
  *                       linger0 ipv6 reuseport reuseport-plain selfloop stress reconnect
  *                       hangup
  *                       hangup-exit hangup-kill hangup-et wake nonblock
- *                       stdio stdio-exec stdio-dup2 epoll-quiet
+ *                       stdio stdio-exec stdio-dup2 epoll-quiet poll-quiet
  *
  * Between hosts (tests/sock/hosts.sh): COMPAT_ADDR (IPv4) is where the
  * server listens instead of 127.0.0.1, and a child that dials first
@@ -159,8 +159,9 @@ static void readiness_server(int fd) {
     }
 }
 
-/* epoll-quiet: a ping-pong of QUIET_ROUNDS small messages, the server
- * waiting in epoll_wait (level-triggered, nonblocking reads), the client
+/* epoll-quiet, poll-quiet: a ping-pong of QUIET_ROUNDS small messages,
+ * the server waiting in epoll_wait (level-triggered) or poll, reading
+ * nonblocking; the client
  * in blocking reads; every byte checked. The server then says on stderr
  * how many bytes the kernel carried to its socket (TCP_INFO, which viarun
  * does not touch): all of them over kernel TCP; under viarun, where both
@@ -187,10 +188,16 @@ static void quiet_server(int fd) {
     for (int r = 0; r < QUIET_ROUNDS; r++) {
         size_t got = 0;
         while (got < sizeof m) {
-            struct epoll_event out[4];
-            int n = epoll_wait(e, out, 4, 5000);
-            if (n != 1 || out[0].data.u64 != 0x5eed || !(out[0].events & EPOLLIN))
-                FAIL("round %d: epoll_wait %d events %#x", r, n, n > 0 ? out[0].events : 0);
+            if (strcmp(mode, "poll-quiet") == 0) {
+                struct pollfd q = {fd, POLLIN, 0};
+                int n = poll(&q, 1, 5000);
+                if (n != 1 || !(q.revents & POLLIN)) FAIL("round %d: poll %d revents %#x", r, n, q.revents);
+            } else {
+                struct epoll_event out[4];
+                int n = epoll_wait(e, out, 4, 5000);
+                if (n != 1 || out[0].data.u64 != 0x5eed || !(out[0].events & EPOLLIN))
+                    FAIL("round %d: epoll_wait %d events %#x", r, n, n > 0 ? out[0].events : 0);
+            }
             ssize_t k = read(fd, m + got, sizeof m - got);
             if (k < 0 && errno == EAGAIN) continue;
             if (k <= 0) FAIL("round %d: read %zd %s", r, k, k < 0 ? strerror(errno) : "EOF");
@@ -205,7 +212,7 @@ static void quiet_server(int fd) {
     struct tcp_info ti;
     socklen_t tl = sizeof ti;
     if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl)) FAIL("TCP_INFO: %s", strerror(errno));
-    fprintf(stderr, "compat epoll-quiet: kernel carried %llu bytes of %d\n",
+    fprintf(stderr, "compat %s: kernel carried %llu bytes of %d\n", mode,
             (unsigned long long)ti.tcpi_bytes_received, QUIET_ROUNDS * QUIET_LEN);
     close(e);
 }
@@ -704,7 +711,7 @@ int main(int argc, char **argv) {
             if (read(fd, &c, 1) != 0) FAIL("no EOF after the peer's shutdown");
         }
         else if (strcmp(mode, "linger0") == 0) linger0_client(fd);
-        else if (strcmp(mode, "epoll-quiet") == 0) quiet_client(fd);
+        else if (strcmp(mode, "epoll-quiet") == 0 || strcmp(mode, "poll-quiet") == 0) quiet_client(fd);
         else readiness_client(fd);
         close(fd);
         return 0;
@@ -743,7 +750,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "stdio-dup2") == 0) stdio_dup2_server(fd);
     else if (strcmp(mode, "shutdown-wakes") == 0) shutdown_wakes_server(fd);
     else if (strcmp(mode, "linger0") == 0) linger0_server(fd);
-    else if (strcmp(mode, "epoll-quiet") == 0) quiet_server(fd);
+    else if (strcmp(mode, "epoll-quiet") == 0 || strcmp(mode, "poll-quiet") == 0) quiet_server(fd);
     else if (!strcmp(mode, "poll") || !strcmp(mode, "select") || !strncmp(mode, "epoll-", 6)) readiness_server(fd);
     else FAIL("unknown mode");
     close(fd);

@@ -58,9 +58,9 @@ pub trait Carried: Send + Sync {
     /// Sleeps until the reader makes room (or something else happens on
     /// the link), at most `limit`; at once if there is room.
     fn wait_room(&self, fd: RawFd, limit: std::time::Duration);
-    /// For epoll (`epoll`): whether a read would find something now that
-    /// the page shows (a message arrived or announced, the peer shut down
-    /// or switched, the VI broke). False where only the kernel can tell.
+    /// For epoll and poll (`spinwait`): whether a message is unread that
+    /// the page shows (arrived or announced). Ends, and everything once
+    /// the connection went back to the kernel, show in the kernel.
     fn ready_in_user_space(&self) -> bool {
         false
     }

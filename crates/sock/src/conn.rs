@@ -507,6 +507,17 @@ pub fn poll_link(fd: RawFd, id: usize) -> PollLink {
     }
 }
 
+/// The link of `fd` if this process carries it, without waiting for any
+/// lock (for poll).
+pub fn carried_now(fd: RawFd) -> Option<Arc<dyn Carried>> {
+    let conn = lookup(fd)?;
+    let g = conn.setup.try_lock().ok()?;
+    match &*g {
+        Setup::Via(link) if link.owner_pid() == crate::process::id() => Some(link.clone()),
+        _ => None,
+    }
+}
+
 /// The link of a connection already carried by this process, without
 /// settling one that is not yet (for calls that only change its state).
 pub fn carried(fd: RawFd) -> Option<Arc<dyn Carried>> {

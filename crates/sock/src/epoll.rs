@@ -36,6 +36,7 @@ use libc::{c_int, epoll_event};
 use crate::carried::Carried;
 use crate::conn::{self, PollLink};
 use crate::real::real;
+use crate::spinwait;
 
 /// Sets with at least one connection (so a wait on any other set pays
 /// one load).
@@ -45,9 +46,6 @@ static SETS: Mutex<Sets> = Mutex::new(None);
 /// Most connections a set may hold and still be looked at in user space
 /// (each wait reads one word per connection): past it, only the kernel.
 const MOST_LOOKED_AT: usize = 256;
-/// Spin turns between two asks of the kernel for the set's other
-/// descriptors (a system call each).
-const KERNEL_EVERY: u32 = 64;
 
 struct Member {
     fd: RawFd,
@@ -303,22 +301,25 @@ pub fn wait(
         }
     };
     let start = Instant::now();
+    let links: Vec<&dyn Carried> = looked.iter().map(|l| &*l.link).collect();
     // Tokens go out first, before the kernel is asked: the peer of an
     // event loop answers fast, and its next message should find one.
     let spinner = timeout_ms != 0 && !set.spinning.swap(true, Ordering::AcqRel);
-    let offered: Vec<bool> = looked
-        .iter()
-        .map(|l| spinner && l.link.offer_poll_token())
-        .collect();
+    let offered = spinwait::offer(&links, spinner);
     let mut n = kernel(out, 0);
-    if n >= 0 && !looked.iter().any(|l| l.link.ready_in_user_space()) && n == 0 && spinner {
-        let mut limit = crate::reader::spin_time();
-        if timeout_ms > 0 {
-            limit = limit.min(std::time::Duration::from_millis(timeout_ms as u64));
-        }
-        n = spin(&looked, &offered, out, limit, kernel);
+    if n == 0 && spinner && !links.iter().any(|l| l.ready_in_user_space()) {
+        n = spinwait::spin(
+            &links,
+            &offered,
+            spinwait::limit(timeout_ms.into()),
+            out,
+            kernel,
+        );
     }
-    let ready = take_back(&looked, &offered);
+    let ready: Vec<&Looked> = spinwait::take_back(&links, &offered)
+        .into_iter()
+        .map(|i| &looked[i])
+        .collect();
     if spinner {
         set.spinning.store(false, Ordering::Release);
     }
@@ -337,54 +338,6 @@ pub fn wait(
         (timeout_ms - spent).max(0)
     };
     Some(kernel(out, timeout))
-}
-
-/// Takes back the tokens `offered`; the connections to report readable:
-/// those whose token a message took (it is on its way, with no doorbell)
-/// and those the page shows something for.
-fn take_back<'a>(looked: &'a [Looked], offered: &[bool]) -> Vec<&'a Looked> {
-    let mut ready = Vec::new();
-    for (l, &o) in looked.iter().zip(offered) {
-        let taken = o && !l.link.revoke_poll_token();
-        if taken || l.link.ready_in_user_space() {
-            ready.push(l);
-        }
-    }
-    ready
-}
-
-/// Spins while the tokens `offered` stand, at most `limit`, asking the
-/// kernel now and then for the set's other descriptors; the kernel's
-/// events (0: none).
-fn spin(
-    looked: &[Looked],
-    offered: &[bool],
-    out: &mut [epoll_event],
-    limit: std::time::Duration,
-    kernel: impl Fn(&mut [epoll_event], c_int) -> c_int,
-) -> c_int {
-    let start = Instant::now();
-    let mut turns = 0u32;
-    loop {
-        let changed = looked.iter().zip(offered).any(|(l, &o)| {
-            if o {
-                !l.link.poll_token_stands()
-            } else {
-                l.link.ready_in_user_space()
-            }
-        });
-        if changed {
-            return 0;
-        }
-        turns = turns.wrapping_add(1);
-        if turns % KERNEL_EVERY == 0 {
-            let n = kernel(out, 0);
-            if n != 0 || start.elapsed() >= limit {
-                return n;
-            }
-        }
-        std::hint::spin_loop();
-    }
 }
 
 /// # Safety

@@ -49,7 +49,7 @@ pub fn wait_readable(fd: RawFd) {
         revents: 0,
     };
     // SAFETY: one pollfd of ours.
-    unsafe { libc::poll(&mut p, 1, -1) };
+    unsafe { (crate::real::real().poll)(&mut p, 1, -1) };
 }
 
 /// Whether the peer has closed or reset its end.
@@ -60,7 +60,7 @@ pub fn peer_hung_up(fd: RawFd) -> bool {
         revents: 0,
     };
     // SAFETY: one pollfd of ours.
-    unsafe { libc::poll(&mut p, 1, 0) };
+    unsafe { (crate::real::real().poll)(&mut p, 1, 0) };
     p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
 }
 
@@ -104,7 +104,7 @@ fn wait_writable(fd: RawFd) {
         revents: 0,
     };
     // SAFETY: one pollfd of ours.
-    unsafe { libc::poll(&mut p, 1, -1) };
+    unsafe { (crate::real::real().poll)(&mut p, 1, -1) };
 }
 
 /// The doorbell: one byte, with the program's choice about SIGPIPE. At

@@ -736,8 +736,11 @@ impl crate::carried::Carried for Link {
         self.tx_word().seen().switched || Link::writable(self)
     }
     fn ready_in_user_space(&self) -> bool {
+        // Only unread messages: an end (FIN, reset) shows in the kernel,
+        // and once switched, so does everything (a page flag that stays
+        // set would say readable for good, and a nonblocking read EAGAIN).
         let s = self.rx_word().seen();
-        s.posted != self.consumed_on_page() || s.shut || s.switched || self.broken()
+        !s.switched && s.posted != self.consumed_on_page()
     }
     fn offer_poll_token(&self) -> bool {
         self.rx_word()

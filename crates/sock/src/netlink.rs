@@ -182,7 +182,7 @@ fn hung_up_both(fd: RawFd) -> bool {
         revents: 0,
     };
     // SAFETY: one pollfd of ours.
-    unsafe { libc::poll(&mut p, 1, 0) };
+    unsafe { (crate::real::real().poll)(&mut p, 1, 0) };
     p.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0
 }
 
@@ -242,7 +242,7 @@ fn nap(vi: &Vi, tcp: RawFd, events: libc::c_short, limit: Duration) {
         tv_nsec: left.subsec_nanos() as libc::c_long,
     };
     // SAFETY: two pollfds and a timespec of ours, alive across the call.
-    unsafe { libc::ppoll(p.as_mut_ptr(), 2, &ts, std::ptr::null()) };
+    unsafe { (crate::real::real().ppoll)(p.as_mut_ptr(), 2, &ts, std::ptr::null()) };
 }
 
 /// Bytes waiting in the kernel socket (its doorbells): the C library's

@@ -43,6 +43,13 @@ pub struct Real {
     pub fcntl64: unsafe extern "C" fn(c_int, c_int, libc::c_ulong) -> c_int,
     pub ioctl: unsafe extern "C" fn(c_int, libc::c_ulong, *mut c_void) -> c_int,
     pub sendfile: unsafe extern "C" fn(c_int, c_int, *mut libc::off_t, size_t) -> ssize_t,
+    pub poll: unsafe extern "C" fn(*mut libc::pollfd, libc::nfds_t, c_int) -> c_int,
+    pub ppoll: unsafe extern "C" fn(
+        *mut libc::pollfd,
+        libc::nfds_t,
+        *const libc::timespec,
+        *const libc::sigset_t,
+    ) -> c_int,
     pub epoll_ctl: unsafe extern "C" fn(c_int, c_int, c_int, *mut libc::epoll_event) -> c_int,
     pub epoll_wait: unsafe extern "C" fn(c_int, *mut libc::epoll_event, c_int, c_int) -> c_int,
     pub epoll_pwait: unsafe extern "C" fn(
@@ -101,6 +108,8 @@ pub fn real() -> &'static Real {
         ioctl: sym(c"ioctl"),
         sendfile: sym(c"sendfile"),
         splice: sym(c"splice"),
+        poll: sym(c"poll"),
+        ppoll: sym(c"ppoll"),
         epoll_ctl: sym(c"epoll_ctl"),
         epoll_wait: sym(c"epoll_wait"),
         epoll_pwait: sym(c"epoll_pwait"),

@@ -323,7 +323,7 @@ impl Registry {
                 revents: 0,
             };
             // SAFETY: one pollfd of ours.
-            if unsafe { libc::poll(&mut p, 1, 200) } <= 0 {
+            if unsafe { (crate::real::real().poll)(&mut p, 1, 200) } <= 0 {
                 continue;
             }
             while let Ok((n, from)) = self.udp.recv_from(&mut buf) {
@@ -612,7 +612,7 @@ impl Offer {
                 revents: 0,
             };
             // SAFETY: one pollfd of ours.
-            unsafe { libc::poll(&mut p, 1, 0) };
+            unsafe { (crate::real::real().poll)(&mut p, 1, 0) };
             if p.revents & (libc::POLLERR | libc::POLLHUP) != 0 {
                 return None;
             }

@@ -268,7 +268,7 @@ pub fn await_answer(listener: RawFd, dst_port: u16, tcp: RawFd) -> Option<(u64, 
             },
         ];
         // SAFETY: two pollfds of ours.
-        let ready = unsafe { libc::poll(p.as_mut_ptr(), 2, ASK_HOLDER_MS) };
+        let ready = unsafe { (crate::real::real().poll)(p.as_mut_ptr(), 2, ASK_HOLDER_MS) };
         if ready == 0 {
             if accepted_by_a_plain_process(tcp) && !answer_waiting(listener) {
                 return None;
@@ -307,7 +307,7 @@ pub fn await_answer(listener: RawFd, dst_port: u16, tcp: RawFd) -> Option<(u64, 
                 revents: 0,
             };
             // SAFETY: one pollfd of ours.
-            unsafe { libc::poll(&mut p, 1, 1000) };
+            unsafe { (crate::real::real().poll)(&mut p, 1, 1000) };
             let n = recv_with_fd(fd, &mut msg[got..], &mut passed);
             if n == 0 || (n < 0 && errno() != libc::EAGAIN && errno() != libc::EINTR) {
                 break;
@@ -363,7 +363,7 @@ fn answer_waiting(listener: RawFd) -> bool {
         revents: 0,
     };
     // SAFETY: one pollfd of ours, no waiting.
-    unsafe { libc::poll(&mut p, 1, 0) == 1 }
+    unsafe { (crate::real::real().poll)(&mut p, 1, 0) == 1 }
 }
 
 /// Port of a socket address (IPv4 or IPv6), None for other families.

@@ -177,7 +177,7 @@ fn poll_one(fd: c_int, events: i16, timeout_ms: c_int) -> Result<i16, i32> {
     };
     loop {
         // SAFETY: one pollfd of our own.
-        let r = unsafe { libc::poll(&mut p, 1, timeout_ms) };
+        let r = unsafe { (crate::real::real().poll)(&mut p, 1, timeout_ms) };
         if r >= 0 {
             return Ok(p.revents);
         }

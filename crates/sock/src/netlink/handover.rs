@@ -120,7 +120,7 @@ fn peek(fd: RawFd, buf: &mut [u8; 64]) -> isize {
         revents: 0,
     };
     // SAFETY: one pollfd of ours.
-    unsafe { libc::poll(&mut p, 1, 0) };
+    unsafe { (crate::real::real().poll)(&mut p, 1, 0) };
     if p.revents & libc::POLLERR != 0 {
         crate::set_errno(libc::ECONNRESET);
         return -1;
@@ -180,7 +180,7 @@ fn await_switch(fd: RawFd, limit: Duration) -> Peer {
         };
         let left = limit.saturating_sub(start.elapsed());
         // SAFETY: one pollfd of ours.
-        unsafe { libc::poll(&mut p, 1, left.as_millis().min(10) as libc::c_int) };
+        unsafe { (crate::real::real().poll)(&mut p, 1, left.as_millis().min(10) as libc::c_int) };
         if p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0 && !switch_ahead(fd) {
             return Peer::Gone;
         }
@@ -216,7 +216,7 @@ pub(super) fn send_all(fd: RawFd, bytes: &[u8]) -> Result<(), i32> {
                     revents: 0,
                 };
                 // SAFETY: one pollfd of ours.
-                unsafe { libc::poll(&mut p, 1, -1) };
+                unsafe { (crate::real::real().poll)(&mut p, 1, -1) };
             }
             e => return Err(e),
         }

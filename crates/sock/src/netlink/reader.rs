@@ -269,7 +269,7 @@ impl NetLink {
                     revents: 0,
                 };
                 // SAFETY: one pollfd of ours.
-                unsafe { libc::poll(&mut p, 1, SLICE.as_millis() as libc::c_int) };
+                unsafe { (crate::real::real().poll)(&mut p, 1, SLICE.as_millis() as libc::c_int) };
             } else {
                 // Its doorbell came first: the message is on its way.
                 nap(&self.vi, fd, 0, DOORBELL_FIRST);

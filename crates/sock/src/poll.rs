@@ -1,0 +1,207 @@
+//! poll and ppoll on carried connections: as `epoll` does for its sets,
+//! a call that names carried connections for reading looks at their
+//! pages, and with nothing ready spins with a token on each for
+//! `VIARUN_SPIN_US` before it sleeps in the kernel (`spinwait`), so a
+//! message that comes meanwhile needs no doorbell. No table: the call
+//! names its descriptors. select is not intercepted (the kernel, with
+//! doorbells, as before).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use libc::{c_int, nfds_t, pollfd};
+
+use crate::carried::Carried;
+use crate::conn;
+use crate::real::real;
+use crate::spinwait;
+
+/// Most carried connections one call may name and still be looked at in
+/// user space; past it, only the kernel.
+const MOST_LOOKED_AT: usize = 64;
+const READ_EVENTS: i16 = libc::POLLIN | libc::POLLRDNORM;
+
+/// What `look` leaves to the caller.
+enum Outcome {
+    /// Return this.
+    Done(c_int),
+    /// Nothing ready: sleep in the kernel for the rest of the timeout.
+    Sleep,
+}
+
+/// Looks at the carried connections `fds` names for reading; None if it
+/// names none (the caller asks the kernel as usual). `now` is a kernel
+/// poll of 0 ms on `fds`.
+fn look(
+    fds: &mut [pollfd],
+    timeout_ms: i64,
+    now: impl Fn(&mut [pollfd]) -> c_int,
+) -> Option<Outcome> {
+    let mut at = Vec::new();
+    let mut held: Vec<Arc<dyn Carried>> = Vec::new();
+    for (i, p) in fds.iter().enumerate() {
+        if p.fd < 0 || p.events & READ_EVENTS == 0 {
+            continue;
+        }
+        if let Some(link) = conn::carried_now(p.fd) {
+            if held.len() == MOST_LOOKED_AT {
+                return None;
+            }
+            at.push(i);
+            held.push(link);
+        }
+    }
+    if held.is_empty() {
+        return None;
+    }
+    let links: Vec<&dyn Carried> = held.iter().map(|l| &**l).collect();
+    let offered = spinwait::offer(&links, timeout_ms != 0);
+    let mut n = now(fds);
+    if n == 0 && timeout_ms != 0 && !links.iter().any(|l| l.ready_in_user_space()) {
+        n = spinwait::spin(
+            &links,
+            &offered,
+            spinwait::limit(timeout_ms),
+            fds,
+            |f, _| now(f),
+        );
+    }
+    let ready = spinwait::take_back(&links, &offered);
+    if n < 0 {
+        return Some(Outcome::Done(n));
+    }
+    for i in ready {
+        let p = &mut fds[at[i]];
+        if p.revents == 0 {
+            n += 1;
+        }
+        p.revents |= p.events & READ_EVENTS;
+    }
+    if n > 0 || timeout_ms == 0 {
+        Some(Outcome::Done(n))
+    } else {
+        Some(Outcome::Sleep)
+    }
+}
+
+/// The program's array as a slice (empty if it gave none).
+fn array<'a>(fds: *mut pollfd, nfds: nfds_t) -> &'a mut [pollfd] {
+    if fds.is_null() || nfds == 0 {
+        return &mut [];
+    }
+    // SAFETY: the program's array of `nfds` entries, ours for the call.
+    unsafe { std::slice::from_raw_parts_mut(fds, nfds as usize) }
+}
+
+fn poll_with(fds: *mut pollfd, nfds: nfds_t, timeout: c_int) -> c_int {
+    let start = Instant::now();
+    let kernel = |f: &mut [pollfd], ms: c_int| -> c_int {
+        // SAFETY: the program's array, `f.len()` entries.
+        unsafe { (real().poll)(f.as_mut_ptr(), f.len() as nfds_t, ms) }
+    };
+    let fds_now = array(fds, nfds);
+    match look(fds_now, timeout.into(), |f| kernel(f, 0)) {
+        // SAFETY: the program's arguments, passed on as they came.
+        None => unsafe { (real().poll)(fds, nfds, timeout) },
+        Some(Outcome::Done(n)) => n,
+        Some(Outcome::Sleep) => {
+            let rest = if timeout < 0 {
+                -1
+            } else {
+                let spent = start.elapsed().as_millis().min(c_int::MAX as u128) as c_int;
+                (timeout - spent).max(0)
+            };
+            kernel(array(fds, nfds), rest)
+        }
+    }
+}
+
+/// # Safety
+/// The C prototype of poll(2).
+#[no_mangle]
+pub unsafe extern "C" fn poll(fds: *mut pollfd, nfds: nfds_t, timeout: c_int) -> c_int {
+    crate::guarded(-1, || poll_with(fds, nfds, timeout))
+}
+
+/// # Safety
+/// The C prototype of glibc's fortified poll.
+#[no_mangle]
+pub unsafe extern "C" fn __poll_chk(
+    fds: *mut pollfd,
+    nfds: nfds_t,
+    timeout: c_int,
+    _fdslen: libc::size_t,
+) -> c_int {
+    crate::guarded(-1, || poll_with(fds, nfds, timeout))
+}
+
+fn ppoll_with(
+    fds: *mut pollfd,
+    nfds: nfds_t,
+    tmo: *const libc::timespec,
+    sigmask: *const libc::sigset_t,
+) -> c_int {
+    let start = Instant::now();
+    // SAFETY: the program's timeout, if it gave one.
+    let limit = unsafe { tmo.as_ref() }.map(|t| {
+        Duration::new(
+            t.tv_sec.max(0) as u64,
+            t.tv_nsec.clamp(0, 999_999_999) as u32,
+        )
+    });
+    let timeout_ms = match limit {
+        None => -1,
+        Some(d) if d.is_zero() => 0,
+        // At least 1 ms: a short wait still spins (at most that long).
+        Some(d) => d.as_millis().clamp(1, i64::MAX as u128) as i64,
+    };
+    let kernel = |f: &mut [pollfd], t: *const libc::timespec| -> c_int {
+        // SAFETY: the program's array and signal mask; `t` ours or theirs.
+        unsafe { (real().ppoll)(f.as_mut_ptr(), f.len() as nfds_t, t, sigmask) }
+    };
+    let zero = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    match look(array(fds, nfds), timeout_ms, |f| kernel(f, &zero)) {
+        // SAFETY: the program's arguments, passed on as they came.
+        None => unsafe { (real().ppoll)(fds, nfds, tmo, sigmask) },
+        Some(Outcome::Done(n)) => n,
+        Some(Outcome::Sleep) => match limit {
+            None => kernel(array(fds, nfds), std::ptr::null()),
+            Some(d) => {
+                let rest = d.saturating_sub(start.elapsed());
+                let t = libc::timespec {
+                    tv_sec: rest.as_secs() as libc::time_t,
+                    tv_nsec: rest.subsec_nanos() as libc::c_long,
+                };
+                kernel(array(fds, nfds), &t)
+            }
+        },
+    }
+}
+
+/// # Safety
+/// The C prototype of ppoll(2).
+#[no_mangle]
+pub unsafe extern "C" fn ppoll(
+    fds: *mut pollfd,
+    nfds: nfds_t,
+    tmo: *const libc::timespec,
+    sigmask: *const libc::sigset_t,
+) -> c_int {
+    crate::guarded(-1, || ppoll_with(fds, nfds, tmo, sigmask))
+}
+
+/// # Safety
+/// The C prototype of glibc's fortified ppoll.
+#[no_mangle]
+pub unsafe extern "C" fn __ppoll_chk(
+    fds: *mut pollfd,
+    nfds: nfds_t,
+    tmo: *const libc::timespec,
+    sigmask: *const libc::sigset_t,
+    _fdslen: libc::size_t,
+) -> c_int {
+    crate::guarded(-1, || ppoll_with(fds, nfds, tmo, sigmask))
+}

@@ -1,0 +1,78 @@
+//! Waiting for readiness on the pages before the kernel, shared by the
+//! epoll and poll hooks: offer a token on each carried connection waited
+//! for, spin while they stand (asking the kernel now and then for the
+//! other descriptors), take them back. A message that took a token rang no
+//! doorbell: the caller reports its connection readable itself.
+
+use std::time::{Duration, Instant};
+
+use libc::c_int;
+
+use crate::carried::Carried;
+
+/// Spin turns between two asks of the kernel for the other descriptors
+/// (a system call each).
+const KERNEL_EVERY: u32 = 64;
+
+/// Offers a token on each of `links` (none if `on` is false); which were.
+pub fn offer(links: &[&dyn Carried], on: bool) -> Vec<bool> {
+    links.iter().map(|l| on && l.offer_poll_token()).collect()
+}
+
+/// How long to spin for a wait of `timeout_ms` (negative: no limit).
+pub fn limit(timeout_ms: i64) -> Duration {
+    let spin = crate::reader::spin_time();
+    if timeout_ms >= 0 {
+        spin.min(Duration::from_millis(timeout_ms as u64))
+    } else {
+        spin
+    }
+}
+
+/// Spins while the tokens `offered` stand and nothing else shows, at most
+/// `limit`, calling `kernel` (a wait of 0 ms on `state`) every few dozen
+/// looks; what the last such call returned (0 when a page changed).
+pub fn spin<S: ?Sized>(
+    links: &[&dyn Carried],
+    offered: &[bool],
+    limit: Duration,
+    state: &mut S,
+    kernel: impl Fn(&mut S, c_int) -> c_int,
+) -> c_int {
+    let start = Instant::now();
+    let mut turns = 0u32;
+    loop {
+        let changed = links.iter().zip(offered).any(|(l, &o)| {
+            if o {
+                !l.poll_token_stands()
+            } else {
+                l.ready_in_user_space()
+            }
+        });
+        if changed {
+            return 0;
+        }
+        turns = turns.wrapping_add(1);
+        if turns % KERNEL_EVERY == 0 {
+            let n = kernel(state, 0);
+            if n != 0 || start.elapsed() >= limit {
+                return n;
+            }
+        }
+        std::hint::spin_loop();
+    }
+}
+
+/// Takes back the tokens `offered`; the indices of the connections to
+/// report readable: those whose token a message took (on its way, with no
+/// doorbell) and those whose page shows something.
+pub fn take_back(links: &[&dyn Carried], offered: &[bool]) -> Vec<usize> {
+    let mut ready = Vec::new();
+    for (i, (l, &o)) in links.iter().zip(offered).enumerate() {
+        let taken = o && !l.revoke_poll_token();
+        if taken || l.ready_in_user_space() {
+            ready.push(i);
+        }
+    }
+    ready
+}
