@@ -11,7 +11,7 @@
  *                       linger0 ipv6 reuseport reuseport-plain selfloop stress reconnect
  *                       hangup
  *                       hangup-exit hangup-kill hangup-et wake nonblock
- *                       stdio stdio-exec stdio-dup2 epoll-quiet poll-quiet
+ *                       stdio stdio-exec stdio-dup2 epoll-quiet poll-quiet select-quiet
  *
  * Between hosts (tests/sock/hosts.sh): COMPAT_ADDR (IPv4) is where the
  * server listens instead of 127.0.0.1, and a child that dials first
@@ -159,8 +159,9 @@ static void readiness_server(int fd) {
     }
 }
 
-/* epoll-quiet, poll-quiet: a ping-pong of QUIET_ROUNDS small messages,
- * the server waiting in epoll_wait (level-triggered) or poll, reading
+/* epoll-quiet, poll-quiet, select-quiet: a ping-pong of QUIET_ROUNDS
+ * small messages, the server waiting in epoll_wait (level-triggered), poll
+ * or select, reading
  * nonblocking; the client
  * in blocking reads; every byte checked. The server then says on stderr
  * how many bytes the kernel carried to its socket (TCP_INFO, which viarun
@@ -188,7 +189,14 @@ static void quiet_server(int fd) {
     for (int r = 0; r < QUIET_ROUNDS; r++) {
         size_t got = 0;
         while (got < sizeof m) {
-            if (strcmp(mode, "poll-quiet") == 0) {
+            if (strcmp(mode, "select-quiet") == 0) {
+                fd_set rs;
+                FD_ZERO(&rs);
+                FD_SET(fd, &rs);
+                struct timeval tv = {5, 0};
+                int n = select(fd + 1, &rs, NULL, NULL, &tv);
+                if (n != 1 || !FD_ISSET(fd, &rs)) FAIL("round %d: select %d", r, n);
+            } else if (strcmp(mode, "poll-quiet") == 0) {
                 struct pollfd q = {fd, POLLIN, 0};
                 int n = poll(&q, 1, 5000);
                 if (n != 1 || !(q.revents & POLLIN)) FAIL("round %d: poll %d revents %#x", r, n, q.revents);
@@ -711,7 +719,7 @@ int main(int argc, char **argv) {
             if (read(fd, &c, 1) != 0) FAIL("no EOF after the peer's shutdown");
         }
         else if (strcmp(mode, "linger0") == 0) linger0_client(fd);
-        else if (strcmp(mode, "epoll-quiet") == 0 || strcmp(mode, "poll-quiet") == 0) quiet_client(fd);
+        else if (strstr(mode, "-quiet")) quiet_client(fd);
         else readiness_client(fd);
         close(fd);
         return 0;
@@ -750,7 +758,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "stdio-dup2") == 0) stdio_dup2_server(fd);
     else if (strcmp(mode, "shutdown-wakes") == 0) shutdown_wakes_server(fd);
     else if (strcmp(mode, "linger0") == 0) linger0_server(fd);
-    else if (strcmp(mode, "epoll-quiet") == 0 || strcmp(mode, "poll-quiet") == 0) quiet_server(fd);
+    else if (strstr(mode, "-quiet")) quiet_server(fd);
     else if (!strcmp(mode, "poll") || !strcmp(mode, "select") || !strncmp(mode, "epoll-", 6)) readiness_server(fd);
     else FAIL("unknown mode");
     close(fd);

@@ -48,7 +48,7 @@ expect client "$SHM1"
 # Each socket feature (compat.c): kernel TCP first (the reference), then
 # both ends under viarun, where the connections must have gone over shm.
 for mode in poll select epoll-lt epoll-et epoll-nested peek dup threads sendfile splice exec exec-vfork exec-connect exec-closerange exec-closeloop exec-closefrom exec-used exec-self fork-used fork-close fork-stream stdio stdio-exec stdio-dup2 epollout-et epollout-lt fork-settling shutdown-wakes linger0 \
-    reuseport reuseport-plain selfloop ipv6 stress reconnect hangup hangup-exit hangup-kill hangup-et wake nonblock epoll-quiet poll-quiet; do
+    reuseport reuseport-plain selfloop ipv6 stress reconnect hangup hangup-exit hangup-kill hangup-et wake nonblock epoll-quiet poll-quiet select-quiet; do
     "$dir/compat" "$mode"
     $VS "$dir/compat" "$mode" 2>"$dir/compat.err" || { cat "$dir/compat.err"; exit 1; }
     if [ "$mode" = reuseport-plain ]; then
@@ -70,11 +70,11 @@ for mode in poll select epoll-lt epoll-et epoll-nested peek dup threads sendfile
     [ "$mode" = stress ] && n=3
     expect compat "viarun: $n connections over shm, 0 over kernel TCP"
 done
-# A waiter in epoll or poll that spins costs its peer no doorbell
-# (epoll.rs, poll.rs): with a spin longer than the run, few of the 2000
+# A waiter in epoll, poll or select that spins costs its peer no doorbell
+# (epoll.rs, poll.rs, select.rs): with a spin longer than the run, few of the 2000
 # messages ring one (a byte each into the server's kernel socket; all 2000
 # did before, and over kernel TCP all 28000 bytes go there).
-for mode in epoll-quiet poll-quiet; do
+for mode in epoll-quiet poll-quiet select-quiet; do
     VIARUN_SPIN_US=200000 $VS "$dir/compat" $mode 2>"$dir/compat.err" || { cat "$dir/compat.err"; exit 1; }
     expect compat "$SHM1"
     carried=$(awk -v m="$mode" '$1 == "compat" && $2 == m ":" && $3 == "kernel" { print $5 }' "$dir/compat.err")

@@ -37,6 +37,7 @@ mod region;
 mod remote;
 mod rendezvous;
 mod room;
+mod select;
 mod spinwait;
 mod splice;
 mod stats;

@@ -1,0 +1,274 @@
+//! select and pselect on carried connections: as `poll` does, a call
+//! whose read set names carried connections looks at their pages, and
+//! with nothing ready spins with a token on each for `VIARUN_SPIN_US`
+//! before it sleeps in the kernel (`spinwait`). The kernel's own select
+//! (with a zero timeout, on copies of the program's sets) answers for
+//! everything else.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use libc::{c_int, fd_set};
+
+use crate::carried::Carried;
+use crate::conn;
+use crate::real::real;
+use crate::spinwait;
+
+/// Most carried connections one call may name and still be looked at in
+/// user space; past it, only the kernel.
+const MOST_LOOKED_AT: usize = 64;
+
+/// The three sets as the program gave them (None: a null pointer).
+#[derive(Clone, Copy)]
+struct Sets {
+    read: fd_set,
+    write: Option<fd_set>,
+    except: Option<fd_set>,
+}
+
+/// One kernel select with a zero timeout on copies of `given`.
+struct Now {
+    given: Sets,
+    got: Sets,
+    n: c_int,
+}
+
+fn empty() -> fd_set {
+    // SAFETY: fd_set is plain bits; FD_ZERO clears them all.
+    unsafe {
+        let mut s: fd_set = std::mem::zeroed();
+        libc::FD_ZERO(&mut s);
+        s
+    }
+}
+
+fn has(set: &fd_set, fd: c_int) -> bool {
+    // SAFETY: `fd` is below FD_SETSIZE (the caller's bound).
+    unsafe { libc::FD_ISSET(fd, set) }
+}
+
+fn ask_now(nfds: c_int, state: &mut Now) -> c_int {
+    let mut got = state.given;
+    let mut zero = libc::timeval {
+        tv_sec: 0,
+        tv_usec: 0,
+    };
+    let ptr = |s: &mut Option<fd_set>| s.as_mut().map_or(std::ptr::null_mut(), |s| s as *mut _);
+    // SAFETY: our own copies of the program's sets, and a zero timeout.
+    let n = unsafe {
+        (real().select)(
+            nfds,
+            &mut got.read,
+            ptr(&mut got.write),
+            ptr(&mut got.except),
+            &mut zero,
+        )
+    };
+    state.got = got;
+    state.n = n;
+    n
+}
+
+/// What `look` leaves to the caller.
+enum Outcome {
+    /// Return this; the sets are written.
+    Done(c_int),
+    /// Nothing ready: sleep in the kernel for the rest of the timeout
+    /// (the program's sets are as it gave them).
+    Sleep,
+}
+
+/// Looks at the carried connections the read set names; None if it
+/// names none (the caller asks the kernel as usual).
+///
+/// # Safety
+/// The set pointers are the program's (each null or valid for the call).
+unsafe fn look(
+    nfds: c_int,
+    read: *mut fd_set,
+    write: *mut fd_set,
+    except: *mut fd_set,
+    timeout_ms: i64,
+) -> Option<Outcome> {
+    // A program may pass larger sets than fd_set (nfds past FD_SETSIZE):
+    // those go to the kernel untouched.
+    if read.is_null() || nfds <= 0 || nfds > libc::FD_SETSIZE as c_int {
+        return None;
+    }
+    // SAFETY: the program's sets, each null or valid (the caller's word).
+    let given = unsafe {
+        Sets {
+            read: *read,
+            write: write.as_ref().copied(),
+            except: except.as_ref().copied(),
+        }
+    };
+    let mut fds = Vec::new();
+    let mut held: Vec<Arc<dyn Carried>> = Vec::new();
+    for fd in 0..nfds {
+        if !has(&given.read, fd) {
+            continue;
+        }
+        if let Some(link) = conn::carried_now(fd) {
+            if held.len() == MOST_LOOKED_AT {
+                return None;
+            }
+            fds.push(fd);
+            held.push(link);
+        }
+    }
+    if held.is_empty() {
+        return None;
+    }
+    let links: Vec<&dyn Carried> = held.iter().map(|l| &**l).collect();
+    let offered = spinwait::offer(&links, timeout_ms != 0);
+    let mut state = Now {
+        given,
+        got: given,
+        n: 0,
+    };
+    let mut n = ask_now(nfds, &mut state);
+    if n == 0 && timeout_ms != 0 && !links.iter().any(|l| l.ready_in_user_space()) {
+        n = spinwait::spin(
+            &links,
+            &offered,
+            spinwait::limit(timeout_ms),
+            &mut state,
+            |s, _| ask_now(nfds, s),
+        );
+    }
+    let ready = spinwait::take_back(&links, &offered);
+    if n < 0 {
+        return Some(Outcome::Done(n));
+    }
+    let mut got = state.got;
+    if n == 0 {
+        // The last ask found nothing: every set comes back empty but for
+        // what the pages say.
+        got = Sets {
+            read: empty(),
+            write: given.write.map(|_| empty()),
+            except: given.except.map(|_| empty()),
+        };
+    }
+    for i in ready {
+        if !has(&got.read, fds[i]) {
+            // SAFETY: fds[i] is below nfds ≤ FD_SETSIZE.
+            unsafe { libc::FD_SET(fds[i], &mut got.read) };
+            n += 1;
+        }
+    }
+    if n == 0 && timeout_ms != 0 {
+        return Some(Outcome::Sleep);
+    }
+    // SAFETY: writing back into the program's sets (valid where non-null).
+    unsafe {
+        *read = got.read;
+        if let (Some(w), Some(s)) = (write.as_mut(), got.write) {
+            *w = s;
+        }
+        if let (Some(e), Some(s)) = (except.as_mut(), got.except) {
+            *e = s;
+        }
+    }
+    Some(Outcome::Done(n))
+}
+
+fn millis(d: Option<Duration>) -> i64 {
+    match d {
+        None => -1,
+        Some(d) if d.is_zero() => 0,
+        // At least 1 ms: a short wait still spins (at most that long).
+        Some(d) => d.as_millis().clamp(1, i64::MAX as u128) as i64,
+    }
+}
+
+fn select_with(
+    nfds: c_int,
+    read: *mut fd_set,
+    write: *mut fd_set,
+    except: *mut fd_set,
+    timeout: *mut libc::timeval,
+) -> c_int {
+    let start = Instant::now();
+    // SAFETY: the program's timeout, if it gave one.
+    let limit = unsafe { timeout.as_ref() }.map(|t| {
+        Duration::from_secs(t.tv_sec.max(0) as u64)
+            + Duration::from_micros(t.tv_usec.clamp(0, 999_999) as u64)
+    });
+    // SAFETY: the program's arguments.
+    match unsafe { look(nfds, read, write, except, millis(limit)) } {
+        // SAFETY: the program's arguments, passed on as they came.
+        None => unsafe { (real().select)(nfds, read, write, except, timeout) },
+        Some(outcome) => {
+            // Linux leaves the time not slept in the program's timeout.
+            if let (Some(t), Some(d)) = (unsafe { timeout.as_mut() }, limit) {
+                let rest = d.saturating_sub(start.elapsed());
+                t.tv_sec = rest.as_secs() as libc::time_t;
+                t.tv_usec = rest.subsec_micros() as libc::suseconds_t;
+            }
+            match outcome {
+                Outcome::Done(n) => n,
+                // SAFETY: the program's sets as it gave them, and its
+                // timeout, now the rest of it.
+                Outcome::Sleep => unsafe { (real().select)(nfds, read, write, except, timeout) },
+            }
+        }
+    }
+}
+
+/// # Safety
+/// The C prototype of select(2).
+#[no_mangle]
+pub unsafe extern "C" fn select(
+    nfds: c_int,
+    read: *mut fd_set,
+    write: *mut fd_set,
+    except: *mut fd_set,
+    timeout: *mut libc::timeval,
+) -> c_int {
+    crate::guarded(-1, || select_with(nfds, read, write, except, timeout))
+}
+
+/// # Safety
+/// The C prototype of pselect(2).
+#[no_mangle]
+pub unsafe extern "C" fn pselect(
+    nfds: c_int,
+    read: *mut fd_set,
+    write: *mut fd_set,
+    except: *mut fd_set,
+    timeout: *const libc::timespec,
+    sigmask: *const libc::sigset_t,
+) -> c_int {
+    crate::guarded(-1, || {
+        let start = Instant::now();
+        // SAFETY: the program's timeout, if it gave one.
+        let limit = unsafe { timeout.as_ref() }.map(|t| {
+            Duration::new(
+                t.tv_sec.max(0) as u64,
+                t.tv_nsec.clamp(0, 999_999_999) as u32,
+            )
+        });
+        // SAFETY: the program's arguments.
+        match unsafe { look(nfds, read, write, except, millis(limit)) } {
+            // SAFETY: the program's arguments, passed on as they came.
+            None => unsafe { (real().pselect)(nfds, read, write, except, timeout, sigmask) },
+            Some(Outcome::Done(n)) => n,
+            Some(Outcome::Sleep) => {
+                let rest = limit.map(|d| {
+                    let r = d.saturating_sub(start.elapsed());
+                    libc::timespec {
+                        tv_sec: r.as_secs() as libc::time_t,
+                        tv_nsec: r.subsec_nanos() as libc::c_long,
+                    }
+                });
+                let t = rest.as_ref().map_or(std::ptr::null(), |t| t as *const _);
+                // SAFETY: the program's sets as it gave them, its mask,
+                // and the rest of its timeout.
+                unsafe { (real().pselect)(nfds, read, write, except, t, sigmask) }
+            }
+        }
+    })
+}
