@@ -58,6 +58,12 @@ pub trait Carried: Send + Sync {
     /// Sleeps until the reader makes room (or something else happens on
     /// the link), at most `limit`; at once if there is room.
     fn wait_room(&self, fd: RawFd, limit: std::time::Duration);
+    /// Whether this link takes the tokens of `spinwait` now (epoll, poll
+    /// and select waiters spin only on links that do; the others, and a
+    /// link handed back to the kernel, are left to the kernel).
+    fn takes_poll_tokens(&self) -> bool {
+        false
+    }
     /// For epoll and poll (`spinwait`): whether a message is unread that
     /// the page shows (arrived or announced). Ends, and everything once
     /// the connection went back to the kernel, show in the kernel.

@@ -500,20 +500,28 @@ pub fn poll_link(fd: RawFd, id: usize) -> PollLink {
     };
     match &*g {
         Setup::Via(link) if link.owner_pid() == crate::process::id() => {
-            PollLink::Carried(link.clone())
+            if link.takes_poll_tokens() {
+                PollLink::Carried(link.clone())
+            } else {
+                PollLink::Never
+            }
         }
         Setup::Via(_) | Setup::Kernel | Setup::Broken | Setup::Refused { .. } => PollLink::Never,
         _ => PollLink::NotYet,
     }
 }
 
-/// The link of `fd` if this process carries it, without waiting for any
-/// lock (for poll).
+/// The link of `fd` if this process carries it and it takes poll tokens,
+/// without waiting for any lock (for poll and select).
 pub fn carried_now(fd: RawFd) -> Option<Arc<dyn Carried>> {
     let conn = lookup(fd)?;
     let g = conn.setup.try_lock().ok()?;
     match &*g {
-        Setup::Via(link) if link.owner_pid() == crate::process::id() => Some(link.clone()),
+        Setup::Via(link)
+            if link.owner_pid() == crate::process::id() && link.takes_poll_tokens() =>
+        {
+            Some(link.clone())
+        }
         _ => None,
     }
 }

@@ -244,7 +244,7 @@ fn looked_at(set: &Set) -> Vec<Looked> {
             stale.extend(m.link.take());
             return false;
         }
-        if let Some(link) = &m.link {
+        if let Some(link) = m.link.as_ref().filter(|l| l.takes_poll_tokens()) {
             out.push(Looked {
                 data: m.data,
                 events: m.events,

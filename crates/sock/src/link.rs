@@ -735,6 +735,10 @@ impl crate::carried::Carried for Link {
     fn writable(&self) -> bool {
         self.tx_word().seen().switched || Link::writable(self)
     }
+    fn takes_poll_tokens(&self) -> bool {
+        // Once handed back to the kernel, no message takes a token.
+        !self.rx_word().seen().switched
+    }
     fn ready_in_user_space(&self) -> bool {
         // Only unread messages: an end (FIN, reset) shows in the kernel,
         // and once switched, so does everything (a page flag that stays
