@@ -403,3 +403,66 @@ pub unsafe extern "C" fn epoll_pwait(
         })
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(fd: RawFd) -> Member {
+        Member {
+            fd,
+            events: libc::EPOLLIN as u32,
+            data: fd as u64,
+            conn: 0,
+            link: None,
+            never: false,
+        }
+    }
+
+    fn add_set(epfd: RawFd, fds: &[RawFd]) -> Arc<Set> {
+        let set = Arc::new(Set {
+            members: Mutex::new(fds.iter().map(|&f| member(f)).collect()),
+            spinning: AtomicBool::new(false),
+            epoch: AtomicU64::new(u64::MAX),
+        });
+        let mut s = SETS.lock().unwrap();
+        s.get_or_insert_with(HashMap::new).insert(epfd, set.clone());
+        WATCHED.fetch_add(1, Ordering::AcqRel);
+        set
+    }
+
+    #[test]
+    fn take_out_moves_the_matching_members_and_keeps_the_rest() {
+        let mut m: Vec<Member> = (0..6).map(member).collect();
+        let out = take_out(&mut m, |x| x.fd % 2 == 0);
+        let mut kept: Vec<RawFd> = m.iter().map(|x| x.fd).collect();
+        kept.sort_unstable();
+        let mut taken: Vec<RawFd> = out.iter().map(|x| x.fd).collect();
+        taken.sort_unstable();
+        assert_eq!(kept, [1, 3, 5]);
+        assert_eq!(taken, [0, 2, 4]);
+    }
+
+    /// A closed descriptor leaves every set; a closed set goes (its number
+    /// may name a new set next, which must not inherit its members).
+    #[test]
+    fn closing_a_member_or_a_set_updates_the_table() {
+        let (a, b) = (900_001, 900_002);
+        let set_a = add_set(a, &[900_010, 900_011]);
+        let _set_b = add_set(b, &[900_011]);
+        closed(900_011);
+        assert_eq!(
+            set_a
+                .members
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|m| m.fd)
+                .collect::<Vec<_>>(),
+            [900_010]
+        );
+        assert!(set_of(b).unwrap().members.lock().unwrap().is_empty());
+        closed_range(900_001, 900_002);
+        assert!(set_of(a).is_none() && set_of(b).is_none());
+    }
+}
