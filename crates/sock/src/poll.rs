@@ -6,28 +6,15 @@
 //! names its descriptors. select is not intercepted (the kernel, with
 //! doorbells, as before).
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use libc::{c_int, nfds_t, pollfd};
 
 use crate::carried::Carried;
-use crate::conn;
 use crate::real::real;
-use crate::spinwait;
+use crate::spinwait::{self, Outcome};
 
-/// Most carried connections one call may name and still be looked at in
-/// user space; past it, only the kernel.
-const MOST_LOOKED_AT: usize = 64;
 const READ_EVENTS: i16 = libc::POLLIN | libc::POLLRDNORM;
-
-/// What `look` leaves to the caller.
-enum Outcome {
-    /// Return this.
-    Done(c_int),
-    /// Nothing ready: sleep in the kernel for the rest of the timeout.
-    Sleep,
-}
 
 /// Looks at the carried connections `fds` names for reading; None if it
 /// names none (the caller asks the kernel as usual). `now` is a kernel
@@ -37,23 +24,12 @@ fn look(
     timeout_ms: i64,
     now: impl Fn(&mut [pollfd]) -> c_int,
 ) -> Option<Outcome> {
-    let mut at = Vec::new();
-    let mut held: Vec<Arc<dyn Carried>> = Vec::new();
-    for (i, p) in fds.iter().enumerate() {
-        if p.fd < 0 || p.events & READ_EVENTS == 0 {
-            continue;
-        }
-        if let Some(link) = conn::carried_now(p.fd) {
-            if held.len() == MOST_LOOKED_AT {
-                return None;
-            }
-            at.push(i);
-            held.push(link);
-        }
-    }
-    if held.is_empty() {
-        return None;
-    }
+    let named = fds
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.fd >= 0 && p.events & READ_EVENTS != 0)
+        .map(|(i, p)| (i, p.fd));
+    let (at, held) = spinwait::carried_links(named)?;
     let links: Vec<&dyn Carried> = held.iter().map(|l| &**l).collect();
     let offered = spinwait::offer(&links, timeout_ms != 0);
     let mut n = now(fds);
@@ -149,12 +125,7 @@ fn ppoll_with(
             t.tv_nsec.clamp(0, 999_999_999) as u32,
         )
     });
-    let timeout_ms = match limit {
-        None => -1,
-        Some(d) if d.is_zero() => 0,
-        // At least 1 ms: a short wait still spins (at most that long).
-        Some(d) => d.as_millis().clamp(1, i64::MAX as u128) as i64,
-    };
+    let timeout_ms = spinwait::millis(limit);
     let kernel = |f: &mut [pollfd], t: *const libc::timespec| -> c_int {
         // SAFETY: the program's array and signal mask; `t` ours or theirs.
         unsafe { (real().ppoll)(f.as_mut_ptr(), f.len() as nfds_t, t, sigmask) }
@@ -169,14 +140,7 @@ fn ppoll_with(
         Some(Outcome::Done(n)) => n,
         Some(Outcome::Sleep) => match limit {
             None => kernel(array(fds, nfds), std::ptr::null()),
-            Some(d) => {
-                let rest = d.saturating_sub(start.elapsed());
-                let t = libc::timespec {
-                    tv_sec: rest.as_secs() as libc::time_t,
-                    tv_nsec: rest.subsec_nanos() as libc::c_long,
-                };
-                kernel(array(fds, nfds), &t)
-            }
+            Some(d) => kernel(array(fds, nfds), &spinwait::rest(d, start)),
         },
     }
 }

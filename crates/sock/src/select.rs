@@ -5,19 +5,13 @@
 //! (with a zero timeout, on copies of the program's sets) answers for
 //! everything else.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use libc::{c_int, fd_set};
 
 use crate::carried::Carried;
-use crate::conn;
 use crate::real::real;
-use crate::spinwait;
-
-/// Most carried connections one call may name and still be looked at in
-/// user space; past it, only the kernel.
-const MOST_LOOKED_AT: usize = 64;
+use crate::spinwait::{self, Outcome};
 
 /// The three sets as the program gave them (None: a null pointer).
 #[derive(Clone, Copy)]
@@ -70,15 +64,6 @@ fn ask_now(nfds: c_int, state: &mut Now) -> c_int {
     n
 }
 
-/// What `look` leaves to the caller.
-enum Outcome {
-    /// Return this; the sets are written.
-    Done(c_int),
-    /// Nothing ready: sleep in the kernel for the rest of the timeout
-    /// (the program's sets are as it gave them).
-    Sleep,
-}
-
 /// Looks at the carried connections the read set names; None if it
 /// names none (the caller asks the kernel as usual).
 ///
@@ -104,23 +89,10 @@ unsafe fn look(
             except: except.as_ref().copied(),
         }
     };
-    let mut fds = Vec::new();
-    let mut held: Vec<Arc<dyn Carried>> = Vec::new();
-    for fd in 0..nfds {
-        if !has(&given.read, fd) {
-            continue;
-        }
-        if let Some(link) = conn::carried_now(fd) {
-            if held.len() == MOST_LOOKED_AT {
-                return None;
-            }
-            fds.push(fd);
-            held.push(link);
-        }
-    }
-    if held.is_empty() {
-        return None;
-    }
+    let named = (0..nfds)
+        .filter(|&fd| has(&given.read, fd))
+        .map(|fd| (fd as usize, fd));
+    let (fds, held) = spinwait::carried_links(named)?;
     let links: Vec<&dyn Carried> = held.iter().map(|l| &**l).collect();
     let offered = spinwait::offer(&links, timeout_ms != 0);
     let mut state = Now {
@@ -153,9 +125,9 @@ unsafe fn look(
         };
     }
     for i in ready {
-        if !has(&got.read, fds[i]) {
+        if !has(&got.read, fds[i] as c_int) {
             // SAFETY: fds[i] is below nfds ≤ FD_SETSIZE.
-            unsafe { libc::FD_SET(fds[i], &mut got.read) };
+            unsafe { libc::FD_SET(fds[i] as c_int, &mut got.read) };
             n += 1;
         }
     }
@@ -175,15 +147,6 @@ unsafe fn look(
     Some(Outcome::Done(n))
 }
 
-fn millis(d: Option<Duration>) -> i64 {
-    match d {
-        None => -1,
-        Some(d) if d.is_zero() => 0,
-        // At least 1 ms: a short wait still spins (at most that long).
-        Some(d) => d.as_millis().clamp(1, i64::MAX as u128) as i64,
-    }
-}
-
 fn select_with(
     nfds: c_int,
     read: *mut fd_set,
@@ -198,15 +161,15 @@ fn select_with(
             + Duration::from_micros(t.tv_usec.clamp(0, 999_999) as u64)
     });
     // SAFETY: the program's arguments.
-    match unsafe { look(nfds, read, write, except, millis(limit)) } {
+    match unsafe { look(nfds, read, write, except, spinwait::millis(limit)) } {
         // SAFETY: the program's arguments, passed on as they came.
         None => unsafe { (real().select)(nfds, read, write, except, timeout) },
         Some(outcome) => {
             // Linux leaves the time not slept in the program's timeout.
             if let (Some(t), Some(d)) = (unsafe { timeout.as_mut() }, limit) {
-                let rest = d.saturating_sub(start.elapsed());
-                t.tv_sec = rest.as_secs() as libc::time_t;
-                t.tv_usec = rest.subsec_micros() as libc::suseconds_t;
+                let rest = spinwait::rest(d, start);
+                t.tv_sec = rest.tv_sec;
+                t.tv_usec = (rest.tv_nsec / 1000) as libc::suseconds_t;
             }
             match outcome {
                 Outcome::Done(n) => n,
@@ -252,18 +215,12 @@ pub unsafe extern "C" fn pselect(
             )
         });
         // SAFETY: the program's arguments.
-        match unsafe { look(nfds, read, write, except, millis(limit)) } {
+        match unsafe { look(nfds, read, write, except, spinwait::millis(limit)) } {
             // SAFETY: the program's arguments, passed on as they came.
             None => unsafe { (real().pselect)(nfds, read, write, except, timeout, sigmask) },
             Some(Outcome::Done(n)) => n,
             Some(Outcome::Sleep) => {
-                let rest = limit.map(|d| {
-                    let r = d.saturating_sub(start.elapsed());
-                    libc::timespec {
-                        tv_sec: r.as_secs() as libc::time_t,
-                        tv_nsec: r.subsec_nanos() as libc::c_long,
-                    }
-                });
+                let rest = limit.map(|d| spinwait::rest(d, start));
                 let t = rest.as_ref().map_or(std::ptr::null(), |t| t as *const _);
                 // SAFETY: the program's sets as it gave them, its mask,
                 // and the rest of its timeout.

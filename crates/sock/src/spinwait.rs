@@ -4,15 +4,70 @@
 //! other descriptors), take them back. A message that took a token rang no
 //! doorbell: the caller reports its connection readable itself.
 
+use std::os::fd::RawFd;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use libc::c_int;
 
 use crate::carried::Carried;
+use crate::conn;
 
 /// Spin turns between two asks of the kernel for the other descriptors
 /// (a system call each).
 const KERNEL_EVERY: u32 = 64;
+
+/// Most carried connections one poll or select may name and still be
+/// looked at in user space; past it, only the kernel.
+const MOST_LOOKED_AT: usize = 64;
+
+/// What a poll or select's look leaves to its caller.
+pub enum Outcome {
+    /// Return this (the program's results are written).
+    Done(c_int),
+    /// Nothing ready: sleep in the kernel for the rest of the timeout
+    /// (the program's arguments are as it gave them).
+    Sleep,
+}
+
+/// Where each looked-at connection stands in the caller's arguments, and
+/// its link.
+pub type Named = (Vec<usize>, Vec<Arc<dyn Carried>>);
+
+/// The carried connections that take tokens among `fds` (each with the
+/// caller's own index); None if there are none, or too many.
+pub fn carried_links(fds: impl Iterator<Item = (usize, RawFd)>) -> Option<Named> {
+    let (mut at, mut held) = (Vec::new(), Vec::new());
+    for (i, fd) in fds {
+        if let Some(link) = conn::carried_now(fd) {
+            if held.len() == MOST_LOOKED_AT {
+                return None;
+            }
+            at.push(i);
+            held.push(link);
+        }
+    }
+    (!held.is_empty()).then_some((at, held))
+}
+
+/// A C timeout in milliseconds for `limit` (None: -1, no limit).
+pub fn millis(limit: Option<Duration>) -> i64 {
+    match limit {
+        None => -1,
+        Some(d) if d.is_zero() => 0,
+        // At least 1 ms: a short wait still spins (at most that long).
+        Some(d) => d.as_millis().clamp(1, i64::MAX as u128) as i64,
+    }
+}
+
+/// What is left of `limit` since `start`, as a timespec.
+pub fn rest(limit: Duration, start: Instant) -> libc::timespec {
+    let r = limit.saturating_sub(start.elapsed());
+    libc::timespec {
+        tv_sec: r.as_secs() as libc::time_t,
+        tv_nsec: r.subsec_nanos() as libc::c_long,
+    }
+}
 
 /// Offers a token on each of `links` (none if `on` is false); which were.
 pub fn offer(links: &[&dyn Carried], on: bool) -> Vec<bool> {
