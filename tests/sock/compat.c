@@ -12,6 +12,7 @@
  *                       hangup
  *                       hangup-exit hangup-kill hangup-et wake nonblock
  *                       stdio stdio-exec stdio-dup2 epoll-quiet poll-quiet select-quiet
+ *                       epoll2-quiet epoll-busy epoll-unseen
  *
  * Between hosts (tests/sock/hosts.sh): COMPAT_ADDR (IPv4) is where the
  * server listens instead of 127.0.0.1, and a child that dials first
@@ -25,9 +26,8 @@
  *
  * This file has the helpers, the modes of one socket feature each, and
  * main; the others, by what they check: compat_exec.c, compat_flow.c,
- * compat_listen.c (compat.h joins them). */
+ * compat_listen.c, compat_stdio.c, compat_wait.c (compat.h joins them). */
 #include "compat.h"
-#include <linux/tcp.h> /* struct tcp_info with tcpi_bytes_received */
 
 const char *mode;
 #define ROUNDS 30
@@ -157,72 +157,6 @@ static void readiness_server(int fd) {
         if (wait_readable(fd, 20) != 0) FAIL("round %d: readable with nothing unread", r);
         ack(fd);
     }
-}
-
-/* epoll-quiet, poll-quiet, select-quiet: a ping-pong of QUIET_ROUNDS
- * small messages, the server waiting in epoll_wait (level-triggered), poll
- * or select, reading
- * nonblocking; the client
- * in blocking reads; every byte checked. The server then says on stderr
- * how many bytes the kernel carried to its socket (TCP_INFO, which viarun
- * does not touch): all of them over kernel TCP; under viarun, where both
- * ends spin before they sleep, the doorbells that were still rung (run.sh
- * runs it with a long spin and checks there are few). */
-#define QUIET_ROUNDS 2000
-#define QUIET_LEN 14
-static void quiet_client(int fd) {
-    char m[QUIET_LEN], back[QUIET_LEN];
-    for (int r = 0; r < QUIET_ROUNDS; r++) {
-        for (int i = 0; i < QUIET_LEN; i++) m[i] = (char)pattern((uint64_t)r, (size_t)i);
-        write_all(fd, m, sizeof m);
-        read_all(fd, back, sizeof back);
-        for (int i = 0; i < QUIET_LEN; i++)
-            if (back[i] != (char)~m[i]) FAIL("round %d: byte %d of the answer differs", r, i);
-    }
-}
-static void quiet_server(int fd) {
-    nonblocking(fd);
-    int e = epoll_create1(0);
-    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 0x5eed};
-    if (e < 0 || epoll_ctl(e, EPOLL_CTL_ADD, fd, &ev)) FAIL("epoll_ctl");
-    char m[QUIET_LEN];
-    for (int r = 0; r < QUIET_ROUNDS; r++) {
-        size_t got = 0;
-        while (got < sizeof m) {
-            if (strcmp(mode, "select-quiet") == 0) {
-                fd_set rs;
-                FD_ZERO(&rs);
-                FD_SET(fd, &rs);
-                struct timeval tv = {5, 0};
-                int n = select(fd + 1, &rs, NULL, NULL, &tv);
-                if (n != 1 || !FD_ISSET(fd, &rs)) FAIL("round %d: select %d", r, n);
-            } else if (strcmp(mode, "poll-quiet") == 0) {
-                struct pollfd q = {fd, POLLIN, 0};
-                int n = poll(&q, 1, 5000);
-                if (n != 1 || !(q.revents & POLLIN)) FAIL("round %d: poll %d revents %#x", r, n, q.revents);
-            } else {
-                struct epoll_event out[4];
-                int n = epoll_wait(e, out, 4, 5000);
-                if (n != 1 || out[0].data.u64 != 0x5eed || !(out[0].events & EPOLLIN))
-                    FAIL("round %d: epoll_wait %d events %#x", r, n, n > 0 ? out[0].events : 0);
-            }
-            ssize_t k = read(fd, m + got, sizeof m - got);
-            if (k < 0 && errno == EAGAIN) continue;
-            if (k <= 0) FAIL("round %d: read %zd %s", r, k, k < 0 ? strerror(errno) : "EOF");
-            got += (size_t)k;
-        }
-        for (int i = 0; i < QUIET_LEN; i++) {
-            if (m[i] != (char)pattern((uint64_t)r, (size_t)i)) FAIL("round %d: byte %d differs", r, i);
-            m[i] = (char)~m[i];
-        }
-        write_all(fd, m, sizeof m);
-    }
-    struct tcp_info ti;
-    socklen_t tl = sizeof ti;
-    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl)) FAIL("TCP_INFO: %s", strerror(errno));
-    fprintf(stderr, "compat %s: kernel carried %llu bytes of %d\n", mode,
-            (unsigned long long)ti.tcpi_bytes_received, QUIET_ROUNDS * QUIET_LEN);
-    close(e);
 }
 
 static void peek_client(int fd) {
@@ -720,6 +654,8 @@ int main(int argc, char **argv) {
         }
         else if (strcmp(mode, "linger0") == 0) linger0_client(fd);
         else if (strstr(mode, "-quiet")) quiet_client(fd);
+        else if (strcmp(mode, "epoll-busy") == 0) busy_client(fd);
+        else if (strcmp(mode, "epoll-unseen") == 0) unseen_client(fd);
         else readiness_client(fd);
         close(fd);
         return 0;
@@ -759,6 +695,8 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "shutdown-wakes") == 0) shutdown_wakes_server(fd);
     else if (strcmp(mode, "linger0") == 0) linger0_server(fd);
     else if (strstr(mode, "-quiet")) quiet_server(fd);
+    else if (strcmp(mode, "epoll-busy") == 0) busy_server(fd);
+    else if (strcmp(mode, "epoll-unseen") == 0) unseen_server(fd);
     else if (!strcmp(mode, "poll") || !strcmp(mode, "select") || !strncmp(mode, "epoll-", 6)) readiness_server(fd);
     else FAIL("unknown mode");
     close(fd);

@@ -85,6 +85,14 @@ void stdio_exec_server(int fd);
 void stdio_dup2_client(int fd);
 void stdio_dup2_server(int fd);
 
+/* compat_wait.c */
+void quiet_client(int fd);
+void quiet_server(int fd);
+void busy_client(int fd);
+void busy_server(int fd);
+void unseen_client(int fd);
+void unseen_server(int fd);
+
 /* compat_listen.c */
 int ipv6(void);
 int plain_listener(void);

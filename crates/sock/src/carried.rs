@@ -85,6 +85,15 @@ pub trait Carried: Send + Sync {
     fn revoke_poll_token(&self) -> bool {
         true
     }
+    /// An epoll wait lets this connection's token stand until its next
+    /// wait: a read that uses every message up offers it again.
+    fn let_token_stand(&self) {}
+    /// If this is the connection of page `page` (`unrung`): rings late on
+    /// `fd` for a message that took the reader's token and is unread;
+    /// true. False for another connection.
+    fn ring_late(&self, _fd: RawFd, _page: usize) -> bool {
+        false
+    }
     /// For a process that did not make the link (a child forked after
     /// its first use): the connection handed back to the kernel, usable
     /// here (`switched`); None where that cannot be done.

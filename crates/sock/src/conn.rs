@@ -224,6 +224,33 @@ fn finish(conn: &Conn, fd: RawFd) {
     }
 }
 
+/// Rings late on the connection whose page is `page` (`unrung`), through
+/// `fd` if that still names it, else through any descriptor that does;
+/// nothing if none does (it was closed: its reader saw the end). False if
+/// a connection was being changed (ask again later). The table stays
+/// locked meanwhile, so no descriptor is closed and reused under the
+/// doorbell's send.
+pub fn ring_unrung(fd: RawFd, page: usize) -> bool {
+    let t = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(map) = t.as_ref() else {
+        return true;
+    };
+    let first = map.get(&fd).map(|c| (fd, c));
+    for (f, c) in first.into_iter().chain(map.iter().map(|(f, c)| (*f, c))) {
+        let g = match c.setup.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return false,
+        };
+        if let Setup::Via(link) = &*g {
+            if link.ring_late(f, page) {
+                return true;
+            }
+        }
+    }
+    true
+}
+
 /// Where calls on `fd` go, settling the connection first if needed.
 pub fn route(fd: RawFd) -> Route {
     if fd < 0 || fd as usize >= MAX_FD || !MARK[fd as usize].load(Ordering::Acquire) {

@@ -85,6 +85,10 @@ const RAW: u64 = 16;
 const CLAIM: u64 = 32;
 /// A writer rang and its doorbell byte is on its way.
 const WRITING: u64 = 64;
+/// A message took the reader's token (no doorbell), and the reader has
+/// not used every message up since: the writer may ring late for it
+/// (`ring_late`).
+const UNRUNG: u64 = 128;
 /// The byte that ends the doorbells in a kernel stream.
 pub const SWITCH_BYTE: u8 = b'S';
 const CAP_SHIFT: u32 = 8;
@@ -393,6 +397,18 @@ pub struct Seen {
     pub switched: bool,
 }
 
+/// What [`Direction::announce`] asks of the writer.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub enum Announced {
+    /// Ring the doorbell.
+    Ring,
+    /// A doorbell is out already: nothing to do.
+    BellOut,
+    /// The message took the reader's token: no doorbell now, but a late
+    /// one if it is still unread when the writer sleeps (`ring_late`).
+    TookToken,
+}
+
 /// See [`Direction::claim`].
 #[derive(Debug, PartialEq, Eq)]
 pub enum Claim {
@@ -413,7 +429,7 @@ impl Direction<'_> {
     /// ring the doorbell (one byte on the kernel socket; then `rang`
     /// after it). None: the stream is switching to the kernel, and the
     /// message is not announced.
-    pub fn announce(&self, len: usize) -> Option<bool> {
+    pub fn announce(&self, len: usize) -> Option<Announced> {
         let old = self
             .update(|s| {
                 if s & SWITCH != 0 {
@@ -421,7 +437,9 @@ impl Direction<'_> {
                 }
                 let mut n = s.wrapping_add(1 << POSTED_SHIFT) & !(TOKEN | CAP_MASK);
                 let took_token = s & TOKEN != 0 && len <= cap(s);
-                if !took_token {
+                if took_token {
+                    n |= UNRUNG;
+                } else {
                     n |= BELL;
                     if s & BELL == 0 {
                         n |= WRITING;
@@ -430,8 +448,27 @@ impl Direction<'_> {
                 Some(n)
             })
             .ok()?;
-        let took_token = old & TOKEN != 0 && len <= cap(old);
-        Some(!took_token && old & BELL == 0)
+        Some(if old & TOKEN != 0 && len <= cap(old) {
+            Announced::TookToken
+        } else if old & BELL == 0 {
+            Announced::Ring
+        } else {
+            Announced::BellOut
+        })
+    }
+
+    /// Writer, before it sleeps: if a message took the reader's token and
+    /// is still unread, rings for it after all (true: send the byte, then
+    /// `rang`), so that a reader that sleeps in the kernel without looking
+    /// at the page (another process, a wait we do not see) is woken. The
+    /// reader's token may stand between its waits (`epoll`), so a message
+    /// that takes it is not always read at once.
+    pub fn ring_late(&self) -> bool {
+        self.update(|s| {
+            (s & UNRUNG != 0 && s & (BELL | SWITCH | SHUT) == 0)
+                .then_some((s | BELL | WRITING) & !UNRUNG)
+        })
+        .is_ok()
     }
 
     /// Writer: the doorbell byte `announce` asked for is sent (or failed).
@@ -483,12 +520,13 @@ impl Direction<'_> {
     }
 
     /// Reader with `consumed` messages used up and room for `room` bytes:
-    /// sets its token if nothing is unread and no doorbell is out.
+    /// sets its token if nothing is unread and no doorbell is out (a
+    /// token that stands already gets the new room).
     pub fn offer_token(&self, consumed: u32, room: usize) -> bool {
         let room = room.min((CAP_MASK >> CAP_SHIFT) as usize) as u64;
         self.update(|s| {
-            (posted(s) == consumed && s & (BELL | TOKEN) == 0)
-                .then_some(s | TOKEN | (room << CAP_SHIFT))
+            (posted(s) == consumed && s & BELL == 0)
+                .then_some((s | TOKEN | (room << CAP_SHIFT)) & !UNRUNG)
         })
         .is_ok()
     }
@@ -501,11 +539,14 @@ impl Direction<'_> {
     }
 
     /// Reader that has used up every message (`consumed`): clears the
-    /// doorbell flag if it is set and nothing new came. True when the
-    /// caller must now take the doorbell byte from the kernel socket.
+    /// doorbell flag if it is set and nothing new came (and `UNRUNG`: no
+    /// late ring is due). True when the caller must now take the doorbell
+    /// byte from the kernel socket.
     pub fn clear_bell(&self, consumed: u32) -> bool {
-        self.update(|s| (posted(s) == consumed && s & BELL != 0).then_some(s & !BELL))
-            .is_ok()
+        self.update(|s| {
+            (posted(s) == consumed && s & (BELL | UNRUNG) != 0).then_some(s & !(BELL | UNRUNG))
+        })
+        .is_ok_and(|old| old & BELL != 0)
     }
 }
 
@@ -524,15 +565,18 @@ mod tests {
     fn rings_once_until_the_reader_drains() {
         let c = page();
         let (w, r) = (c.tx(Side::Connector), c.rx(Side::Acceptor));
-        assert!(w.announce(10) == Some(true), "first message rings");
         assert!(
-            w.announce(10) == Some(false),
+            w.announce(10) == Some(Announced::Ring),
+            "first message rings"
+        );
+        assert!(
+            w.announce(10) == Some(Announced::BellOut),
             "a second while the bell is out does not"
         );
         assert!(!r.clear_bell(1), "one message still unread");
         assert!(r.clear_bell(2));
         assert!(
-            w.announce(10) == Some(true),
+            w.announce(10) == Some(Announced::Ring),
             "after the reader took the bell, ring again"
         );
     }
@@ -543,16 +587,16 @@ mod tests {
         let (w, r) = (c.tx(Side::Acceptor), c.rx(Side::Connector));
         assert!(r.offer_token(0, 100));
         assert!(
-            w.announce(100) == Some(false),
+            w.announce(100) == Some(Announced::TookToken),
             "fits: the spinning reader takes it"
         );
         assert!(!r.revoke_token(), "the writer took the token");
-        assert!(w.announce(1) == Some(true), "the next one rings");
+        assert!(w.announce(1) == Some(Announced::Ring), "the next one rings");
         assert!(!r.offer_token(1, 100), "unread data: no token");
         assert!(r.clear_bell(2));
         assert!(r.offer_token(2, 100));
         assert!(
-            w.announce(101) == Some(true),
+            w.announce(101) == Some(Announced::Ring),
             "too big for the reader's room: ring"
         );
         assert!(!r.revoke_token());
@@ -565,7 +609,30 @@ mod tests {
         let (w, r) = (c.tx(Side::Connector), c.rx(Side::Acceptor));
         assert!(r.offer_token(0, 100));
         assert!(r.revoke_token());
-        assert!(w.announce(1) == Some(true));
+        assert!(w.announce(1) == Some(Announced::Ring));
+    }
+
+    /// A message that took a token the reader let stand is rung for late
+    /// while it is unread, and not once the reader has used it up.
+    #[test]
+    fn a_late_ring_only_for_a_message_still_unread() {
+        let c = page();
+        let (w, r) = (c.tx(Side::Connector), c.rx(Side::Acceptor));
+        assert!(!w.ring_late(), "nothing took a token");
+        assert!(r.offer_token(0, usize::MAX));
+        assert_eq!(w.announce(8), Some(Announced::TookToken));
+        assert!(w.ring_late(), "unread: ring after all");
+        assert!(!w.ring_late(), "once");
+        assert!(r.seen().bell);
+        w.rang();
+        assert!(r.clear_bell(1), "the reader takes the late byte");
+
+        assert!(r.offer_token(1, usize::MAX));
+        assert_eq!(w.announce(8), Some(Announced::TookToken));
+        assert!(!r.clear_bell(1), "unread: not yet");
+        assert!(!r.clear_bell(2), "used up, no byte to take");
+        assert!(!w.ring_late(), "used up: no late ring");
+        assert!(!r.seen().bell);
     }
 
     #[test]
@@ -578,7 +645,7 @@ mod tests {
             let c = c.clone();
             std::thread::spawn(move || {
                 (0..n)
-                    .filter(|_| c.tx(Side::Connector).announce(1) == Some(true))
+                    .filter(|_| c.tx(Side::Connector).announce(1) == Some(Announced::Ring))
                     .count()
             })
         };
@@ -622,7 +689,7 @@ mod tests {
         let w = c.tx(Side::Connector);
         assert_eq!(
             w.announce(5),
-            Some(true),
+            Some(Announced::Ring),
             "rang: its doorbell is on its way"
         );
         w.switch();

@@ -12,12 +12,18 @@
 //! offers a token on each connection (as a blocking read does, see
 //! `reader`) and spins for `VIARUN_SPIN_US` on the pages, asking the
 //! kernel now and then for the set's other descriptors. A message that
-//! comes meanwhile takes its connection's token instead of ringing; the
-//! waiter takes back the tokens still there, reports the connections whose
-//! token was taken as readable, and only with nothing at all sleeps in the
-//! kernel (writers ring again by then). A reported message is read by the
-//! program's next read, which needs no doorbell: so a spinning event loop
-//! makes no system call per message, and neither does its peer.
+//! comes meanwhile takes its connection's token instead of ringing. A
+//! wait that has something to report leaves the other tokens standing,
+//! and a read that uses every message up offers its connection's again:
+//! a busy event loop, whose peers' messages come while it works between
+//! waits, then finds them on the pages at its next wait, and no message
+//! costs either end a system call. Only with nothing at all to report
+//! does the waiter take every token back (those taken are reported
+//! readable) and sleep in the kernel, writers ringing again. A wait that
+//! does not look at the pages (another process's, a system call made by
+//! hand, the wait of a set this one is nested in) is woken by the
+//! writer's late ring (`unrung`); a set added to another set lets no
+//! token stand, and a fork takes them all back.
 //!
 //! Only connections registered for EPOLLIN without EPOLLONESHOT are
 //! looked at (a one-shot registration is the kernel's to disarm); one
@@ -29,7 +35,7 @@ use std::collections::HashMap;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use libc::{c_int, epoll_event};
 
@@ -37,6 +43,7 @@ use crate::carried::Carried;
 use crate::conn::{self, PollLink};
 use crate::real::real;
 use crate::spinwait;
+use crate::unrung;
 
 /// Sets with at least one connection (so a wait on any other set pays
 /// one load).
@@ -66,6 +73,10 @@ struct Set {
     /// The table of connections as of the members' last check
     /// (`conn::epoch`).
     epoch: AtomicU64,
+    /// This set is itself a member of another set: a wait on that one
+    /// goes to the kernel without looking at our pages, so no token of
+    /// ours stands between waits.
+    nested: AtomicBool,
 }
 
 fn set_of(epfd: RawFd) -> Option<Arc<Set>> {
@@ -79,6 +90,16 @@ fn set_of(epfd: RawFd) -> Option<Arc<Set>> {
 /// After the kernel's epoll_ctl succeeded: follows `fd` in `epfd`'s table
 /// if it names a connection.
 pub fn ctl(epfd: RawFd, op: c_int, fd: RawFd, event: Option<&epoll_event>) {
+    if op == libc::EPOLL_CTL_ADD {
+        if let Some(inner) = set_of(fd) {
+            inner.nested.store(true, Ordering::Release);
+            for m in lock(&inner.members).iter() {
+                if let Some(l) = &m.link {
+                    l.revoke_poll_token();
+                }
+            }
+        }
+    }
     let entry = match (op, event) {
         (libc::EPOLL_CTL_ADD | libc::EPOLL_CTL_MOD, Some(_)) => conn::entry_id(fd),
         _ => None,
@@ -101,6 +122,7 @@ pub fn ctl(epfd: RawFd, op: c_int, fd: RawFd, event: Option<&epoll_event>) {
                     members: Mutex::new(Vec::new()),
                     spinning: AtomicBool::new(false),
                     epoch: AtomicU64::new(u64::MAX),
+                    nested: AtomicBool::new(false),
                 })
             })
             .clone()
@@ -159,9 +181,18 @@ std::thread_local! {
 }
 
 /// Before fork: the table's lock is taken, so that the child does not
-/// inherit it held by a thread it does not have.
+/// inherit it held by a thread it does not have; the tokens our waits
+/// let stand come back (the child's waits go to the kernel, and a message
+/// that took one would ring no doorbell for it).
 pub fn before_fork() {
     let g = SETS.lock().unwrap_or_else(|e| e.into_inner());
+    for set in g.iter().flat_map(|m| m.values()) {
+        for m in lock(&set.members).iter() {
+            if let Some(l) = &m.link {
+                l.revoke_poll_token();
+            }
+        }
+    }
     let _ = FORK_HELD.try_with(|h| *h.borrow_mut() = Some(g));
 }
 
@@ -281,30 +312,34 @@ fn merge(out: &mut [epoll_event], mut n: usize, ready: &[&Looked]) -> usize {
     n
 }
 
-/// epoll_wait/epoll_pwait on `epfd`; None: not a set we look at (the
-/// caller asks the kernel as usual).
+/// The kernel's wait on a set: epoll_pwait or epoll_pwait2 with the
+/// program's signal mask, for at most the given time (None: no limit).
+type KernelWait<'a> = &'a dyn Fn(&mut [epoll_event], Option<Duration>) -> c_int;
+
+/// epoll_wait/epoll_pwait/epoll_pwait2 on `epfd` for at most `limit`
+/// (None: no limit); None: not a set we look at (the caller asks the
+/// kernel as usual).
 pub fn wait(
     epfd: RawFd,
     out: &mut [epoll_event],
-    timeout_ms: c_int,
-    sigmask: *const libc::sigset_t,
+    limit: Option<Duration>,
+    kernel_wait: KernelWait<'_>,
 ) -> Option<c_int> {
     let set = set_of(epfd)?;
     let looked = looked_at(&set);
     if looked.is_empty() || out.is_empty() {
         return None;
     }
-    let kernel = |out: &mut [epoll_event], timeout: c_int| -> c_int {
-        // SAFETY: the program's event array of `out.len()` entries.
-        unsafe {
-            (real().epoll_pwait)(epfd, out.as_mut_ptr(), out.len() as c_int, timeout, sigmask)
-        }
+    let timeout_ms = spinwait::millis(limit);
+    let kernel = |out: &mut [epoll_event], ms: c_int| -> c_int {
+        kernel_wait(out, (ms >= 0).then(|| Duration::from_millis(ms as u64)))
     };
     let start = Instant::now();
     let links: Vec<&dyn Carried> = looked.iter().map(|l| &*l.link).collect();
     // Tokens go out first, before the kernel is asked: the peer of an
     // event loop answers fast, and its next message should find one.
     let spinner = timeout_ms != 0 && !set.spinning.swap(true, Ordering::AcqRel);
+    let timeout_ms = timeout_ms.clamp(-1, c_int::MAX as i64) as c_int;
     let offered = spinwait::offer(&links, spinner);
     let mut n = kernel(out, 0);
     if n == 0 && spinner && !links.iter().any(|l| l.ready_in_user_space()) {
@@ -316,28 +351,45 @@ pub fn wait(
             kernel,
         );
     }
-    let ready: Vec<&Looked> = spinwait::take_back(&links, &offered)
-        .into_iter()
-        .map(|i| &looked[i])
-        .collect();
     if spinner {
         set.spinning.store(false, Ordering::Release);
     }
     if n < 0 {
+        spinwait::take_back(&links, &offered);
         return Some(n);
     }
+    // Something to report: the tokens of the connections with nothing
+    // stand on until the next wait (see the module's text); theirs only
+    // when nothing is: before the kernel sleeps, every token comes back.
+    let report = n > 0 || timeout_ms == 0 || links.iter().any(|l| l.ready_in_user_space());
+    let ready: Vec<&Looked> = if report && !set.nested.load(Ordering::Acquire) {
+        ready_now(&links, &offered)
+    } else {
+        spinwait::take_back(&links, &offered)
+    }
+    .into_iter()
+    .map(|i| &looked[i])
+    .collect();
     let n = merge(out, n as usize, &ready);
     if n > 0 || timeout_ms == 0 {
         return Some(n as c_int);
     }
     // Nothing: sleep in the kernel (writers ring, the tokens are back).
-    let timeout = if timeout_ms < 0 {
-        -1
-    } else {
-        let spent = start.elapsed().as_millis().min(c_int::MAX as u128) as c_int;
-        (timeout_ms - spent).max(0)
-    };
-    Some(kernel(out, timeout))
+    let rest = limit.map(|d| d.saturating_sub(start.elapsed()));
+    Some(unrung::sleep(rest, |l| kernel_wait(out, l)))
+}
+
+/// The indices of `links` to report readable, their tokens left standing:
+/// those whose token a message took and those whose page shows something.
+fn ready_now(links: &[&dyn Carried], offered: &[bool]) -> Vec<usize> {
+    let mut ready = Vec::new();
+    for (i, (l, &o)) in links.iter().zip(offered).enumerate() {
+        l.let_token_stand();
+        if (o && !l.poll_token_stands()) || l.ready_in_user_space() {
+            ready.push(i);
+        }
+    }
+    ready
 }
 
 /// # Safety
@@ -369,6 +421,38 @@ fn events<'a>(events: *mut epoll_event, max: c_int) -> &'a mut [epoll_event] {
     unsafe { std::slice::from_raw_parts_mut(events, max as usize) }
 }
 
+/// A C timeout in milliseconds as a limit (negative: None, no limit).
+fn limit_of_ms(ms: c_int) -> Option<Duration> {
+    (ms >= 0).then(|| Duration::from_millis(ms as u64))
+}
+
+/// A limit as a C timeout in milliseconds, rounded up (None: -1).
+fn ms_of(limit: Option<Duration>) -> c_int {
+    limit.map_or(-1, |d| {
+        d.as_nanos().div_ceil(1_000_000).min(c_int::MAX as u128) as c_int
+    })
+}
+
+/// epoll_pwait for `wait`: the program's set, array and signal mask.
+fn pwait(
+    epfd: c_int,
+    sigmask: *const libc::sigset_t,
+) -> impl Fn(&mut [epoll_event], Option<Duration>) -> c_int {
+    move |out, limit| {
+        // SAFETY: the program's event array of `out.len()` entries and
+        // its signal mask (or null).
+        unsafe {
+            (real().epoll_pwait)(
+                epfd,
+                out.as_mut_ptr(),
+                out.len() as c_int,
+                ms_of(limit),
+                sigmask,
+            )
+        }
+    }
+}
+
 /// # Safety
 /// The C prototype of epoll_wait(2).
 #[no_mangle]
@@ -379,9 +463,13 @@ pub unsafe extern "C" fn epoll_wait(
     timeout: c_int,
 ) -> c_int {
     crate::guarded(-1, || {
-        wait(epfd, events(ev, max), timeout, std::ptr::null()).unwrap_or_else(|| {
-            // SAFETY: the program's arguments, passed on as they came.
-            unsafe { (real().epoll_wait)(epfd, ev, max, timeout) }
+        let kernel = pwait(epfd, std::ptr::null());
+        wait(epfd, events(ev, max), limit_of_ms(timeout), &kernel).unwrap_or_else(|| {
+            unrung::sleep_ms(timeout.into(), |ms| {
+                // SAFETY: the program's arguments, passed on as they came
+                // (the timeout perhaps in two parts).
+                unsafe { (real().epoll_wait)(epfd, ev, max, ms) }
+            })
         })
     })
 }
@@ -397,10 +485,69 @@ pub unsafe extern "C" fn epoll_pwait(
     sigmask: *const libc::sigset_t,
 ) -> c_int {
     crate::guarded(-1, || {
-        wait(epfd, events(ev, max), timeout, sigmask).unwrap_or_else(|| {
-            // SAFETY: the program's arguments, passed on as they came.
-            unsafe { (real().epoll_pwait)(epfd, ev, max, timeout, sigmask) }
+        let kernel = pwait(epfd, sigmask);
+        wait(epfd, events(ev, max), limit_of_ms(timeout), &kernel).unwrap_or_else(|| {
+            unrung::sleep_ms(timeout.into(), |ms| {
+                // SAFETY: the program's arguments, passed on as they came
+                // (the timeout perhaps in two parts).
+                unsafe { (real().epoll_pwait)(epfd, ev, max, ms, sigmask) }
+            })
         })
+    })
+}
+
+/// epoll_pwait2 through the system call (C libraries before glibc 2.35
+/// have no wrapper): ENOSYS from a kernel before 5.11, as from glibc's.
+fn pwait2_call(
+    epfd: c_int,
+    ev: *mut epoll_event,
+    max: c_int,
+    timeout: *const libc::timespec,
+    sigmask: *const libc::sigset_t,
+) -> c_int {
+    // SAFETY: the program's arguments (or ours: an array and timespec we
+    // hold for the call); the signal set's size is the kernel's.
+    unsafe {
+        libc::syscall(
+            libc::SYS_epoll_pwait2,
+            epfd,
+            ev,
+            max,
+            timeout,
+            sigmask,
+            8usize,
+        ) as c_int
+    }
+}
+
+/// # Safety
+/// The C prototype of epoll_pwait2(2): as epoll_pwait, with a timespec.
+#[no_mangle]
+pub unsafe extern "C" fn epoll_pwait2(
+    epfd: c_int,
+    ev: *mut epoll_event,
+    max: c_int,
+    timeout: *const libc::timespec,
+    sigmask: *const libc::sigset_t,
+) -> c_int {
+    crate::guarded(-1, || {
+        // SAFETY: the program's timeout, if it gave one.
+        let limit = unsafe { timeout.as_ref() }.map(|t| {
+            Duration::new(
+                t.tv_sec.max(0) as u64,
+                t.tv_nsec.clamp(0, 999_999_999) as u32,
+            )
+        });
+        let call = |ev: *mut epoll_event, max: c_int, limit: Option<Duration>| -> c_int {
+            let t = limit.map(spinwait::timespec);
+            let tp = t.as_ref().map_or(std::ptr::null(), |t| t as *const _);
+            pwait2_call(epfd, ev, max, tp, sigmask)
+        };
+        let kernel = |out: &mut [epoll_event], l: Option<Duration>| {
+            call(out.as_mut_ptr(), out.len() as c_int, l)
+        };
+        wait(epfd, events(ev, max), limit, &kernel)
+            .unwrap_or_else(|| unrung::sleep(limit, |l| call(ev, max, l)))
     })
 }
 
@@ -424,6 +571,7 @@ mod tests {
             members: Mutex::new(fds.iter().map(|&f| member(f)).collect()),
             spinning: AtomicBool::new(false),
             epoch: AtomicU64::new(u64::MAX),
+            nested: AtomicBool::new(false),
         });
         let mut s = SETS.lock().unwrap();
         s.get_or_insert_with(HashMap::new).insert(epfd, set.clone());

@@ -49,7 +49,9 @@ pub fn wait_readable(fd: RawFd) {
         revents: 0,
     };
     // SAFETY: one pollfd of ours.
-    unsafe { (crate::real::real().poll)(&mut p, 1, -1) };
+    crate::unrung::sleep_ms(-1, |ms| unsafe {
+        (crate::real::real().poll)(&mut p, 1, ms)
+    });
 }
 
 /// Whether the peer has closed or reset its end.
@@ -104,7 +106,9 @@ fn wait_writable(fd: RawFd) {
         revents: 0,
     };
     // SAFETY: one pollfd of ours.
-    unsafe { (crate::real::real().poll)(&mut p, 1, -1) };
+    crate::unrung::sleep_ms(-1, |ms| unsafe {
+        (crate::real::real().poll)(&mut p, 1, ms)
+    });
 }
 
 /// The doorbell: one byte, with the program's choice about SIGPIPE. At

@@ -43,6 +43,7 @@ mod splice;
 mod stats;
 mod stdio;
 mod switched;
+mod unrung;
 
 use libc::{c_int, c_void, iovec, msghdr, size_t, sockaddr, socklen_t, ssize_t};
 use std::panic::{catch_unwind, AssertUnwindSafe};

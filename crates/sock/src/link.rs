@@ -24,7 +24,7 @@ use openvia_core::nic::Nic;
 use openvia_core::vi::{reliability, Vi, ViState};
 use openvia_core::{Address, ViaError};
 
-use crate::control::{peer_of, Control, Direction, Side, RING_BYTES, TABLE_LEN};
+use crate::control::{peer_of, Announced, Control, Direction, Side, RING_BYTES, TABLE_LEN};
 use crate::kernel;
 use crate::region::{Region, DESC_BYTES};
 
@@ -184,6 +184,14 @@ pub struct Link {
     /// followed through the program's fcntl(F_SETFL) and ioctl(FIONBIO)
     /// (lib.rs): a read or write that must know it makes no system call.
     nonblocking: AtomicBool,
+    /// A message of ours took the reader's token and is in `unrung`'s
+    /// list (so that it is listed once).
+    unrung: AtomicBool,
+    /// The program waits for this connection in epoll, which lets its
+    /// token stand between waits: a read that uses every message up
+    /// offers it again (`reader`), so that the peer's next message finds
+    /// one even when it comes before the next wait.
+    pub(crate) standing: AtomicBool,
 }
 
 // SAFETY: the region is plain memory owned by the link; all access to its
@@ -328,6 +336,8 @@ impl Link {
             record: None,
             forks: crate::process::forks(),
             nonblocking: AtomicBool::new(false),
+            unrung: AtomicBool::new(false),
+            standing: AtomicBool::new(false),
         };
         for j in 0..RECV_SLOTS {
             link.post_recv(j)?;
@@ -358,6 +368,16 @@ impl Link {
     /// The program changed the socket's O_NONBLOCK.
     pub fn set_nonblocking(&self, on: bool) {
         self.nonblocking.store(on, Ordering::Relaxed);
+    }
+
+    /// Which connection this is, for `unrung` (its page's address).
+    pub(crate) fn page_id(&self) -> usize {
+        Arc::as_ptr(&self.control) as usize
+    }
+
+    /// Marks this link as listed in `unrung`: true if it was not yet.
+    pub(crate) fn note_unrung(&self) -> bool {
+        !self.unrung.swap(true, Ordering::AcqRel)
     }
 
     /// The page word this side's messages are announced in.
@@ -532,6 +552,7 @@ impl Link {
                 if self.broken() {
                     return self.vi_lost(fd, data, (seg, off), taken, dontwait, nosignal);
                 }
+                crate::unrung::ring_all();
                 self.control.wait_for_room(self.side, used, SLICE);
             };
             let place = (at % RING_BYTES as u64) as usize;
@@ -571,7 +592,7 @@ impl Link {
             // the socket is readable while data is unread. A dead peer
             // shows on the doorbell as EPIPE (and SIGPIPE) from the kernel.
             self.control.set_entry(self.side, tx.sent, place, len);
-            let Some(ring) = self.tx_word().announce(len) else {
+            let Some(announced) = self.tx_word().announce(len) else {
                 // Switched meanwhile: this message goes to the kernel.
                 tx.free.push(i);
                 return self.write_switched(fd, data, start, taken, dontwait, nosignal);
@@ -582,6 +603,10 @@ impl Link {
                 tx.in_flight += 1;
             } else {
                 tx.free.push(i);
+            }
+            let ring = announced == Announced::Ring;
+            if announced == Announced::TookToken {
+                crate::unrung::note(fd, self);
             }
             // Announced either way: after a switch the peer reads it
             // from the ring through the page.
@@ -757,9 +782,25 @@ impl crate::carried::Carried for Link {
     fn revoke_poll_token(&self) -> bool {
         self.rx_word().revoke_token()
     }
+    fn let_token_stand(&self) {
+        self.standing.store(true, Ordering::Relaxed);
+    }
+    fn ring_late(&self, fd: RawFd, page: usize) -> bool {
+        if page != self.page_id() {
+            return false;
+        }
+        self.unrung.store(false, Ordering::Release);
+        if self.tx_word().ring_late() {
+            // A dead peer: its error shows at the next call.
+            let _ = kernel::send_doorbell(fd, true);
+            self.tx_word().rang();
+        }
+        true
+    }
     fn wait_room(&self, _fd: RawFd, limit: std::time::Duration) {
         let used = self.control.consumed(self.side);
         if !Link::writable(self) && !self.tx_word().seen().switched {
+            crate::unrung::ring_all();
             self.control.wait_for_room(self.side, used, limit);
         }
     }

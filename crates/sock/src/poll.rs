@@ -13,6 +13,7 @@ use libc::{c_int, nfds_t, pollfd};
 use crate::carried::Carried;
 use crate::real::real;
 use crate::spinwait::{self, Outcome};
+use crate::unrung;
 
 const READ_EVENTS: i16 = libc::POLLIN | libc::POLLRDNORM;
 
@@ -77,8 +78,9 @@ fn poll_with(fds: *mut pollfd, nfds: nfds_t, timeout: c_int) -> c_int {
     };
     let fds_now = array(fds, nfds);
     match look(fds_now, timeout.into(), |f| kernel(f, 0)) {
-        // SAFETY: the program's arguments, passed on as they came.
-        None => unsafe { (real().poll)(fds, nfds, timeout) },
+        // SAFETY: the program's arguments, passed on as they came (the
+        // timeout perhaps in two parts).
+        None => unrung::sleep_ms(timeout.into(), |ms| unsafe { (real().poll)(fds, nfds, ms) }),
         Some(Outcome::Done(n)) => n,
         Some(Outcome::Sleep) => {
             let rest = if timeout < 0 {
@@ -87,7 +89,7 @@ fn poll_with(fds: *mut pollfd, nfds: nfds_t, timeout: c_int) -> c_int {
                 let spent = start.elapsed().as_millis().min(c_int::MAX as u128) as c_int;
                 (timeout - spent).max(0)
             };
-            kernel(array(fds, nfds), rest)
+            unrung::sleep_ms(rest.into(), |ms| kernel(array(fds, nfds), ms))
         }
     }
 }
@@ -135,13 +137,18 @@ fn ppoll_with(
         tv_nsec: 0,
     };
     match look(array(fds, nfds), timeout_ms, |f| kernel(f, &zero)) {
-        // SAFETY: the program's arguments, passed on as they came.
-        None => unsafe { (real().ppoll)(fds, nfds, tmo, sigmask) },
+        None => unrung::sleep(limit, |l| {
+            let t = l.map(spinwait::timespec);
+            kernel(array(fds, nfds), t.as_ref().map_or(std::ptr::null(), |t| t))
+        }),
         Some(Outcome::Done(n)) => n,
-        Some(Outcome::Sleep) => match limit {
-            None => kernel(array(fds, nfds), std::ptr::null()),
-            Some(d) => kernel(array(fds, nfds), &spinwait::rest(d, start)),
-        },
+        Some(Outcome::Sleep) => {
+            let rest = limit.map(|d| d.saturating_sub(start.elapsed()));
+            unrung::sleep(rest, |l| {
+                let t = l.map(spinwait::timespec);
+                kernel(array(fds, nfds), t.as_ref().map_or(std::ptr::null(), |t| t))
+            })
+        }
     }
 }
 

@@ -19,6 +19,7 @@
 //! nothing yet.
 
 use std::os::fd::RawFd;
+use std::sync::atomic::Ordering;
 use std::sync::{MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -262,7 +263,12 @@ impl Link {
             if !token {
                 if peek {
                     // A peek must not take a token (it leaves the message
-                    // unread): the writer rings, the kernel wakes us.
+                    // unread): the writer rings, the kernel wakes us. A
+                    // token an epoll wait let stand comes back first (if
+                    // a message took it, it is on its way).
+                    if self.rx_word().seen().token && !self.rx_word().revoke_token() {
+                        continue;
+                    }
                     kernel::wait_readable(fd);
                     ask_kernel = true;
                 }
@@ -311,6 +317,11 @@ impl Link {
     fn leave(&self, fd: RawFd, rx: &mut MutexGuard<'_, Rx>, got: usize) -> usize {
         if rx.current.is_none() {
             self.take_bell(fd, rx);
+            if self.standing.load(Ordering::Relaxed) && rx.later.is_empty() {
+                // Waited for in epoll: the token stands again (fails if
+                // something came meanwhile).
+                self.rx_word().offer_token(rx.consumed, usize::MAX);
+            }
         }
         if rx.current.is_some() || self.rx_word().seen().posted != rx.consumed {
             self.bell_visible(fd, rx);

@@ -12,6 +12,7 @@ use libc::{c_int, fd_set};
 use crate::carried::Carried;
 use crate::real::real;
 use crate::spinwait::{self, Outcome};
+use crate::unrung;
 
 /// The three sets as the program gave them (None: a null pointer).
 #[derive(Clone, Copy)]
@@ -147,6 +148,34 @@ unsafe fn look(
     Some(Outcome::Done(n))
 }
 
+/// The rest of the select in the kernel, through `unrung::sleep`, for at
+/// most `limit`: the program's sets are kept, so that a second part of the
+/// sleep waits for the same ones. `call` is select or pselect on the
+/// program's sets with the time given.
+fn sleep_on_sets(
+    read: *mut fd_set,
+    write: *mut fd_set,
+    except: *mut fd_set,
+    limit: Option<Duration>,
+    call: impl Fn(Option<Duration>) -> c_int,
+) -> c_int {
+    // SAFETY: the program's sets, valid where non-null.
+    let kept = unsafe { [read, write, except].map(|p| p.as_ref().copied()) };
+    let mut again = false;
+    unrung::sleep(limit, |l| {
+        if again {
+            for (p, k) in [read, write, except].into_iter().zip(kept) {
+                if let Some(k) = k {
+                    // SAFETY: as above (non-null where `k` was taken).
+                    unsafe { *p = k };
+                }
+            }
+        }
+        again = true;
+        call(l)
+    })
+}
+
 fn select_with(
     nfds: c_int,
     read: *mut fd_set,
@@ -160,25 +189,32 @@ fn select_with(
         Duration::from_secs(t.tv_sec.max(0) as u64)
             + Duration::from_micros(t.tv_usec.clamp(0, 999_999) as u64)
     });
+    let kernel = |l: Option<Duration>| {
+        let mut tv = l.map(|d| libc::timeval {
+            tv_sec: d.as_secs() as libc::time_t,
+            tv_usec: d.subsec_micros() as libc::suseconds_t,
+        });
+        let tp = tv.as_mut().map_or(std::ptr::null_mut(), |t| t as *mut _);
+        // SAFETY: the program's sets and our timeout.
+        unsafe { (real().select)(nfds, read, write, except, tp) }
+    };
     // SAFETY: the program's arguments.
-    match unsafe { look(nfds, read, write, except, spinwait::millis(limit)) } {
-        // SAFETY: the program's arguments, passed on as they came.
-        None => unsafe { (real().select)(nfds, read, write, except, timeout) },
-        Some(outcome) => {
-            // Linux leaves the time not slept in the program's timeout.
-            if let (Some(t), Some(d)) = (unsafe { timeout.as_mut() }, limit) {
-                let rest = spinwait::rest(d, start);
-                t.tv_sec = rest.tv_sec;
-                t.tv_usec = (rest.tv_nsec / 1000) as libc::suseconds_t;
-            }
-            match outcome {
-                Outcome::Done(n) => n,
-                // SAFETY: the program's sets as it gave them, and its
-                // timeout, now the rest of it.
-                Outcome::Sleep => unsafe { (real().select)(nfds, read, write, except, timeout) },
-            }
+    let r = match unsafe { look(nfds, read, write, except, spinwait::millis(limit)) } {
+        None => sleep_on_sets(read, write, except, limit, kernel),
+        Some(Outcome::Done(n)) => n,
+        Some(Outcome::Sleep) => {
+            let rest = limit.map(|d| d.saturating_sub(start.elapsed()));
+            sleep_on_sets(read, write, except, rest, kernel)
         }
+    };
+    // Linux leaves the time not slept in the program's timeout.
+    // SAFETY: the program's timeout, if it gave one.
+    if let (Some(t), Some(d)) = (unsafe { timeout.as_mut() }, limit) {
+        let rest = d.saturating_sub(start.elapsed());
+        t.tv_sec = rest.as_secs() as libc::time_t;
+        t.tv_usec = rest.subsec_micros() as libc::suseconds_t;
     }
+    r
 }
 
 /// # Safety
@@ -214,17 +250,19 @@ pub unsafe extern "C" fn pselect(
                 t.tv_nsec.clamp(0, 999_999_999) as u32,
             )
         });
+        let kernel = |l: Option<Duration>| {
+            let t = l.map(spinwait::timespec);
+            let tp = t.as_ref().map_or(std::ptr::null(), |t| t as *const _);
+            // SAFETY: the program's sets and mask, and our timeout.
+            unsafe { (real().pselect)(nfds, read, write, except, tp, sigmask) }
+        };
         // SAFETY: the program's arguments.
         match unsafe { look(nfds, read, write, except, spinwait::millis(limit)) } {
-            // SAFETY: the program's arguments, passed on as they came.
-            None => unsafe { (real().pselect)(nfds, read, write, except, timeout, sigmask) },
+            None => sleep_on_sets(read, write, except, limit, kernel),
             Some(Outcome::Done(n)) => n,
             Some(Outcome::Sleep) => {
-                let rest = limit.map(|d| spinwait::rest(d, start));
-                let t = rest.as_ref().map_or(std::ptr::null(), |t| t as *const _);
-                // SAFETY: the program's sets as it gave them, its mask,
-                // and the rest of its timeout.
-                unsafe { (real().pselect)(nfds, read, write, except, t, sigmask) }
+                let rest = limit.map(|d| d.saturating_sub(start.elapsed()));
+                sleep_on_sets(read, write, except, rest, kernel)
             }
         }
     })

@@ -60,12 +60,11 @@ pub fn millis(limit: Option<Duration>) -> i64 {
     }
 }
 
-/// What is left of `limit` since `start`, as a timespec.
-pub fn rest(limit: Duration, start: Instant) -> libc::timespec {
-    let r = limit.saturating_sub(start.elapsed());
+/// `d` as a timespec.
+pub fn timespec(d: Duration) -> libc::timespec {
     libc::timespec {
-        tv_sec: r.as_secs() as libc::time_t,
-        tv_nsec: r.subsec_nanos() as libc::c_long,
+        tv_sec: d.as_secs() as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
     }
 }
 
@@ -118,13 +117,14 @@ pub fn spin<S: ?Sized>(
     }
 }
 
-/// Takes back the tokens `offered`; the indices of the connections to
-/// report readable: those whose token a message took (on its way, with no
+/// Takes back every token of `links` (those `offered` now, and any an
+/// epoll wait let stand); the indices of the connections to report
+/// readable: those whose token a message took (on its way, with no
 /// doorbell) and those whose page shows something.
 pub fn take_back(links: &[&dyn Carried], offered: &[bool]) -> Vec<usize> {
     let mut ready = Vec::new();
     for (i, (l, &o)) in links.iter().zip(offered).enumerate() {
-        let taken = o && !l.revoke_poll_token();
+        let taken = !l.revoke_poll_token() && o;
         if taken || l.ready_in_user_space() {
             ready.push(i);
         }
