@@ -310,6 +310,10 @@ fn settle(fd: RawFd) -> Route {
         pid if pid != crate::process::id() => return Route::Fail(libc::EIO),
         _ => {
             if waits_for_peer() {
+                // The settling thread needs a CPU, and a program told
+                // EAGAIN often asks again at once (a level-triggered
+                // EPOLLOUT: the kernel socket has room): give it ours.
+                std::thread::yield_now();
                 return Route::Fail(libc::EAGAIN);
             }
         }
