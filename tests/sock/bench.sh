@@ -36,6 +36,17 @@ pp() {
     wait "$s" 2>/dev/null || true
     sed -n 's/.*percentile 50.000 = *\([0-9.]*\).*/\1/p' "$dir/pp"
 }
+# line: the round trip of one cache line between CPUs 0 and 1 now, in ns
+# (`viabench line`, when BINDIR has it; else "?"). On a VM the host moves
+# the two vCPUs between cores that share a cache and cores that do not,
+# and the latency figures of a round move with it (docs/sockets.md).
+line() {
+    if [ -x "$bin/viabench" ]; then
+        "$bin/viabench" line --batches 5 | awk '{print $(NF-1)}'
+    else
+        echo "?"
+    fi
+}
 # ip PREFIX: receiver Gbit/s of one iperf3 run.
 ip() {
     pre=$1
@@ -51,14 +62,16 @@ ip() {
 
 : >"$dir/lk"; : >"$dir/lkn"; : >"$dir/lv"; : >"$dir/lvn"; : >"$dir/tk"; : >"$dir/tv"
 for r in $(seq "$rounds"); do
+    l1=$(line)
     lk=$(pp "")
     lkn=$(pp "" --nonblocked)
     lv=$(pp "$V")
     lvn=$(pp "$V" --nonblocked)
+    l2=$(line)
     tk=$(ip "")
     tv=$(ip "$V")
     echo "round $r: latency kernel $lk us, kernel --nonblocked $lkn us, viarun $lv us, viarun --nonblocked $lvn us;" \
-        "iperf3 kernel $tk, viarun $tv Gbit/s"
+        "iperf3 kernel $tk, viarun $tv Gbit/s; cache line round trip $l1 then $l2 ns"
     echo "$lk" >>"$dir/lk"; echo "$lkn" >>"$dir/lkn"; echo "$lv" >>"$dir/lv"; echo "$lvn" >>"$dir/lvn"
     echo "$tk" >>"$dir/tk"; echo "$tv" >>"$dir/tv"
 done

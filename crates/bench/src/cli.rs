@@ -32,6 +32,37 @@ pub enum Command {
     /// Many connections: round-robin ping-pong over N VIs, waiting per VI
     /// or on one CQ; connect times and memory (shared-memory device).
     Scale(ScaleArgs),
+    /// Round trip of one cache line between two CPUs (the floor under any
+    /// shared-memory ping-pong between them; on a VM it moves between runs).
+    Line(LineArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct LineArgs {
+    /// The two CPUs, as `A,B`.
+    #[arg(long, default_value = "0,1", value_parser = parse_cpu_pair)]
+    pub cpus: (usize, usize),
+    /// Timed batches (the median is printed).
+    #[arg(long, default_value_t = 21)]
+    pub batches: usize,
+    /// Round trips per batch.
+    #[arg(long, default_value_t = 100_000)]
+    pub per_batch: u64,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `A,B`: two CPU numbers.
+fn parse_cpu_pair(s: &str) -> Result<(usize, usize), String> {
+    let (a, b) = s
+        .split_once(',')
+        .ok_or_else(|| format!("expected two CPUs as A,B, got {s:?}"))?;
+    let cpu = |x: &str| {
+        x.trim()
+            .parse::<usize>()
+            .map_err(|_| format!("not a CPU number: {x:?}"))
+    };
+    Ok((cpu(a)?, cpu(b)?))
 }
 
 /// How `scale` waits for each receive.
@@ -285,6 +316,14 @@ pub fn parse_pin(text: &str) -> Result<PinRequest, String> {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    #[test]
+    fn a_cpu_pair_is_two_numbers() {
+        assert_eq!(parse_cpu_pair("0,1"), Ok((0, 1)));
+        assert_eq!(parse_cpu_pair(" 3, 12"), Ok((3, 12)));
+        assert!(parse_cpu_pair("0").is_err());
+        assert!(parse_cpu_pair("0,x").is_err());
+    }
 
     #[test]
     fn sizes_with_suffixes() {

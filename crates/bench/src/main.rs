@@ -11,6 +11,7 @@ mod compare;
 mod driver_bandwidth;
 mod driver_latency;
 mod error;
+mod line;
 mod measure;
 mod overhead;
 mod pattern;
@@ -38,6 +39,7 @@ fn main() -> ExitCode {
         Command::Transports(args) => commands::list_transports(args),
         Command::Overhead(args) => overhead::run(args),
         Command::Scale(args) => scale::run(args),
+        Command::Line(args) => line::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
