@@ -108,19 +108,31 @@ void quiet_server(int fd) {
     close(quiet_epoll);
 }
 
-/* epoll-busy: a busy event loop. The server answers, then works (spins
- * BUSY_US) before its next epoll_wait, so the client's next message comes
- * while it is not waiting; under viarun the token its epoll wait let
- * stand (offered again by the read that used the message up) takes that
- * message, and it rings no doorbell. */
+/* epoll-busy, poll-busy, select-busy: a busy event loop. The server
+ * answers, then works (spins BUSY_US) before its next wait, so the
+ * client's next message comes while it is not waiting; under viarun the
+ * token its last wait let stand (offered again by the read that used the
+ * message up) takes that message, and it rings no doorbell. */
 #define BUSY_ROUNDS 500
 #define BUSY_US 100
 static int busy_epoll = -1;
 static void busy_wait(int fd, int r) {
-    (void)fd;
-    struct epoll_event out[4];
-    int n = epoll_wait(busy_epoll, out, 4, 5000);
-    if (n != 1 || !(out[0].events & EPOLLIN)) FAIL("round %d: epoll_wait %d", r, n);
+    if (strcmp(mode, "epoll-busy") == 0) {
+        struct epoll_event out[4];
+        int n = epoll_wait(busy_epoll, out, 4, 5000);
+        if (n != 1 || !(out[0].events & EPOLLIN)) FAIL("round %d: epoll_wait %d", r, n);
+    } else if (strcmp(mode, "poll-busy") == 0) {
+        struct pollfd q = {fd, POLLIN, 0};
+        int n = poll(&q, 1, 5000);
+        if (n != 1 || !(q.revents & POLLIN)) FAIL("round %d: poll %d", r, n);
+    } else {
+        fd_set rs;
+        FD_ZERO(&rs);
+        FD_SET(fd, &rs);
+        struct timeval tv = {5, 0};
+        int n = select(fd + 1, &rs, NULL, NULL, &tv);
+        if (n != 1 || !FD_ISSET(fd, &rs)) FAIL("round %d: select %d", r, n);
+    }
 }
 void busy_client(int fd) { ping_pong_client(fd, BUSY_ROUNDS); }
 void busy_server(int fd) {

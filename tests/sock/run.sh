@@ -49,7 +49,7 @@ expect client "$SHM1"
 # both ends under viarun, where the connections must have gone over shm.
 for mode in poll select epoll-lt epoll-et epoll-nested peek dup threads sendfile splice exec exec-vfork exec-connect exec-closerange exec-closeloop exec-closefrom exec-used exec-self fork-used fork-close fork-stream stdio stdio-exec stdio-dup2 epollout-et epollout-lt fork-settling shutdown-wakes linger0 \
     reuseport reuseport-plain selfloop ipv6 stress reconnect hangup hangup-exit hangup-kill hangup-et wake nonblock epoll-quiet poll-quiet select-quiet \
-    epoll2-quiet epoll-busy epoll-unseen; do
+    epoll2-quiet epoll-busy poll-busy select-busy epoll-unseen; do
     "$dir/compat" "$mode"
     $VS "$dir/compat" "$mode" 2>"$dir/compat.err" || { cat "$dir/compat.err"; exit 1; }
     if [ "$mode" = reuseport-plain ]; then
@@ -80,9 +80,10 @@ done
 # that window (227 seen once for select in CI). epoll-busy: a server that
 # works between its waits, so that every message comes while it does not
 # wait; the token its last wait let stand saves the doorbell (all 500 rang
-# before, and over kernel TCP all 7000 bytes go through the kernel).
+# before, and over kernel TCP all 7000 bytes go through the kernel); the
+# same in poll and select (poll-busy, select-busy).
 # epoll2-quiet waits in epoll_pwait2 (not intercepted before: all rang).
-for mode in epoll-quiet epoll2-quiet poll-quiet select-quiet epoll-busy; do
+for mode in epoll-quiet epoll2-quiet poll-quiet select-quiet epoll-busy poll-busy select-busy; do
     VIARUN_SPIN_US=200000 $VS "$dir/compat" $mode 2>"$dir/compat.err" || { cat "$dir/compat.err"; exit 1; }
     expect compat "$SHM1"
     carried=$(awk -v m="$mode" '$1 == "compat" && $2 == m ":" && $3 == "kernel" { print $5; n = $8 } END { print n }' "$dir/compat.err")

@@ -13,7 +13,8 @@
 //! `reader`) and spins for `VIARUN_SPIN_US` on the pages, asking the
 //! kernel now and then for the set's other descriptors. A message that
 //! comes meanwhile takes its connection's token instead of ringing. A
-//! wait that has something to report leaves the other tokens standing,
+//! wait that has something to report (poll's and select's too,
+//! `spinwait::report`) leaves the other tokens standing,
 //! and a read that uses every message up offers its connection's again:
 //! a busy event loop, whose peers' messages come while it works between
 //! waits, then finds them on the pages at its next wait, and no message
@@ -354,22 +355,17 @@ pub fn wait(
     if spinner {
         set.spinning.store(false, Ordering::Release);
     }
+    // Something to report: the other connections' tokens stand on until
+    // the next wait (see the module's text), unless this set is nested in
+    // another; before the kernel sleeps, every token comes back.
+    let stand = !set.nested.load(Ordering::Acquire);
+    let ready: Vec<&Looked> = spinwait::report(&links, &offered, n, timeout_ms.into(), stand)
+        .into_iter()
+        .map(|i| &looked[i])
+        .collect();
     if n < 0 {
-        spinwait::take_back(&links, &offered);
         return Some(n);
     }
-    // Something to report: the tokens of the connections with nothing
-    // stand on until the next wait (see the module's text); theirs only
-    // when nothing is: before the kernel sleeps, every token comes back.
-    let report = n > 0 || timeout_ms == 0 || links.iter().any(|l| l.ready_in_user_space());
-    let ready: Vec<&Looked> = if report && !set.nested.load(Ordering::Acquire) {
-        ready_now(&links, &offered)
-    } else {
-        spinwait::take_back(&links, &offered)
-    }
-    .into_iter()
-    .map(|i| &looked[i])
-    .collect();
     let n = merge(out, n as usize, &ready);
     if n > 0 || timeout_ms == 0 {
         return Some(n as c_int);
@@ -377,19 +373,6 @@ pub fn wait(
     // Nothing: sleep in the kernel (writers ring, the tokens are back).
     let rest = limit.map(|d| d.saturating_sub(start.elapsed()));
     Some(unrung::sleep(rest, |l| kernel_wait(out, l)))
-}
-
-/// The indices of `links` to report readable, their tokens left standing:
-/// those whose token a message took and those whose page shows something.
-fn ready_now(links: &[&dyn Carried], offered: &[bool]) -> Vec<usize> {
-    let mut ready = Vec::new();
-    for (i, (l, &o)) in links.iter().zip(offered).enumerate() {
-        l.let_token_stand();
-        if (o && !l.poll_token_stands()) || l.ready_in_user_space() {
-            ready.push(i);
-        }
-    }
-    ready
 }
 
 /// # Safety

@@ -2,9 +2,10 @@
 //! a call that names carried connections for reading looks at their
 //! pages, and with nothing ready spins with a token on each for
 //! `VIARUN_SPIN_US` before it sleeps in the kernel (`spinwait`), so a
-//! message that comes meanwhile needs no doorbell. No table: the call
-//! names its descriptors. select is not intercepted (the kernel, with
-//! doorbells, as before).
+//! message that comes meanwhile needs no doorbell. A call with something
+//! to report leaves the other tokens standing until the next wait, as
+//! epoll's does (`spinwait::report`). No table: the call names its
+//! descriptors.
 
 use std::time::{Duration, Instant};
 
@@ -43,7 +44,7 @@ fn look(
             |f, _| now(f),
         );
     }
-    let ready = spinwait::take_back(&links, &offered);
+    let ready = spinwait::report(&links, &offered, n, timeout_ms, true);
     if n < 0 {
         return Some(Outcome::Done(n));
     }

@@ -111,7 +111,7 @@ unsafe fn look(
             |s, _| ask_now(nfds, s),
         );
     }
-    let ready = spinwait::take_back(&links, &offered);
+    let ready = spinwait::report(&links, &offered, n, timeout_ms, true);
     if n < 0 {
         return Some(Outcome::Done(n));
     }

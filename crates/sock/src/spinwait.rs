@@ -117,11 +117,48 @@ pub fn spin<S: ?Sized>(
     }
 }
 
+/// The indices of `links` to report readable once a look or spin ended
+/// with the kernel's `n`. With something to report (`n` events, or a page
+/// that shows data; or a call that does not wait) and `stand` allowed,
+/// the tokens of the others stand on until the next wait (`epoll`), and a
+/// read that uses their messages up offers them again; else, and if the
+/// report turns out empty for a call that would sleep (another thread
+/// read the data meanwhile), every token comes back first.
+pub fn report(
+    links: &[&dyn Carried],
+    offered: &[bool],
+    n: c_int,
+    timeout_ms: i64,
+    stand: bool,
+) -> Vec<usize> {
+    let something = n > 0 || timeout_ms == 0 || links.iter().any(|l| l.ready_in_user_space());
+    if stand && n >= 0 && something {
+        let ready = ready_now(links, offered);
+        if !ready.is_empty() || n > 0 || timeout_ms == 0 {
+            return ready;
+        }
+    }
+    take_back(links, offered)
+}
+
+/// The indices of `links` to report readable, their tokens left standing:
+/// those whose token a message took and those whose page shows something.
+fn ready_now(links: &[&dyn Carried], offered: &[bool]) -> Vec<usize> {
+    let mut ready = Vec::new();
+    for (i, (l, &o)) in links.iter().zip(offered).enumerate() {
+        l.let_token_stand();
+        if (o && !l.poll_token_stands()) || l.ready_in_user_space() {
+            ready.push(i);
+        }
+    }
+    ready
+}
+
 /// Takes back every token of `links` (those `offered` now, and any an
 /// epoll wait let stand); the indices of the connections to report
 /// readable: those whose token a message took (on its way, with no
 /// doorbell) and those whose page shows something.
-pub fn take_back(links: &[&dyn Carried], offered: &[bool]) -> Vec<usize> {
+fn take_back(links: &[&dyn Carried], offered: &[bool]) -> Vec<usize> {
     let mut ready = Vec::new();
     for (i, (l, &o)) in links.iter().zip(offered).enumerate() {
         let taken = !l.revoke_poll_token() && o;
