@@ -70,33 +70,39 @@ static void serve_round(int fd, int r, void (*wait)(int fd, int r)) {
     write_all(fd, m, sizeof m);
 }
 
-/* epoll-quiet, epoll2-quiet, poll-quiet, select-quiet: a ping-pong of
- * QUIET_ROUNDS small messages, the server waiting in epoll_wait
- * (level-triggered), epoll_pwait2, poll or select, reading nonblocking. Under viarun, where both ends spin
- * before they sleep, few messages ring a doorbell. */
-#define QUIET_ROUNDS 2000
-static int quiet_epoll = -1;
-static void quiet_wait(int fd, int r) {
-    if (strcmp(mode, "select-quiet") == 0) {
+/* Waits until `fd` is readable, the way the mode's name starts (epoll,
+ * epoll2: epoll_pwait2 on `epfd`, poll, select), for at most 5 s: the
+ * one readable event or a failure. */
+static void wait_in(int fd, int epfd, int r) {
+    if (strncmp(mode, "select", 6) == 0) {
         fd_set rs;
         FD_ZERO(&rs);
         FD_SET(fd, &rs);
         struct timeval tv = {5, 0};
         int n = select(fd + 1, &rs, NULL, NULL, &tv);
         if (n != 1 || !FD_ISSET(fd, &rs)) FAIL("round %d: select %d", r, n);
-    } else if (strcmp(mode, "poll-quiet") == 0) {
+    } else if (strncmp(mode, "poll", 4) == 0) {
         struct pollfd q = {fd, POLLIN, 0};
         int n = poll(&q, 1, 5000);
         if (n != 1 || !(q.revents & POLLIN)) FAIL("round %d: poll %d revents %#x", r, n, q.revents);
     } else {
         struct epoll_event out[4];
         struct timespec t = {5, 0};
-        int n = strcmp(mode, "epoll2-quiet") == 0 ? epoll_pwait2(quiet_epoll, out, 4, &t, NULL)
-                                                  : epoll_wait(quiet_epoll, out, 4, 5000);
+        int n = strncmp(mode, "epoll2", 6) == 0 ? epoll_pwait2(epfd, out, 4, &t, NULL)
+                                                : epoll_wait(epfd, out, 4, 5000);
         if (n != 1 || out[0].data.u64 != 0x5eed || !(out[0].events & EPOLLIN))
             FAIL("round %d: epoll_wait %d events %#x", r, n, n > 0 ? out[0].events : 0);
     }
 }
+
+/* epoll-quiet, epoll2-quiet, poll-quiet, select-quiet: a ping-pong of
+ * QUIET_ROUNDS small messages, the server waiting in epoll_wait
+ * (level-triggered), epoll_pwait2, poll or select, reading nonblocking.
+ * Under viarun, where both ends spin before they sleep, few messages ring
+ * a doorbell. */
+#define QUIET_ROUNDS 2000
+static int quiet_epoll = -1;
+static void quiet_wait(int fd, int r) { wait_in(fd, quiet_epoll, r); }
 void quiet_client(int fd) { ping_pong_client(fd, QUIET_ROUNDS); }
 void quiet_server(int fd) {
     quiet_epoll = epoll_on(fd, 0x5eed);
@@ -116,27 +122,10 @@ void quiet_server(int fd) {
 #define BUSY_ROUNDS 500
 #define BUSY_US 100
 static int busy_epoll = -1;
-static void busy_wait(int fd, int r) {
-    if (strcmp(mode, "epoll-busy") == 0) {
-        struct epoll_event out[4];
-        int n = epoll_wait(busy_epoll, out, 4, 5000);
-        if (n != 1 || !(out[0].events & EPOLLIN)) FAIL("round %d: epoll_wait %d", r, n);
-    } else if (strcmp(mode, "poll-busy") == 0) {
-        struct pollfd q = {fd, POLLIN, 0};
-        int n = poll(&q, 1, 5000);
-        if (n != 1 || !(q.revents & POLLIN)) FAIL("round %d: poll %d", r, n);
-    } else {
-        fd_set rs;
-        FD_ZERO(&rs);
-        FD_SET(fd, &rs);
-        struct timeval tv = {5, 0};
-        int n = select(fd + 1, &rs, NULL, NULL, &tv);
-        if (n != 1 || !FD_ISSET(fd, &rs)) FAIL("round %d: select %d", r, n);
-    }
-}
+static void busy_wait(int fd, int r) { wait_in(fd, busy_epoll, r); }
 void busy_client(int fd) { ping_pong_client(fd, BUSY_ROUNDS); }
 void busy_server(int fd) {
-    busy_epoll = epoll_on(fd, 1);
+    busy_epoll = epoll_on(fd, 0x5eed);
     for (int r = 0; r < BUSY_ROUNDS; r++) {
         busy_wait(fd, r);
         serve_round(fd, r, busy_wait);
