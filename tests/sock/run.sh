@@ -99,8 +99,10 @@ python3 "$here/leak_check.py"
 $VS python3 "$here/leak_check.py" 2>"$dir/compat.err" || { cat "$dir/compat.err"; exit 1; }
 expect compat "viarun: 100 connections over shm, 0 over kernel TCP"
 # Python's subprocess on sockets (subprocess_check.py): a connection handed
-# to `cat` with the default close_fds, and `head` run on a used one.
-for mode in handoff used sibling; do
+# to `cat` with the default close_fds, `head` run on a used one, and a
+# second program on a connection a first one used and took away with it
+# (sibling: the connecting end; sibling-accept: the accepting end).
+for mode in handoff used sibling sibling-accept; do
     python3 "$here/subprocess_check.py" "$mode"
     $VS python3 "$here/subprocess_check.py" "$mode" 2>"$dir/py.err" || { cat "$dir/py.err"; exit 1; }
     expect py "$SHM1"

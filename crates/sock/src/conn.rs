@@ -412,9 +412,17 @@ fn settle_locked(fd: RawFd, mut g: std::sync::MutexGuard<'_, Setup>) -> Route {
                 listener,
                 dst_port,
                 dst,
-                ..
+                inherit,
             } => {
                 let answer = rendezvous::await_answer(*listener, *dst_port, fd);
+                if let (Some((_, page)), Some(i)) = (&answer, inherit) {
+                    if i.taken_up() {
+                        // Our parent's record stays used and names only
+                        // this socket: a program it runs on the socket
+                        // after us needs the page (`inherit`).
+                        rendezvous::stash_page(*listener, *page);
+                    }
+                }
                 // SAFETY: closing the answer socket we opened.
                 unsafe { (real().close)(*listener) };
                 let key = stats::key_of(fd, Some(dst.clone()));

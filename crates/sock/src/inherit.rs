@@ -21,6 +21,12 @@
 //! hand-over page's between hosts), held while it lives,
 //! never claimed: a program exec'd on it hands the connection back to the
 //! kernel on first use (`switched`, docs/sockets.md).
+//!
+//! A record found used by a program its holder runs later (the first
+//! program that used the connection has exited with its VI) is taken up
+//! the same way when the page can be reached: the record's own page, or
+//! the copy that first program left queued on the record's answer socket
+//! (`rendezvous::stash_page`). Otherwise its calls fail (ECONNRESET).
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -210,6 +216,8 @@ pub struct Inherit {
     /// Our place in [`SLOTS`], which holds the descriptors.
     slot: usize,
     record: *mut Record,
+    /// Taken up from an exec record (this process did not make it).
+    taken_up: bool,
 }
 
 // SAFETY: the record is reached only through its atomic `used` word after
@@ -344,7 +352,11 @@ impl Inherit {
             .socket_inode
             .store(socket_inode, Ordering::Release);
         HELD.fetch_add(1, Ordering::AcqRel);
-        Some(Inherit { slot, record })
+        Some(Inherit {
+            slot,
+            record,
+            taken_up: false,
+        })
     }
 
     fn set_aux(&mut self, fd: RawFd) {
@@ -360,6 +372,12 @@ impl Inherit {
     /// false if another process already did.
     pub fn claim(&self) -> bool {
         self.record().used.swap(1, Ordering::AcqRel) == 0
+    }
+
+    /// Whether this process took the record up from an exec (rather than
+    /// made it).
+    pub fn taken_up(&self) -> bool {
+        self.taken_up
     }
 
     fn record(&self) -> &Record {
@@ -489,6 +507,39 @@ pub fn take_up() {
     }
 }
 
+/// The control page of a connection a record names that another program
+/// used (the record's own page when agreed on one host; when the answer
+/// was still awaited, the page that program stashed on the answer socket,
+/// `rendezvous::stash_page`). None where there is none.
+fn page_of_used(r: &Record) -> Option<Control> {
+    if r.aux_fd < 0 || inode(r.aux_fd) != Some(r.aux_inode) {
+        return None;
+    }
+    let fd = match r.kind {
+        AGREED if link_of(r.aux_fd).is_some_and(|l| l.starts_with("/memfd:viarun-control")) => {
+            // SAFETY: F_DUPFD_CLOEXEC of the record's page, checked above.
+            let d = unsafe { (real().fcntl)(r.aux_fd, libc::F_DUPFD_CLOEXEC, 0) };
+            (d >= 0).then_some(d)?
+        }
+        AWAIT_ANSWER if link_of(r.aux_fd).is_some_and(|l| l.starts_with("socket:[")) => {
+            crate::rendezvous::unstash_page(r.aux_fd)?
+        }
+        _ => return None,
+    };
+    let is_page = link_of(fd).is_some_and(|l| l.starts_with("/memfd:viarun-control"));
+    let page = is_page.then(|| Control::map(fd)).flatten();
+    // SAFETY: our copy (dup'd or received) of the page's memfd.
+    unsafe { (real().close)(fd) };
+    let page = page?;
+    // The page keeps no copy of its own: the record holds the page (or
+    // the socket it is stashed on) for a further exec.
+    if let Some(copy) = page.take_fd() {
+        // SAFETY: the page's copy Control::map just made.
+        unsafe { (real().close)(copy) };
+    }
+    Some(page)
+}
+
 /// The kind of the record in memfd `fd`, read without mapping it.
 fn record_kind(fd: RawFd) -> Option<u32> {
     let mut rec = std::mem::MaybeUninit::<Record>::uninit();
@@ -519,6 +570,7 @@ fn take_up_one(record_fd: RawFd, sockets: &[(RawFd, u64)]) {
         unsafe { libc::munmap(record.cast(), std::mem::size_of::<Record>()) };
         return;
     };
+    held.taken_up = true;
     // A copy of the record's fields: `held` moves into the state below.
     // SAFETY: mapped above, a whole Record long; `used` is read atomically.
     let r = unsafe { &*record };
@@ -537,6 +589,31 @@ fn take_up_one(record_fd: RawFd, sockets: &[(RawFd, u64)]) {
     }
     let switchable = matches!(r.kind, SWITCHABLE | NET_SWITCHABLE);
     let used_elsewhere = !switchable && r.used.load(Ordering::Acquire) != 0;
+    if used_elsewhere {
+        if let Some(page) = page_of_used(r) {
+            // Used by a program our parent ran before (a shell's first
+            // command on a /dev/tcp descriptor), whose VI went with it:
+            // through the page, the connection goes back to the kernel on
+            // our first use, as for a switchable record.
+            let side = if r.side == 1 {
+                Side::Acceptor
+            } else {
+                Side::Connector
+            };
+            held.set_aux(r.aux_fd);
+            let setup = Setup::Via(Arc::new(crate::switched::Switched::new(
+                Arc::new(page),
+                side,
+                first,
+                Some(Arc::new(held)),
+            )));
+            conn::insert(first, setup);
+            for &fd in &on[1..] {
+                conn::alias(first, fd);
+            }
+            return;
+        }
+    }
     if r.kind == UNUSABLE || used_elsewhere {
         // Its bytes travel in another process's VI and rings (or, used
         // elsewhere, in those of a program this one's parent ran before:

@@ -114,22 +114,28 @@ pub fn register_listener(port: u16) -> Option<RawFd> {
     listen_on("l", port)
 }
 
+/// The next connection queued on `listener` (one of ours: nonblocking),
+/// None when there is none (or on an error: errno says which).
+fn accept_queued(listener: RawFd) -> Option<RawFd> {
+    // SAFETY: accept on our own listening socket, no address asked.
+    let fd = unsafe {
+        libc::accept4(
+            listener,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            libc::SOCK_CLOEXEC,
+        )
+    };
+    (fd >= 0).then_some(fd)
+}
+
 /// Takes and drops the probes queued on a registry socket (they carry no
 /// data; draining keeps its backlog from filling).
 pub fn drain_probes(registry: RawFd) {
     loop {
-        // SAFETY: nonblocking accept on our own listening socket.
-        let fd = unsafe {
-            libc::accept4(
-                registry,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                libc::SOCK_CLOEXEC,
-            )
-        };
-        if fd < 0 {
+        let Some(fd) = accept_queued(registry) else {
             return;
-        }
+        };
         close(fd);
     }
 }
@@ -250,6 +256,59 @@ fn recv_with_fd(fd: RawFd, buf: &mut [u8], passed: &mut Option<RawFd>) -> isize 
     n
 }
 
+/// The first word of a control page stashed on a connector's answer
+/// socket (`stash_page`).
+const STASH: &[u8; 8] = b"viarunS1";
+
+/// Connector side, in a program that took an unused connection up from
+/// an exec record (`inherit`) and got the acceptor's answer: leaves a copy
+/// of the control page `page` queued on the answer socket `listener`,
+/// which the record's holders (the program's parent) keep open. A program
+/// the parent runs on the socket later (a shell's second command) finds
+/// the record used, takes the page from there (`unstash_page`) and hands
+/// the connection back to the kernel through it, instead of refusing it.
+pub fn stash_page(listener: RawFd, page: RawFd) {
+    // SAFETY: sockaddr_un is plain data; getsockname writes at most `len`.
+    let mut a: sockaddr_un = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<sockaddr_un>() as socklen_t;
+    // SAFETY: our listener and our buffer of `len` bytes.
+    if unsafe { libc::getsockname(listener, (&mut a as *mut sockaddr_un).cast(), &mut len) } != 0 {
+        return;
+    }
+    let Some(fd) = unix_socket() else { return };
+    // SAFETY: the address the kernel just gave, `len` bytes of it.
+    let r = unsafe { (real().connect)(fd, (&a as *const sockaddr_un).cast(), len) };
+    if r == 0 {
+        // Queued whole or not at all (a Unix stream of 8 bytes).
+        send_with_fd(fd, STASH, Some(page));
+    }
+    close(fd);
+}
+
+/// A control page stashed on `listener` (`stash_page`), taken off it and
+/// left there again for the next program; None if there is none.
+pub fn unstash_page(listener: RawFd) -> Option<RawFd> {
+    loop {
+        let fd = accept_queued(listener)?;
+        let mut msg = [0u8; 8];
+        let mut passed = None;
+        let n = if same_user(fd) {
+            recv_with_fd(fd, &mut msg, &mut passed)
+        } else {
+            -1
+        };
+        close(fd);
+        match passed {
+            Some(page) if n == msg.len() as isize && &msg == STASH => {
+                stash_page(listener, page);
+                return Some(page);
+            }
+            Some(other) => close(other),
+            None => {}
+        }
+    }
+}
+
 /// Connector side: waits for the acceptor's answer on `listener`.
 /// Some((token, control page fd)) for yes; None for no (or nonsense).
 /// A TCP connection that fails meanwhile (`tcp` shows an error) gives no.
@@ -278,21 +337,12 @@ pub fn await_answer(listener: RawFd, dst_port: u16, tcp: RawFd) -> Option<(u64, 
         if p[1].revents & libc::POLLERR != 0 && p[0].revents & libc::POLLIN == 0 {
             return None;
         }
-        // SAFETY: nonblocking accept on our own listening socket.
-        let fd = unsafe {
-            libc::accept4(
-                listener,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                libc::SOCK_CLOEXEC,
-            )
-        };
-        if fd < 0 {
+        let Some(fd) = accept_queued(listener) else {
             if errno() == libc::EAGAIN || errno() == libc::EINTR {
                 continue;
             }
             return None;
-        }
+        };
         if !same_user(fd) {
             close(fd);
             continue;
@@ -478,5 +528,36 @@ pub fn bind_any(fd: RawFd, family: c_int) -> bool {
             &a as *const sockaddr_storage as *const sockaddr,
             len as socklen_t,
         ) == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A page stashed on an answer socket is there for every program that
+    /// asks, one after another, and only a stash is taken for one.
+    #[test]
+    fn a_stashed_page_is_found_again_and_again() {
+        let port = 40_000 + (std::process::id() % 20_000) as u16;
+        let listener = connector_socket(port).expect("answer socket");
+        assert!(unstash_page(listener).is_none(), "nothing stashed yet");
+        // Something else queued first (a late answer's connection) is
+        // passed over.
+        let stray = connect_to("c", port).expect("connect");
+        assert!(send_with_fd(stray, b"nonsense", None) > 0);
+        close(stray);
+        // SAFETY: a NUL-terminated name; the flags are valid.
+        let page = unsafe { libc::memfd_create(c"viarun-control".as_ptr(), libc::MFD_CLOEXEC) };
+        assert!(page >= 0);
+        stash_page(listener, page);
+        let ino = crate::kernel::inode(page);
+        for _ in 0..3 {
+            let got = unstash_page(listener).expect("stashed");
+            assert_eq!(crate::kernel::inode(got), ino, "the same page");
+            close(got);
+        }
+        close(page);
+        close(listener);
     }
 }
