@@ -111,11 +111,13 @@ bench: build
 # viarun beside kernel TCP on this host, alternating rounds: sockperf
 # ping-pong and iperf3 (tests/sock/bench.sh), then redis-server with
 # redis-benchmark, every connection checked to be over shm
-# (tests/sock/server_bench.sh).
+# (tests/sock/server_bench.sh), then one connection per request
+# (tests/sock/conn_bench.sh).
 bench-sock: build
 	@$(ENSURE) $(SOCK_BENCH_PKGS)
 	tests/sock/bench.sh target/release 5
 	tests/sock/server_bench.sh target/release 5
+	tests/sock/conn_bench.sh target/release 3
 
 # Every seed's figures, regenerated here: report/index.html (python/report.py).
 report: build

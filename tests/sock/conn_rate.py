@@ -1,0 +1,46 @@
+"""One connection per request (a benchmark, not a test): a client makes N
+connections one after another to a server in the same process tree, each
+sending 4 bytes and reading 4 back before it closes; prints the mean time
+per connection. tests/sock/conn_bench.sh runs it with and without viarun.
+    python3 tests/sock/conn_rate.py N"""
+import os
+import socket
+import sys
+import time
+
+n = int(sys.argv[1])
+ls = socket.socket()
+ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+ls.bind(("127.0.0.1", 0))
+ls.listen(128)
+port = ls.getsockname()[1]
+pid = os.fork()
+if pid == 0:
+    ls.close()
+    start = time.monotonic()
+    for _ in range(n):
+        c = socket.create_connection(("127.0.0.1", port))
+        c.sendall(b"ping")
+        got = b""
+        while len(got) < 4:
+            b = c.recv(4 - len(got))
+            if not b:
+                break
+            got += b
+        c.close()
+        if got != b"pong":
+            os._exit(1)
+    print(f"{(time.monotonic() - start) * 1e6 / n:.0f}")
+    os._exit(0)
+for _ in range(n):
+    s, _ = ls.accept()
+    got = b""
+    while len(got) < 4:
+        b = s.recv(4 - len(got))
+        if not b:
+            break
+        got += b
+    s.sendall(b"pong" if got == b"ping" else b"????")
+    s.close()
+_, st = os.waitpid(pid, 0)
+sys.exit(0 if st == 0 else 1)
