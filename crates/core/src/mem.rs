@@ -539,27 +539,50 @@ fn release_advice(book: &Book, start: u64, end: u64, ps: u64) {
 fn unpin_pages(book: &mut Book, addr: u64, len: u64) {
     let ps = page_size();
     let (start, end) = page_span(addr, len);
+    // Pages no registration holds any more, as runs of neighbours: one
+    // madvise and one munlock per run, not per page (a connection's
+    // buffers end as one run of a dozen pages).
+    let mut run: Option<(u64, u64)> = None;
     let mut p = start;
     while p < end {
-        if let Some(r) = book.page_refs.get_mut(&p) {
-            *r -= 1;
-            if *r == 0 {
-                book.page_refs.remove(&p);
-                // SAFETY: the page is no longer registered anywhere: restore
-                // fork behaviour and unlock it (errors mean it was not locked).
-                unsafe {
-                    libc::madvise(
-                        p as usize as *mut libc::c_void,
-                        ps as usize,
-                        libc::MADV_DOFORK,
-                    );
-                    if libc::munlock(p as usize as *const libc::c_void, ps as usize) == 0 {
-                        book.locked_bytes = book.locked_bytes.saturating_sub(ps);
-                    }
-                }
+        let freed = match book.page_refs.get_mut(&p) {
+            Some(r) => {
+                *r -= 1;
+                *r == 0
             }
+            None => false,
+        };
+        if freed {
+            book.page_refs.remove(&p);
+            run = match run {
+                Some((from, to)) if to == p => Some((from, p + ps)),
+                other => {
+                    if let Some((from, to)) = other {
+                        release_pages(book, from, to);
+                    }
+                    Some((p, p + ps))
+                }
+            };
         }
         p += ps;
+    }
+    if let Some((from, to)) = run {
+        release_pages(book, from, to);
+    }
+}
+
+/// [from, to) is no longer registered anywhere: restores its fork
+/// behaviour and unlocks it.
+fn release_pages(book: &mut Book, from: u64, to: u64) {
+    let len = (to - from) as usize;
+    // SAFETY: pages of ours that no registration holds: restoring the
+    // default fork behaviour and unlocking them (an error means they were
+    // not locked, or not mapped any more: nothing to undo).
+    unsafe {
+        libc::madvise(from as usize as *mut libc::c_void, len, libc::MADV_DOFORK);
+        if libc::munlock(from as usize as *const libc::c_void, len) == 0 {
+            book.locked_bytes = book.locked_bytes.saturating_sub(len as u64);
+        }
     }
 }
 
@@ -586,6 +609,35 @@ mod tests {
         reg.deregister(a, h, &|| {}).unwrap();
         assert!(reg.lookup(h).is_none(), "stale handle misses");
         assert!(reg.deregister(a, h, &|| {}).is_err());
+    }
+
+    /// Overlapping registrations keep their shared pages pinned until the
+    /// last goes; then every page is released (in runs) and the locked
+    /// count is back where it was.
+    #[test]
+    fn pages_are_released_when_their_last_registration_goes() {
+        let reg = MemoryRegistry::new();
+        let ps = page_size() as usize;
+        let buf = vec![0u8; 8 * ps];
+        let a = (buf.as_ptr() as u64).div_ceil(ps as u64) * ps as u64;
+        let locked = || reg.book.lock().unwrap().locked_bytes;
+        let before = locked();
+        let h1 = reg
+            .register(a, 4 * ps as u64, PtagId(1), false, false)
+            .unwrap();
+        let h2 = reg
+            .register(a + 2 * ps as u64, 4 * ps as u64, PtagId(1), false, false)
+            .unwrap();
+        assert_eq!(reg.book.lock().unwrap().page_refs.len(), 6);
+        reg.deregister(a, h1, &|| {}).unwrap();
+        assert_eq!(
+            reg.book.lock().unwrap().page_refs.len(),
+            4,
+            "the shared pages stay"
+        );
+        reg.deregister(a + 2 * ps as u64, h2, &|| {}).unwrap();
+        assert!(reg.book.lock().unwrap().page_refs.is_empty());
+        assert_eq!(locked(), before);
     }
 
     #[test]
