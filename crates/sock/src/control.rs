@@ -524,6 +524,12 @@ impl Direction<'_> {
     /// token that stands already gets the new room).
     pub fn offer_token(&self, consumed: u32, room: usize) -> bool {
         let room = room.min((CAP_MASK >> CAP_SHIFT) as usize) as u64;
+        let now = self.0.load(Ordering::Acquire);
+        if now & TOKEN != 0 && posted(now) == consumed && cap(now) as u64 == room {
+            // Standing already, as asked: no write to a line the writer
+            // shares (a busy epoll set offers on every member at each wait).
+            return true;
+        }
         self.update(|s| {
             (posted(s) == consumed && s & BELL == 0)
                 .then_some((s | TOKEN | (room << CAP_SHIFT)) & !UNRUNG)

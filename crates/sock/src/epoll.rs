@@ -53,7 +53,7 @@ static SETS: Mutex<Sets> = Mutex::new(None);
 
 /// Most connections a set may hold and still be looked at in user space
 /// (each wait reads one word per connection): past it, only the kernel.
-const MOST_LOOKED_AT: usize = 256;
+const MOST_LOOKED_AT: usize = 1024;
 
 struct Member {
     fd: RawFd,
