@@ -85,6 +85,9 @@ pub trait Carried: Send + Sync {
     fn revoke_poll_token(&self) -> bool {
         true
     }
+    /// A wait looked at this connection's page at `now_us`
+    /// (`spinwait::now_us`): its writer rings no late doorbell meanwhile.
+    fn stamp_looked(&self, _now_us: u64) {}
     /// An epoll wait lets this connection's token stand until its next
     /// wait: a read that uses every message up offers it again.
     fn let_token_stand(&self) {}

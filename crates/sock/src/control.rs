@@ -68,6 +68,9 @@ const READER_LINES: usize = 1024;
 const READ_LOCK: usize = 0;
 const TAKEN: usize = 4;
 const RAW_READ: usize = 8;
+/// When a process of the reading side last looked at this direction in a
+/// wait (CLOCK_MONOTONIC, µs; stamped at most every `LOOK_STAMP_US`).
+const LOOKED: usize = 16;
 /// Bytes between the two directions' words (own cache lines).
 const STRIDE: usize = 128;
 
@@ -115,6 +118,9 @@ pub struct Control {
     /// A close-on-exec copy of the memfd, kept until the connection's
     /// exec record takes it (`take_fd`); -1 for none.
     fd: AtomicI32,
+    /// This process's: a message of ours took the reader's token and the
+    /// connection is in `unrung`'s list (so that it is listed once).
+    pub(crate) noted: std::sync::atomic::AtomicBool,
 }
 
 // SAFETY: the page is only accessed through atomics.
@@ -152,6 +158,7 @@ impl Control {
         Some(Control {
             base: p,
             fd: AtomicI32::new(keep_copy(fd)),
+            noted: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -236,6 +243,25 @@ impl Control {
     pub fn set_consumed(&self, writer: Side, consumed: u32) {
         self.word32(tx_index(writer) * STRIDE + CONSUMED)
             .store(consumed, Ordering::SeqCst);
+    }
+
+    /// Reader in a wait: stamps `writer`'s direction as looked at, at
+    /// `now_us` (`spinwait::now_us`), so that its writer rings no late
+    /// doorbell while the reader goes on looking (`unrung`).
+    pub fn set_looked(&self, writer: Side, now_us: u64) {
+        self.word64(READER_LINES + tx_index(writer) * 64 + LOOKED)
+            .store(now_us, Ordering::Release);
+    }
+
+    /// When a reader last looked at `writer`'s direction (µs, 0: never).
+    pub fn looked(&self, writer: Side) -> u64 {
+        self.word64(READER_LINES + tx_index(writer) * 64 + LOOKED)
+            .load(Ordering::Acquire)
+    }
+
+    fn word64(&self, offset: usize) -> &AtomicU64 {
+        // SAFETY: as in `word`; the offset is 8-aligned, in the header.
+        unsafe { &*(self.base.add(offset) as *const AtomicU64) }
     }
 
     /// Whether the switch byte of `writer`'s stream was read.
@@ -463,6 +489,12 @@ impl Direction<'_> {
     /// at the page (another process, a wait we do not see) is woken. The
     /// reader's token may stand between its waits (`epoll`), so a message
     /// that takes it is not always read at once.
+    /// Writer: a message that took the reader's token is still unread
+    /// (a late ring may be due).
+    pub fn unrung(&self) -> bool {
+        self.0.load(Ordering::Acquire) & UNRUNG != 0
+    }
+
     pub fn ring_late(&self) -> bool {
         self.update(|s| {
             (s & UNRUNG != 0 && s & (BELL | SWITCH | SHUT) == 0)

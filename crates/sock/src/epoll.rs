@@ -85,6 +85,8 @@ struct Set {
     /// going through every member (a server with hundreds of clients
     /// waits thousands of times a second).
     snapshot: Mutex<Option<Snapshot>>,
+    /// When a wait last stamped its connections as looked at (µs).
+    stamped: AtomicU64,
 }
 
 struct Snapshot {
@@ -102,6 +104,7 @@ impl Set {
             nested: AtomicBool::new(false),
             generation: AtomicU64::new(0),
             snapshot: Mutex::new(None),
+            stamped: AtomicU64::new(0),
         }
     }
 
@@ -161,6 +164,13 @@ pub fn ctl(epfd: RawFd, op: c_int, fd: RawFd, event: Option<&epoll_event>) {
             })
             .clone()
     };
+    // Found now if it can be (it usually is settled by then): the
+    // thread's reads and writes stamp it before its next wait (`stamp_mine`).
+    let (link, never) = match conn::poll_link(fd, entry) {
+        PollLink::Carried(l) => (Some(l), false),
+        PollLink::Never => (None, true),
+        PollLink::NotYet | PollLink::Gone => (None, false),
+    };
     let mut members = lock(&set.members);
     let gone = take_out(&mut members, |m| m.fd == fd);
     members.push(Member {
@@ -168,8 +178,8 @@ pub fn ctl(epfd: RawFd, op: c_int, fd: RawFd, event: Option<&epoll_event>) {
         events: ev.events,
         data: ev.u64,
         conn: entry,
-        link: None,
-        never: false,
+        link,
+        never,
     });
     let old = set.changed();
     drop(members);
@@ -391,6 +401,60 @@ fn merge(out: &mut [epoll_event], mut n: usize, ready: &[&Looked]) -> usize {
 /// program's signal mask, for at most the given time (None: no limit).
 type KernelWait<'a> = &'a dyn Fn(&mut [epoll_event], Option<Duration>) -> c_int;
 
+std::thread_local! {
+    /// The sets this thread waited on in the library (a few), when it last
+    /// stamped their connections, and its reads and writes since.
+    static MINE: std::cell::RefCell<(Vec<std::sync::Weak<Set>>, u64, u32)> =
+        const { std::cell::RefCell::new((Vec::new(), 0, 0)) };
+}
+
+/// Most sets a thread keeps stamping between its waits.
+const MINE_MOST: usize = 8;
+
+/// A wait on `set` by this thread: keeps it among the thread's sets.
+fn remember(set: &Arc<Set>) {
+    let _ = MINE.try_with(|m| {
+        let mut m = m.borrow_mut();
+        if m.0
+            .iter()
+            .any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(set)))
+        {
+            return;
+        }
+        m.0.retain(|w| w.strong_count() > 0);
+        if m.0.len() == MINE_MOST {
+            m.0.remove(0);
+        }
+        m.0.push(Arc::downgrade(set));
+    });
+}
+
+/// From this thread's reads and writes on carried connections: a thread
+/// busy with a batch of events between two waits still counts as looking
+/// at the sets it waits on (their connections are stamped every
+/// `LOOK_STAMP_US`, the clock asked every 64 calls), so their writers ring
+/// no late doorbell meanwhile (`unrung`). A thread asleep in the kernel
+/// makes no such calls: its connections' stamps age.
+pub fn stamp_mine() {
+    let _ = MINE.try_with(|m| {
+        let mut m = m.borrow_mut();
+        m.2 = m.2.wrapping_add(1);
+        if m.0.is_empty() || m.2 % 64 != 0 {
+            return;
+        }
+        let now = spinwait::now_us();
+        if now.saturating_sub(m.1) < spinwait::LOOK_STAMP_US {
+            return;
+        }
+        m.1 = now;
+        for set in m.0.iter().filter_map(|w| w.upgrade()) {
+            for l in lock(&set.members).iter().filter_map(|m| m.link.as_ref()) {
+                l.stamp_looked(now);
+            }
+        }
+    });
+}
+
 /// epoll_wait/epoll_pwait/epoll_pwait2 on `epfd` for at most `limit`
 /// (None: no limit); None: not a set we look at (the caller asks the
 /// kernel as usual).
@@ -413,6 +477,8 @@ pub fn wait(
     };
     let start = Instant::now();
     let links: Vec<&dyn Carried> = looked.iter().map(|l| &*l.link).collect();
+    spinwait::stamp_looked(&links, &set.stamped);
+    remember(&set);
     // Tokens go out first, before the kernel is asked: the peer of an
     // event loop answers fast, and its next message should find one.
     let spinner = timeout_ms != 0 && !set.spinning.swap(true, Ordering::AcqRel);

@@ -184,9 +184,6 @@ pub struct Link {
     /// followed through the program's fcntl(F_SETFL) and ioctl(FIONBIO)
     /// (lib.rs): a read or write that must know it makes no system call.
     nonblocking: AtomicBool,
-    /// A message of ours took the reader's token and is in `unrung`'s
-    /// list (so that it is listed once).
-    unrung: AtomicBool,
     /// The program waits for this connection in epoll, which lets its
     /// token stand between waits: a read that uses every message up
     /// offers it again (`reader`), so that the peer's next message finds
@@ -336,7 +333,6 @@ impl Link {
             record: None,
             forks: crate::process::forks(),
             nonblocking: AtomicBool::new(false),
-            unrung: AtomicBool::new(false),
             standing: AtomicBool::new(false),
         };
         for j in 0..RECV_SLOTS {
@@ -377,7 +373,13 @@ impl Link {
 
     /// Marks this link as listed in `unrung`: true if it was not yet.
     pub(crate) fn note_unrung(&self) -> bool {
-        !self.unrung.swap(true, Ordering::AcqRel)
+        !self.control.noted.swap(true, Ordering::AcqRel)
+    }
+
+    /// What `unrung` keeps of a link: its page (to look without the
+    /// table) and the side whose messages it notes.
+    pub(crate) fn unrung_handle(&self) -> (std::sync::Weak<Control>, Side) {
+        (Arc::downgrade(&self.control), self.side)
     }
 
     /// The page word this side's messages are announced in.
@@ -503,6 +505,7 @@ impl Link {
         dontwait: bool,
         nosignal: bool,
     ) -> Result<usize, i32> {
+        crate::epoll::stamp_mine();
         let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
         let total: usize = data.iter().map(|d| d.len()).sum();
         let mut nonblock = None;
@@ -782,6 +785,9 @@ impl crate::carried::Carried for Link {
     fn revoke_poll_token(&self) -> bool {
         self.rx_word().revoke_token()
     }
+    fn stamp_looked(&self, now_us: u64) {
+        self.control.set_looked(peer_of(self.side), now_us);
+    }
     fn let_token_stand(&self) {
         self.standing.store(true, Ordering::Relaxed);
     }
@@ -789,7 +795,6 @@ impl crate::carried::Carried for Link {
         if page != self.page_id() {
             return false;
         }
-        self.unrung.store(false, Ordering::Release);
         if self.tx_word().ring_late() {
             // A dead peer: its error shows at the next call.
             let _ = kernel::send_doorbell(fd, true);

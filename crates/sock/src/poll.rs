@@ -16,6 +16,11 @@ use crate::real::real;
 use crate::spinwait::{self, Outcome};
 use crate::unrung;
 
+std::thread_local! {
+    /// When this thread's last call stamped its connections (µs).
+    static STAMPED: std::sync::atomic::AtomicU64 = const { std::sync::atomic::AtomicU64::new(0) };
+}
+
 const READ_EVENTS: i16 = libc::POLLIN | libc::POLLRDNORM;
 
 /// Looks at the carried connections `fds` names for reading; None if it
@@ -33,6 +38,7 @@ fn look(
         .map(|(i, p)| (i, p.fd));
     let (at, held) = spinwait::carried_links(named)?;
     let links: Vec<&dyn Carried> = held.iter().map(|l| &**l).collect();
+    STAMPED.with(|t| spinwait::stamp_looked(&links, t));
     let offered = spinwait::offer(&links, timeout_ms != 0);
     let mut n = now(fds);
     if n == 0 && timeout_ms != 0 && !links.iter().any(|l| l.ready_in_user_space()) {

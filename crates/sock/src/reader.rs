@@ -74,6 +74,7 @@ impl Link {
         peek: bool,
         all: bool,
     ) -> Result<usize, i32> {
+        crate::epoll::stamp_mine();
         let nonblocking = || dontwait || self.is_nonblocking();
         let mut rx = reader_turn(&self.rx, nonblocking)?;
         let mut nonblock = None;

@@ -14,6 +14,11 @@ use crate::real::real;
 use crate::spinwait::{self, Outcome};
 use crate::unrung;
 
+std::thread_local! {
+    /// When this thread's last call stamped its connections (µs).
+    static STAMPED: std::sync::atomic::AtomicU64 = const { std::sync::atomic::AtomicU64::new(0) };
+}
+
 /// The three sets as the program gave them (None: a null pointer).
 #[derive(Clone, Copy)]
 struct Sets {
@@ -95,6 +100,7 @@ unsafe fn look(
         .map(|fd| (fd as usize, fd));
     let (fds, held) = spinwait::carried_links(named)?;
     let links: Vec<&dyn Carried> = held.iter().map(|l| &**l).collect();
+    STAMPED.with(|t| spinwait::stamp_looked(&links, t));
     let offered = spinwait::offer(&links, timeout_ms != 0);
     let mut state = Now {
         given,

@@ -50,6 +50,36 @@ pub fn carried_links(fds: impl Iterator<Item = (usize, RawFd)>) -> Option<Named>
     (!held.is_empty()).then_some((at, held))
 }
 
+/// CLOCK_MONOTONIC in µs: the same clock in every process of the host.
+pub fn now_us() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes our own timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec as u64 * 1_000_000 + t.tv_nsec as u64 / 1_000
+}
+
+/// How often a waiter stamps the connections it looks at (`unrung`).
+pub const LOOK_STAMP_US: u64 = 250;
+
+/// Stamps `links` as looked at if `last` (the caller's last stamp, µs)
+/// is `LOOK_STAMP_US` old: a reader that goes on waiting in the library
+/// costs its writers no late doorbell, and its waits write each page's
+/// line at most every 250 µs.
+pub fn stamp_looked(links: &[&dyn Carried], last: &std::sync::atomic::AtomicU64) {
+    let now = now_us();
+    let then = last.load(std::sync::atomic::Ordering::Relaxed);
+    if now.saturating_sub(then) < LOOK_STAMP_US {
+        return;
+    }
+    last.store(now, std::sync::atomic::Ordering::Relaxed);
+    for l in links {
+        l.stamp_looked(now);
+    }
+}
+
 /// A C timeout in milliseconds for `limit` (None: -1, no limit).
 pub fn millis(limit: Option<Duration>) -> i64 {
     match limit {

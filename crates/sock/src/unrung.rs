@@ -21,24 +21,30 @@
 use std::cell::Cell;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use libc::c_int;
 
+use crate::control::{Control, Side};
 use crate::link::Link;
 
 /// Connections noted (so that a wait with none pays one load).
 static COUNT: AtomicUsize = AtomicUsize::new(0);
-/// (descriptor written on, the connection's page: `Link::page_id`), and
-/// when the first of them was noted.
+/// The connections noted, and when the first of them was (or when the
+/// last look found their readers still looking).
 static NOTED: Mutex<Noted> = Mutex::new(Noted {
     list: Vec::new(),
     since: None,
 });
 
+/// A noted connection: the descriptor written on, its page's address
+/// (`Link::page_id`), the page itself (looked at without the table) and
+/// the side whose messages took tokens.
+type Entry = (RawFd, usize, Weak<Control>, Side);
+
 struct Noted {
-    list: Vec<(RawFd, usize)>,
+    list: Vec<Entry>,
     since: Option<Instant>,
 }
 
@@ -59,6 +65,14 @@ fn grace() -> Duration {
     })
 }
 
+/// Whether the reader of `side`'s messages on `control` looked at them in
+/// a wait recently enough (within two graces and a stamp's interval) to
+/// be counted on to look again: then it needs no late doorbell.
+fn reader_looks(control: &Control, side: Side) -> bool {
+    let live = 2 * grace().as_micros() as u64 + crate::spinwait::LOOK_STAMP_US;
+    crate::spinwait::now_us().saturating_sub(control.looked(side)) < live
+}
+
 thread_local! {
     /// This thread is ringing (a doorbell's send may wait, and a wait
     /// rings: not again from inside).
@@ -68,15 +82,17 @@ thread_local! {
 /// A message written on `fd` of `link` took its reader's token.
 pub fn note(fd: RawFd, link: &Link) {
     if link.note_unrung() {
+        let (page, side) = link.unrung_handle();
         let mut n = noted();
-        n.list.push((fd, link.page_id()));
+        n.list.push((fd, link.page_id(), page, side));
         n.since.get_or_insert_with(Instant::now);
         COUNT.fetch_add(1, Ordering::AcqRel);
     }
 }
 
 /// Before a sleep in the kernel: rings late for every noted message that
-/// is still unread.
+/// is still unread and whose reader has stopped looking; keeps those
+/// whose reader still looks (for the next look, a grace later).
 pub fn ring_all() {
     if COUNT.load(Ordering::Acquire) == 0 || RINGING.with(|r| r.replace(true)) {
         return;
@@ -87,15 +103,29 @@ pub fn ring_all() {
         std::mem::take(&mut n.list)
     };
     COUNT.fetch_sub(taken.len(), Ordering::AcqRel);
-    let busy: Vec<(RawFd, usize)> = taken
-        .into_iter()
-        .filter(|&(fd, page)| !crate::conn::ring_unrung(fd, page))
-        .collect();
-    if !busy.is_empty() {
-        // Their connections were being changed: at the next sleep.
-        let count = busy.len();
+    let mut kept: Vec<Entry> = Vec::new();
+    for (fd, page_id, page, side) in taken {
+        // A connection closed meanwhile: its reader sees the end.
+        let Some(control) = page.upgrade() else {
+            continue;
+        };
+        // Unlisted first, then looked at: a message that takes a token
+        // from now on lists it again (at worst twice, which is harmless).
+        control.noted.store(false, Ordering::Release);
+        if !control.tx(side).unrung() {
+            continue; // used up: nothing is due
+        }
+        if reader_looks(&control, side) || !crate::conn::ring_unrung(fd, page_id) {
+            // Its reader still looks (or its connection was being
+            // changed): look again a grace later.
+            control.noted.store(true, Ordering::Release);
+            kept.push((fd, page_id, page, side));
+        }
+    }
+    if !kept.is_empty() {
+        let count = kept.len();
         let mut n = noted();
-        n.list.extend(busy);
+        n.list.extend(kept);
         n.since.get_or_insert_with(Instant::now);
         COUNT.fetch_add(count, Ordering::AcqRel);
     }
@@ -104,30 +134,36 @@ pub fn ring_all() {
 
 /// A sleep in the kernel, `wait(limit)` (None: no limit; it returns 0
 /// when the time ran out with nothing to report): with messages noted, it
-/// first sleeps until their grace is over, then rings late for those still
-/// unread, then sleeps the rest. `wait` must be callable again after it
+/// sleeps in parts, until each grace is over, and rings late for those
+/// still unread whose readers stopped looking (`ring_all`), until nothing
+/// is noted; then the rest. `wait` must be callable again after it
 /// returned 0.
 pub fn sleep(limit: Option<Duration>, mut wait: impl FnMut(Option<Duration>) -> c_int) -> c_int {
-    if COUNT.load(Ordering::Acquire) == 0 || limit == Some(Duration::ZERO) {
+    // A doorbell's send waiting for room, from inside `ring_all`.
+    if RINGING.with(|r| r.get()) {
         return wait(limit);
     }
     let start = Instant::now();
-    let since = noted().since;
-    if let Some(due) = since.map(|s| s + grace()) {
-        let first = due.saturating_duration_since(start);
+    loop {
+        let rest = limit.map(|l| l.saturating_sub(start.elapsed()));
+        if COUNT.load(Ordering::Acquire) == 0 || rest == Some(Duration::ZERO) {
+            return wait(rest);
+        }
+        // (No time yet: another thread is putting its kept ones back.)
+        let due = noted().since.unwrap_or_else(Instant::now) + grace();
+        let first = due.saturating_duration_since(Instant::now());
         if !first.is_zero() {
-            if limit.is_some_and(|l| l <= first) {
+            if rest.is_some_and(|r| r <= first) {
                 // Over before the grace: the next sleep rings.
-                return wait(limit);
+                return wait(rest);
             }
             let r = wait(Some(first));
             if r != 0 {
                 return r;
             }
         }
+        ring_all();
     }
-    ring_all();
-    wait(limit.map(|l| l.saturating_sub(start.elapsed())))
 }
 
 /// `sleep` for a C timeout in milliseconds (negative: no limit).
@@ -144,15 +180,19 @@ pub fn sleep_ms(timeout_ms: i64, mut wait: impl FnMut(c_int) -> c_int) -> c_int 
 mod tests {
     use super::*;
 
+    /// The list is the process's: one test at a time uses it.
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
     /// A sleep with a message noted first waits out the grace, then rings
     /// (the list empties), then sleeps the rest; one shorter than the
     /// grace leaves the ringing to the next.
     #[test]
     fn a_sleep_rings_after_the_grace_and_not_before() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         {
             let mut n = noted();
             // A descriptor no connection has: ringing finds nothing.
-            n.list.push((-7, 1));
+            n.list.push((-7, 1, Weak::new(), Side::Connector));
             // Noted "in a second": the grace is not over whatever the
             // test's own speed.
             n.since = Some(Instant::now() + Duration::from_secs(1));
@@ -164,11 +204,8 @@ mod tests {
             0
         });
         assert_eq!(r, 0);
-        assert_eq!(
-            asked,
-            [Some(Duration::from_micros(200))],
-            "within the grace"
-        );
+        assert_eq!(asked.len(), 1, "within the grace: one sleep");
+        assert!(asked[0].is_some_and(|d| d <= Duration::from_micros(200)));
         assert_eq!(COUNT.load(Ordering::Acquire), 1, "still noted");
 
         asked.clear();
@@ -197,5 +234,44 @@ mod tests {
             0
         });
         assert_eq!(asked, [None], "nothing noted: one sleep as asked");
+    }
+
+    /// A message still unread whose reader looked at it lately is kept
+    /// for a later look; once the reader stops looking, it is rung for
+    /// (here: its connection is in no table, so nothing is sent) and
+    /// forgotten.
+    #[test]
+    fn a_reader_that_goes_on_looking_gets_no_late_ring() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let (page, fd) = Control::create().expect("page");
+        // SAFETY: closing the memfd just made.
+        unsafe { libc::close(fd) };
+        let page = std::sync::Arc::new(page);
+        let writer = Side::Connector;
+        assert!(page.rx(Side::Acceptor).offer_token(0, usize::MAX));
+        assert_eq!(
+            page.tx(writer).announce(8),
+            Some(crate::control::Announced::TookToken)
+        );
+        page.set_looked(writer, crate::spinwait::now_us());
+        page.noted.store(true, Ordering::Release);
+        {
+            let mut n = noted();
+            n.list
+                .push((-9, 2, std::sync::Arc::downgrade(&page), writer));
+            COUNT.fetch_add(1, Ordering::AcqRel);
+        }
+        ring_all();
+        assert_eq!(COUNT.load(Ordering::Acquire), 1, "kept: its reader looks");
+        assert!(page.noted.load(Ordering::Acquire));
+        page.set_looked(writer, 0);
+        ring_all();
+        assert_eq!(
+            COUNT.load(Ordering::Acquire),
+            0,
+            "its reader stopped looking"
+        );
+        assert!(!page.noted.load(Ordering::Acquire));
+        assert!(noted().list.is_empty());
     }
 }
