@@ -15,8 +15,13 @@
 //! its message (the usual event loop, waiting for the answer) first sleeps
 //! for what is left of `VIARUN_LATE_RING_US` (1 ms) since the first such
 //! message, woken as usual by its own descriptors; a reader that looks at
-//! its pages has used the message up by then, and nothing is rung. A
-//! reader that does not is woken that much later, never not at all.
+//! its pages has used the message up by then, and nothing is rung. Nor
+//! for a reader still busy with a batch of events: a reader's waits, and
+//! its reads and writes between them, stamp the pages of the sets it
+//! waits on (`epoll::stamp_mine`, at most every 250 µs), and a message
+//! whose reader stamped its page within two graces is looked at again a
+//! grace later instead. A reader that stopped looking is woken about two
+//! graces late, never not at all.
 
 use std::cell::Cell;
 use std::os::fd::RawFd;
