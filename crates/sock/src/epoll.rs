@@ -414,7 +414,10 @@ const MINE_MOST: usize = 8;
 /// A wait on `set` by this thread: keeps it among the thread's sets.
 fn remember(set: &Arc<Set>) {
     let _ = MINE.try_with(|m| {
-        let mut m = m.borrow_mut();
+        // (Busy only under a signal handler's call: nothing to keep.)
+        let Ok(mut m) = m.try_borrow_mut() else {
+            return;
+        };
         if m.0
             .iter()
             .any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(set)))
@@ -437,7 +440,10 @@ fn remember(set: &Arc<Set>) {
 /// makes no such calls: its connections' stamps age.
 pub fn stamp_mine() {
     let _ = MINE.try_with(|m| {
-        let mut m = m.borrow_mut();
+        // (Busy only under a signal handler's call: its stamp can wait.)
+        let Ok(mut m) = m.try_borrow_mut() else {
+            return;
+        };
         m.2 = m.2.wrapping_add(1);
         if m.0.is_empty() || m.2 % 64 != 0 {
             return;
