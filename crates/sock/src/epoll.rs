@@ -454,7 +454,17 @@ pub fn stamp_mine() {
         }
         m.1 = now;
         for set in m.0.iter().filter_map(|w| w.upgrade()) {
-            for l in lock(&set.members).iter().filter_map(|m| m.link.as_ref()) {
+            // Only those its waits look at: one registered without
+            // EPOLLIN, or one-shot, is not waited for (stamped, its
+            // writer would put its late ring off for as long).
+            let looked = |m: &&Member| {
+                m.events & libc::EPOLLIN as u32 != 0 && m.events & libc::EPOLLONESHOT as u32 == 0
+            };
+            for l in lock(&set.members)
+                .iter()
+                .filter(looked)
+                .filter_map(|m| m.link.as_ref())
+            {
                 l.stamp_looked(now);
             }
         }

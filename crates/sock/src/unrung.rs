@@ -36,6 +36,12 @@ use crate::link::Link;
 
 /// Connections noted (so that a wait with none pays one load).
 static COUNT: AtomicUsize = AtomicUsize::new(0);
+/// Looks in a row that kept messages for readers still looking: each
+/// puts the next look off twice as long (up to `LONGEST_PUT_OFF`), so a
+/// writer whose reader looks but does not read (it chose not to, under
+/// EPOLLET) is not woken a thousand times a second meanwhile.
+static PUT_OFF: AtomicUsize = AtomicUsize::new(0);
+const LONGEST_PUT_OFF: Duration = Duration::from_millis(64);
 /// The connections noted, and when the first of them was (or when the
 /// last look found their readers still looking).
 static NOTED: Mutex<Noted> = Mutex::new(Noted {
@@ -127,11 +133,20 @@ pub fn ring_all() {
             kept.push((fd, page_id, page, side));
         }
     }
-    if !kept.is_empty() {
+    if kept.is_empty() {
+        PUT_OFF.store(0, Ordering::Relaxed);
+    } else {
         let count = kept.len();
+        let rounds = PUT_OFF.fetch_add(1, Ordering::Relaxed).min(16) as u32;
+        // The next look a grace after `since`: put off to 2^rounds graces.
+        let later = grace()
+            .checked_mul(1 << rounds)
+            .unwrap_or(LONGEST_PUT_OFF)
+            .min(LONGEST_PUT_OFF)
+            .saturating_sub(grace());
         let mut n = noted();
         n.list.extend(kept);
-        n.since.get_or_insert_with(Instant::now);
+        n.since.get_or_insert_with(|| Instant::now() + later);
         COUNT.fetch_add(count, Ordering::AcqRel);
     }
     RINGING.with(|r| r.set(false));
