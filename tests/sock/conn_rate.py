@@ -8,12 +8,15 @@ import socket
 import sys
 import time
 
+from hosts_subprocess import read_exactly
+
 n = int(sys.argv[1])
 ls = socket.socket()
 ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 ls.bind(("127.0.0.1", 0))
 ls.listen(128)
 port = ls.getsockname()[1]
+
 pid = os.fork()
 if pid == 0:
     ls.close()
@@ -21,12 +24,7 @@ if pid == 0:
     for _ in range(n):
         c = socket.create_connection(("127.0.0.1", port))
         c.sendall(b"ping")
-        got = b""
-        while len(got) < 4:
-            b = c.recv(4 - len(got))
-            if not b:
-                break
-            got += b
+        got = read_exactly(c, 4)
         c.close()
         if got != b"pong":
             os._exit(1)
@@ -34,12 +32,7 @@ if pid == 0:
     os._exit(0)
 for _ in range(n):
     s, _ = ls.accept()
-    got = b""
-    while len(got) < 4:
-        b = s.recv(4 - len(got))
-        if not b:
-            break
-        got += b
+    got = read_exactly(s, 4)
     s.sendall(b"pong" if got == b"ping" else b"????")
     s.close()
 _, st = os.waitpid(pid, 0)

@@ -17,7 +17,11 @@
 //! takes its token back; if the writer took it first, a message is on its
 //! way and the reader waits for it instead of sleeping. Every change is a
 //! read-modify-write of the one word, so writer and reader cannot both
-//! think the other will ring.
+//! think the other will ring. A waiter in epoll, poll or select may leave
+//! its token standing after it returns (`spinwait::report`): a message
+//! that takes such a token sets `UNRUNG` until the reader has used every
+//! message up, and its writer rings late for it if the reader stops
+//! looking (`unrung`).
 //!
 //! After the page come the data rings, one per direction of `RING_BYTES`:
 //! a writer copies a message's bytes (at most `SLOT_BYTES`) to the next

@@ -7,7 +7,7 @@
 //! epoll's does (`spinwait::report`). No table: the call names its
 //! descriptors.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use libc::{c_int, nfds_t, pollfd};
 
@@ -128,12 +128,7 @@ fn ppoll_with(
 ) -> c_int {
     let start = Instant::now();
     // SAFETY: the program's timeout, if it gave one.
-    let limit = unsafe { tmo.as_ref() }.map(|t| {
-        Duration::new(
-            t.tv_sec.max(0) as u64,
-            t.tv_nsec.clamp(0, 999_999_999) as u32,
-        )
-    });
+    let limit = spinwait::limit_of(unsafe { tmo.as_ref() });
     let timeout_ms = spinwait::millis(limit);
     let kernel = |f: &mut [pollfd], t: *const libc::timespec| -> c_int {
         // SAFETY: the program's array and signal mask; `t` ours or theirs.

@@ -250,12 +250,7 @@ pub unsafe extern "C" fn pselect(
     crate::guarded(-1, || {
         let start = Instant::now();
         // SAFETY: the program's timeout, if it gave one.
-        let limit = unsafe { timeout.as_ref() }.map(|t| {
-            Duration::new(
-                t.tv_sec.max(0) as u64,
-                t.tv_nsec.clamp(0, 999_999_999) as u32,
-            )
-        });
+        let limit = spinwait::limit_of(unsafe { timeout.as_ref() });
         let kernel = |l: Option<Duration>| {
             let t = l.map(spinwait::timespec);
             let tp = t.as_ref().map_or(std::ptr::null(), |t| t as *const _);

@@ -90,6 +90,17 @@ pub fn millis(limit: Option<Duration>) -> i64 {
     }
 }
 
+/// A program's timespec timeout as a limit (None: no timeout given);
+/// negative fields count as zero.
+pub fn limit_of(t: Option<&libc::timespec>) -> Option<Duration> {
+    t.map(|t| {
+        Duration::new(
+            t.tv_sec.max(0) as u64,
+            t.tv_nsec.clamp(0, 999_999_999) as u32,
+        )
+    })
+}
+
 /// `d` as a timespec.
 pub fn timespec(d: Duration) -> libc::timespec {
     libc::timespec {

@@ -2,7 +2,8 @@
 //! reader's token, noted so that they are rung for late if still unread
 //! when this process is about to sleep in the kernel.
 //!
-//! An epoll waiter lets its tokens stand between its waits (`epoll`): a
+//! An epoll, poll or select waiter lets its tokens stand between its
+//! waits (`spinwait::report`): a
 //! busy event loop then finds its messages on the pages at its next wait,
 //! and neither end makes a system call per message. But a message that
 //! takes such a token may meet a reader that is not looking at the page:

@@ -188,20 +188,14 @@ mod tests {
     use crate::cq::CompletionQueue;
     use crate::descriptor::{DataSegment, Descriptor};
     use crate::nic::Nic;
-    use crate::vi::{reliability, Vi, ViAttributes};
+    use crate::vi::{Vi, ViAttributes};
     use crate::{connect_request, connect_wait, Address};
 
     const N: usize = 32;
     const WAIT: Option<Duration> = Some(Duration::from_secs(10));
 
     fn attrs(nic: &Nic) -> ViAttributes {
-        ViAttributes {
-            reliability: reliability::RELIABLE_DELIVERY,
-            max_transfer: 1 << 20,
-            ptag: nic.create_ptag().unwrap(),
-            rdma_write: false,
-            rdma_read: false,
-        }
+        ViAttributes::reliable_for_tests(nic)
     }
 
     /// N connected pairs in this process; the server's receive queues

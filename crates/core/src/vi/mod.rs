@@ -73,6 +73,19 @@ pub struct ViAttributes {
 }
 
 impl ViAttributes {
+    /// For tests: reliable delivery, 1 MiB transfers, a new ptag of
+    /// `nic`, no RDMA.
+    #[cfg(test)]
+    pub(crate) fn reliable_for_tests(nic: &crate::nic::Nic) -> ViAttributes {
+        ViAttributes {
+            reliability: reliability::RELIABLE_DELIVERY,
+            max_transfer: 1 << 20,
+            ptag: nic.create_ptag().unwrap(),
+            rdma_write: false,
+            rdma_read: false,
+        }
+    }
+
     pub(crate) fn wire(&self) -> ViAttrs {
         ViAttrs {
             reliability: self.reliability,

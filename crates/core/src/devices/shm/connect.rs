@@ -589,16 +589,10 @@ mod tests {
 
     use super::*;
     use crate::nic::Nic;
-    use crate::vi::{reliability, ViAttributes};
+    use crate::vi::ViAttributes;
 
     fn attrs(nic: &Nic) -> ViAttributes {
-        ViAttributes {
-            reliability: reliability::RELIABLE_DELIVERY,
-            max_transfer: 1 << 20,
-            ptag: nic.create_ptag().unwrap(),
-            rdma_write: false,
-            rdma_read: false,
-        }
+        ViAttributes::reliable_for_tests(nic)
     }
 
     /// A client that connects but sends its request only after the
