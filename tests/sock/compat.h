@@ -61,6 +61,8 @@ void exec_used_server(int fd);
 void exec_vfork_server(int fd);
 void fork_settling_client(int fd);
 void fork_settling_server(int fd);
+void fork_first_client(int fd);
+void fork_first_server(int fd);
 void fork_close_client(int fd);
 void fork_close_server(int fd);
 void fork_stream_client(int fd);

@@ -276,6 +276,49 @@ void fork_used_server(int fd) {
     write_all(fd, "good", 4);
 }
 
+/* fork-first: the dialing process forks before it uses the connection;
+ * the child uses it first (one echo, then 5 bytes of the server's 1000)
+ * and exits; then the parent reads the other 995 and answers. Under
+ * viarun the child made the VI and took it with it: the parent must get
+ * the bytes left in it (before, its first read said EIO). */
+void fork_first_client(int fd) {
+    char b[FORK_UNREAD];
+    pid_t c = fork();
+    if (c < 0) FAIL("fork");
+    if (c == 0) {
+        alarm(20);
+        use_once(fd, "hello");
+        read_all(fd, b, 5);
+        _exit(0);
+    }
+    wait_child(c);
+    read_all(fd, b + 5, FORK_UNREAD - 5);
+    for (size_t i = 5; i < FORK_UNREAD; i++)
+        if ((unsigned char)b[i] != pattern(3, i)) FAIL("parent: byte %zu of the data differs", i);
+    write_all(fd, "done", 4);
+    read_all(fd, b, 4);
+    if (memcmp(b, "good", 4)) FAIL("server's verdict %.4s", b);
+}
+/* The accepting end does the same: a child it forks before the first use
+ * echoes and writes the 1000 bytes, then exits; the parent takes the
+ * client's answer. */
+void fork_first_server(int fd) {
+    char b[FORK_UNREAD];
+    pid_t c = fork();
+    if (c < 0) FAIL("fork");
+    if (c == 0) {
+        alarm(20);
+        echo_once(fd, 5);
+        for (size_t i = 0; i < FORK_UNREAD; i++) b[i] = (char)pattern(3, i);
+        write_all(fd, b, FORK_UNREAD);
+        _exit(0);
+    }
+    wait_child(c);
+    read_all(fd, b, 4);
+    if (memcmp(b, "done", 4)) FAIL("client's word %.4s", b);
+    write_all(fd, "good", 4);
+}
+
 /* fork-close: the dialing process uses the connection, forks a child to
  * carry on, and closes its own descriptor at once (a server's usual
  * accept, read the request, fork a handler, close). Only then does the

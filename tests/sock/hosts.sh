@@ -58,7 +58,7 @@ expect client "$UDP1"
 # Each socket feature (compat.c), the dialing child in the other
 # namespace: kernel TCP first (the reference), then both under viarun,
 # where the connections must have gone over udp.
-for mode in poll select epoll-lt epoll-et epoll-nested peek dup threads sendfile splice exec exec-vfork exec-connect exec-closerange exec-closeloop exec-closefrom exec-used exec-self fork-used fork-close fork-stream stdio stdio-exec stdio-dup2 epollout-et epollout-lt fork-settling shutdown-wakes linger0 \
+for mode in poll select epoll-lt epoll-et epoll-nested peek dup threads sendfile splice exec exec-vfork exec-connect exec-closerange exec-closeloop exec-closefrom exec-used exec-self fork-used fork-close fork-stream fork-first stdio stdio-exec stdio-dup2 epollout-et epollout-lt fork-settling shutdown-wakes linger0 \
     reuseport reuseport-plain stress reconnect hangup hangup-exit hangup-kill hangup-et wake nonblock; do
     export COMPAT_ADDR=10.77.0.2 COMPAT_CLIENT_NETNS="/var/run/netns/$OV_NS_A"
     ip netns exec "$OV_NS_B" "$compat" "$mode" >/dev/null
@@ -94,4 +94,21 @@ ip netns exec "$OV_NS_A" $VS python3 "$here/hosts_subprocess.py" client 10.77.0.
 wait "$spid" || { cat "$dir/server.err"; exit 1; }
 expect server "$UDP1"
 expect client "$UDP1"
+# A second program on a connection a first one used and took away with it
+# (hosts_subprocess.py sibling: the connecting end; sibling-accept: the
+# accepting end): it reads what the first one's VI left unread.
+for mode in sibling sibling-accept; do
+    for pre in "" "$VS"; do
+        rm -f "$dir/port"
+        mkfifo "$dir/port"
+        ip netns exec "$OV_NS_B" $pre python3 "$here/hosts_subprocess.py" server 10.77.0.2 "$mode" >"$dir/port" 2>"$dir/server.err" &
+        spid=$!
+        read -r port <"$dir/port"
+        ip netns exec "$OV_NS_A" $pre python3 "$here/hosts_subprocess.py" client 10.77.0.2 "$port" "$mode" 2>"$dir/client.err" ||
+            { cat "$dir/client.err" "$dir/server.err"; exit 1; }
+        wait "$spid" || { cat "$dir/server.err"; exit 1; }
+    done
+    expect server "$UDP1"
+    expect client "$UDP1"
+done
 echo "sock tests between hosts: ok"

@@ -7,12 +7,25 @@ on it as stdout; the server must get those 4 bytes. Under viarun the
 children's first calls ask the client's library to hand the connection
 back to the kernel while Python waits for them.
 
-  hosts_subprocess.py server ADDR      (prints its port: the readiness signal)
-  hosts_subprocess.py client ADDR PORT
+With `sibling` (client: the connecting end) or `sibling-accept` (server:
+the accepting end), a connection never used by the process holding it is
+used by a first program run on it (`first`: 5 bytes each way), which
+exits with the VI, then handed to a second one (`sh -c "head -c 5"`),
+which must read the peer's next 5 bytes (`world`), sent as soon as the
+peer had its answer: they may lie unread in the first program's VI when
+it exits. Before, the second program got ECONNRESET between hosts.
+
+  hosts_subprocess.py server ADDR [sibling|sibling-accept]   (prints its port: the readiness signal)
+  hosts_subprocess.py client ADDR PORT [sibling|sibling-accept]
 """
 import socket
 import subprocess
 import sys
+
+# The first program of the sibling modes, on its stdin: speaks first
+# (`first`, answered `hello`) or answers (reads `first`, says `hello`).
+SPEAKS_FIRST = "import os\nos.write(0, b'first')\nb = b''\nwhile len(b) < 5: b += os.read(0, 5 - len(b))\nassert b == b'hello', b"
+ANSWERS = "import os\nb = b''\nwhile len(b) < 5: b += os.read(0, 5 - len(b))\nassert b == b'first', b\nos.write(0, b'hello')"
 
 
 def read_exactly(c, n):
@@ -41,6 +54,56 @@ def server(addr):
     c.close()
 
 
+def second_reads_world(c, who):
+    """Runs the first program then `sh -c "head -c 5"` on `c`."""
+    subprocess.run([sys.executable, "-c", SPEAKS_FIRST if who == "client" else ANSWERS],
+                   stdin=c, check=True, timeout=10)
+    p = subprocess.run(["sh", "-c", "head -c 5"], stdin=c, capture_output=True, timeout=10)
+    if p.returncode or p.stdout != b"world":
+        sys.exit(f"{who}: head gave {p.stdout!r}, status {p.returncode}: {p.stderr!r}")
+
+
+def plain_peer(c, who):
+    """The other end of a sibling mode: answers `first` with `hello` (or
+    says `first` and reads `hello`), sends `world` at once, then waits
+    for the end."""
+    if who == "server":
+        if read_exactly(c, 5) != b"first":
+            sys.exit("server: no first")
+        c.sendall(b"hello")
+    else:
+        c.sendall(b"first")
+        if read_exactly(c, 5) != b"hello":
+            sys.exit("client: no hello")
+    c.sendall(b"world")
+    try:
+        c.recv(1)
+    except ConnectionResetError:
+        pass
+
+
+def sibling_server(addr, mode):
+    l = socket.socket()
+    l.bind((addr, 0))
+    l.listen(1)
+    print(l.getsockname()[1], flush=True)
+    c, _ = l.accept()
+    if mode == "sibling-accept":
+        second_reads_world(c, "server")
+    else:
+        plain_peer(c, "server")
+    c.close()
+
+
+def sibling_client(addr, port, mode):
+    c = socket.create_connection((addr, port))
+    if mode == "sibling":
+        second_reads_world(c, "client")
+    else:
+        plain_peer(c, "client")
+    c.close()
+
+
 def client(addr, port):
     c = socket.create_connection((addr, port))
     c.sendall(b"x")
@@ -57,6 +120,11 @@ def client(addr, port):
 
 if __name__ == "__main__":
     if sys.argv[1] == "server":
-        server(sys.argv[2])
+        if len(sys.argv) > 3:
+            sibling_server(sys.argv[2], sys.argv[3])
+        else:
+            server(sys.argv[2])
+    elif len(sys.argv) > 4:
+        sibling_client(sys.argv[2], int(sys.argv[3]), sys.argv[4])
     else:
         client(sys.argv[2], int(sys.argv[3]))

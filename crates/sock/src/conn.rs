@@ -72,11 +72,14 @@ pub enum Setup {
     },
     /// Both ends said yes between hosts (the connector knows the
     /// acceptor's network address); the VI is made on first use.
+    /// `page_in`: the record, already claimed, of the offer this came
+    /// from (`Inherit::net_page`).
     AgreedNet {
         side: Side,
         token: u64,
         peer_host: Vec<u8>,
         inherit: Option<Arc<Inherit>>,
+        page_in: Option<Arc<Inherit>>,
     },
     Via(Arc<dyn Carried>),
     Kernel,
@@ -405,8 +408,13 @@ fn settle_locked(fd: RawFd, mut g: std::sync::MutexGuard<'_, Setup>) -> Route {
             | Setup::AwaitNet {
                 inherit: Some(i), ..
             } if !i.claim() => {
-                // A process this one forked used it first.
-                return Route::Fail(libc::EIO);
+                // A process this one forked used it first (and may be
+                // gone with its VI): through the page, the connection
+                // goes back to the kernel, as for a program exec'd on it.
+                match used_by_sibling(fd, &g) {
+                    Some(s) => s,
+                    None => return Route::Fail(libc::EIO),
+                }
             }
             Setup::AwaitAnswer {
                 listener,
@@ -416,10 +424,11 @@ fn settle_locked(fd: RawFd, mut g: std::sync::MutexGuard<'_, Setup>) -> Route {
             } => {
                 let answer = rendezvous::await_answer(*listener, *dst_port, fd);
                 if let (Some((_, page)), Some(i)) = (&answer, inherit) {
-                    if i.taken_up() {
-                        // Our parent's record stays used and names only
-                        // this socket: a program it runs on the socket
-                        // after us needs the page (`inherit`).
+                    if i.may_be_shared() {
+                        // The record's other holders (our parent, a
+                        // process we forked) keep it used: a program the
+                        // parent runs on the socket after us, or that
+                        // process using it, needs the page (`inherit`).
                         rendezvous::stash_page(*listener, *page);
                     }
                 }
@@ -463,7 +472,11 @@ fn settle_locked(fd: RawFd, mut g: std::sync::MutexGuard<'_, Setup>) -> Route {
                 Err(HandshakeEnd::PeerNeverCame) => Setup::Kernel,
                 Err(HandshakeEnd::Broken) => Setup::Broken,
             },
-            Setup::AwaitNet { offer, dst, .. } => {
+            Setup::AwaitNet {
+                offer,
+                dst,
+                inherit,
+            } => {
                 let key = stats::key_of(fd, Some(dst.clone()));
                 match offer.decision(fd) {
                     Some(yes) => {
@@ -477,6 +490,7 @@ fn settle_locked(fd: RawFd, mut g: std::sync::MutexGuard<'_, Setup>) -> Route {
                             token: yes.token,
                             peer_host: yes.host().to_vec(),
                             inherit: None,
+                            page_in: inherit.clone(),
                         }
                     }
                     None => {
@@ -489,10 +503,12 @@ fn settle_locked(fd: RawFd, mut g: std::sync::MutexGuard<'_, Setup>) -> Route {
                 side,
                 token,
                 peer_host,
-                ..
+                inherit,
+                page_in,
             } => {
                 let host = matches!(side, Side::Connector).then_some(&peer_host[..]);
-                match NetLink::handshake(fd, *side, *token, host) {
+                let record = inherit.as_ref().or(page_in.as_ref()).cloned();
+                match NetLink::handshake(fd, *side, *token, host, record) {
                     Ok(link) => Setup::Via(Arc::new(link)),
                     Err(HandshakeEnd::PeerNeverCame) => Setup::Kernel,
                     Err(HandshakeEnd::Broken) => Setup::Broken,
@@ -501,6 +517,62 @@ fn settle_locked(fd: RawFd, mut g: std::sync::MutexGuard<'_, Setup>) -> Route {
         };
         *g = next;
     }
+}
+
+/// The state of a connection another process of this end (one forked
+/// from this one before its first use) used first: switched to the
+/// kernel through its page — the control page on one host, the hand-over
+/// page in the record between hosts (`Inherit::net_page`); on one host
+/// the connector's page is the one its first user stashed on the answer
+/// socket. None where the page cannot be reached (not made yet: the
+/// first user is still setting the connection up).
+fn used_by_sibling(fd: RawFd, setup: &Setup) -> Option<Setup> {
+    let carried: Arc<dyn Carried> = match setup {
+        Setup::Agreed {
+            side,
+            control,
+            inherit,
+            ..
+        } => Arc::new(crate::switched::Switched::new(
+            control.clone(),
+            *side,
+            fd,
+            inherit.clone(),
+        )),
+        Setup::AwaitAnswer {
+            listener,
+            inherit: Some(i),
+            ..
+        } => {
+            let page = rendezvous::unstash_page(*listener)?;
+            let control = Control::map(page);
+            // SAFETY: our copy of the stashed page's memfd.
+            unsafe { (real().close)(page) };
+            let control = control?;
+            // The page keeps no copy: the stash stays for a third process.
+            if let Some(copy) = control.take_fd() {
+                // SAFETY: the page's copy Control::map just made.
+                unsafe { (real().close)(copy) };
+            }
+            Arc::new(crate::switched::Switched::new(
+                Arc::new(control),
+                Side::Connector,
+                fd,
+                Some(i.clone()),
+            ))
+        }
+        Setup::AgreedNet {
+            inherit: Some(i), ..
+        }
+        | Setup::AwaitNet {
+            inherit: Some(i), ..
+        } => Arc::new(crate::netlink::switched::NetSwitched::new(
+            Arc::new(i.used_net_page()?),
+            Some(i.clone()),
+        )),
+        _ => return None,
+    };
+    Some(Setup::Via(carried))
 }
 
 /// Changes whenever an entry of the table comes or goes.

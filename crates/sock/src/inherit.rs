@@ -26,7 +26,9 @@
 //! program that used the connection has exited with its VI) is taken up
 //! the same way when the page can be reached: the record's own page, or
 //! the copy that first program left queued on the record's answer socket
-//! (`rendezvous::stash_page`). Otherwise its calls fail (ECONNRESET).
+//! (`rendezvous::stash_page`); between hosts, the hand-over page the
+//! first user made inside the record's memfd (`Inherit::net_page`), past
+//! the record. Otherwise its calls fail (ECONNRESET).
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -155,6 +157,11 @@ const SWITCHABLE: u32 = 6;
 /// connection to the kernel on first use.
 const NET_SWITCHABLE: u32 = 7;
 
+/// Where a connection's hand-over page lies in its record's memfd between
+/// hosts (`Inherit::net_page`): after the record, page-aligned.
+const PAGE_AT: usize = 4096;
+const _: () = assert!(std::mem::size_of::<Record>() <= PAGE_AT);
+
 /// What a new program needs to take an unused connection up.
 #[repr(C)]
 struct Record {
@@ -218,6 +225,8 @@ pub struct Inherit {
     record: *mut Record,
     /// Taken up from an exec record (this process did not make it).
     taken_up: bool,
+    /// This process's forks when it made the record (`may_be_shared`).
+    forks_at: u32,
 }
 
 // SAFETY: the record is reached only through its atomic `used` word after
@@ -356,7 +365,32 @@ impl Inherit {
             slot,
             record,
             taken_up: false,
+            forks_at: crate::process::forks(),
         })
+    }
+
+    /// Where the hand-over page of this connection between hosts goes
+    /// (memfd, offset): into the record itself, which the process that
+    /// made it (a shell, a server handing connections to programs) holds
+    /// on, so that a program it runs after the first user of the
+    /// connection is gone still finds the page, and with it what that
+    /// user's VI left unread. None for other records.
+    /// Held while the connection lives, the record counts among the used
+    /// connections' half of the places (`offer`): past it, a record no
+    /// other process may hold is let go (the page then gets a memfd of
+    /// its own, and the connection a switchable record if one fits).
+    pub fn net_page(&self) -> Option<(RawFd, usize)> {
+        let fd = SLOTS[self.slot].record_fd.load(Ordering::Acquire);
+        let net = matches!(self.record().kind, AGREED_NET | AWAIT_NET);
+        let room = self.may_be_shared() || HELD.load(Ordering::Relaxed) <= MAX_HELD / 2;
+        (net && room && fd >= 0).then_some((fd, PAGE_AT))
+    }
+
+    /// The hand-over page in this record, once the process that used the
+    /// connection first made it there (`net_page`).
+    pub fn used_net_page(&self) -> Option<crate::netlink::page::Page> {
+        let (fd, _) = self.net_page()?;
+        net_page_of_used(fd)
     }
 
     fn set_aux(&mut self, fd: RawFd) {
@@ -374,10 +408,12 @@ impl Inherit {
         self.record().used.swap(1, Ordering::AcqRel) == 0
     }
 
-    /// Whether this process took the record up from an exec (rather than
-    /// made it).
-    pub fn taken_up(&self) -> bool {
-        self.taken_up
+    /// Whether another process may hold the record too: it was taken up
+    /// from an exec, or this process forked since it made it. The first
+    /// user of the connection then leaves what a later user needs where
+    /// the record's other holders reach it (`rendezvous::stash_page`).
+    pub fn may_be_shared(&self) -> bool {
+        self.taken_up || crate::process::forks() != self.forks_at
     }
 
     fn record(&self) -> &Record {
@@ -540,6 +576,14 @@ fn page_of_used(r: &Record) -> Option<Control> {
     Some(page)
 }
 
+/// The hand-over page in the record memfd `record_fd` of a connection
+/// between hosts that another program used (`Inherit::net_page`), once
+/// that program made it. None where there is none.
+fn net_page_of_used(record_fd: RawFd) -> Option<crate::netlink::page::Page> {
+    let page = crate::netlink::page::Page::map_in(record_fd, PAGE_AT)?;
+    (page.owner() != 0).then_some(page)
+}
+
 /// The kind of the record in memfd `fd`, read without mapping it.
 fn record_kind(fd: RawFd) -> Option<u32> {
     let mut rec = std::mem::MaybeUninit::<Record>::uninit();
@@ -558,7 +602,8 @@ fn take_up_one(record_fd: RawFd, sockets: &[(RawFd, u64)]) {
     // SAFETY: fstat into our own zeroed struct.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     if unsafe { libc::fstat(record_fd, &mut st) } != 0
-        || st.st_size != std::mem::size_of::<Record>() as libc::off_t
+        || (st.st_size != std::mem::size_of::<Record>() as libc::off_t
+            && st.st_size != (PAGE_AT + crate::netlink::page::LEN) as libc::off_t)
     {
         return;
     }
@@ -605,6 +650,24 @@ fn take_up_one(record_fd: RawFd, sockets: &[(RawFd, u64)]) {
                 Arc::new(page),
                 side,
                 first,
+                Some(Arc::new(held)),
+            )));
+            conn::insert(first, setup);
+            for &fd in &on[1..] {
+                conn::alias(first, fd);
+            }
+            return;
+        }
+    }
+    if used_elsewhere && matches!(r.kind, AGREED_NET | AWAIT_NET) {
+        if let Some(page) = net_page_of_used(record_fd) {
+            // As above, between hosts: the page lies in the record.
+            let (aux, aux_inode) = (r.aux_fd, r.aux_inode);
+            if aux >= 0 && inode(aux) == Some(aux_inode) {
+                held.set_aux(aux);
+            }
+            let setup = Setup::Via(Arc::new(crate::netlink::switched::NetSwitched::new(
+                Arc::new(page),
                 Some(Arc::new(held)),
             )));
             conn::insert(first, setup);
@@ -727,6 +790,7 @@ fn take_up_one(record_fd: RawFd, sockets: &[(RawFd, u64)]) {
             token,
             peer_host: host,
             inherit,
+            page_in: None,
         },
         AWAIT_ANSWER => {
             let Some(listener) = own_copy() else { return };

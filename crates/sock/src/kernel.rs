@@ -186,14 +186,20 @@ pub fn pipe_inode(fd: RawFd) -> Option<u64> {
 /// peer or a parent handed us: checked before use). The caller owns the
 /// mapping.
 pub fn map_memfd(fd: RawFd, len: usize) -> Option<*mut u8> {
+    map_memfd_at(fd, 0, len)
+}
+
+/// As [`map_memfd`], `len` bytes from `at` (page-aligned) of a memfd that
+/// ends there.
+pub fn map_memfd_at(fd: RawFd, at: usize, len: usize) -> Option<*mut u8> {
     // SAFETY: fstat into our own struct.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
-    if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_size != len as libc::off_t {
+    if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_size != (at + len) as libc::off_t {
         return None;
     }
-    // SAFETY: a shared mapping of the whole (checked) file, handed to the
-    // caller.
+    // SAFETY: a shared mapping of the file's (checked) last `len` bytes,
+    // handed to the caller.
     let p = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
@@ -201,7 +207,7 @@ pub fn map_memfd(fd: RawFd, len: usize) -> Option<*mut u8> {
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_SHARED,
             fd,
-            0,
+            at as libc::off_t,
         )
     };
     (p != libc::MAP_FAILED).then_some(p.cast())

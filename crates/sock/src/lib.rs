@@ -459,6 +459,7 @@ fn accepted_from_afar(reg: &remote::Registry, fd: c_int, peer: &libc::sockaddr_s
                             host: &[],
                         },
                     ),
+                    page_in: None,
                 },
             );
             stats::record(

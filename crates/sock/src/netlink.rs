@@ -262,18 +262,25 @@ fn bytes_in(fd: RawFd) -> usize {
 
 impl NetLink {
     /// Sets up and connects the VI of a connection both ends agreed on;
-    /// the connector names the acceptor's network address.
+    /// the connector names the acceptor's network address. `record`: the
+    /// connection's exec record (claimed by this process), which then
+    /// holds the hand-over page (`Inherit::net_page`) and goes on as the
+    /// record a program exec'd on the socket takes it up with.
     pub fn handshake(
         fd: RawFd,
         side: Side,
         token: u64,
         peer_host: Option<&[u8]>,
+        record: Option<Arc<crate::inherit::Inherit>>,
     ) -> Result<NetLink, HandshakeEnd> {
         kernel::send_byte(fd, HELLO).map_err(|_| HandshakeEnd::Broken)?;
-        let mut link = NetLink::create().map_err(|_| HandshakeEnd::Broken)?;
+        let mut link = NetLink::create(record).map_err(|_| HandshakeEnd::Broken)?;
         link.nonblocking
             .store(kernel::is_nonblocking(fd), Ordering::Relaxed);
         meet(fd, &link.nic, &link.vi, side, token, peer_host)?;
+        if link.record.is_some() {
+            return Ok(link);
+        }
         if let Some(page) = link.page.as_ref().and_then(|p| p.take_fd()) {
             link.record =
                 crate::inherit::Inherit::offer(fd, crate::inherit::Offered::NetSwitchable { page });
@@ -284,14 +291,26 @@ impl NetLink {
         Ok(link)
     }
 
-    fn create() -> Result<NetLink, ViaError> {
+    fn create(record: Option<Arc<crate::inherit::Inherit>>) -> Result<NetLink, ViaError> {
         let (nic, ptag) = process_nic(Medium::Network)?;
-        let page = page::Page::create().map(Arc::new);
-        // The registered memory lies in the page: see `page`.
-        let shared = page
-            .as_ref()
-            .and_then(|p| p.kept_fd())
-            .map(|fd| (fd, page::REGION_AT));
+        // The page in the record if there is one, else a memfd of its own
+        // (then offered in a record of its own at the handshake's end).
+        let in_record = record.as_ref().and_then(|r| {
+            let (fd, at) = r.net_page()?;
+            Some((page::Page::create_in(fd, at)?, fd, at))
+        });
+        let (page, shared, record) = match in_record {
+            Some((p, fd, at)) => (Some(Arc::new(p)), Some((fd, at + page::REGION_AT)), record),
+            None => {
+                let page = page::Page::create().map(Arc::new);
+                // The registered memory lies in the page: see `page`.
+                let shared = page
+                    .as_ref()
+                    .and_then(|p| p.kept_fd())
+                    .map(|fd| (fd, page::REGION_AT));
+                (page, shared, None)
+            }
+        };
         let (region, vi) = Region::open(
             &nic,
             ptag,
@@ -330,7 +349,7 @@ impl NetLink {
             handed: OnceLock::new(),
             ringing: AtomicU32::new(0),
             forks: crate::process::forks(),
-            record: None,
+            record,
         };
         handover::count_link(1);
         for i in SEND_SLOTS..SEND_SLOTS + RECV_SLOTS {

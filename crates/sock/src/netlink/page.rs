@@ -23,7 +23,7 @@ pub const ROOM: usize = RECV_SLOTS * CHUNK;
 /// Where the link's registered memory starts (page-aligned).
 pub const REGION_AT: usize = HEADER + ROOM;
 const SLOTS: usize = SEND_SLOTS + RECV_SLOTS;
-const LEN: usize = REGION_AT + Region::bytes(SLOTS, BUF).next_multiple_of(4096);
+pub const LEN: usize = REGION_AT + Region::bytes(SLOTS, BUF).next_multiple_of(4096);
 const NAME: &std::ffi::CStr = c"viarun-netpage";
 /// How `/proc/self/fd/N` names such a memfd.
 pub const LINK_PREFIX: &str = "/memfd:viarun-netpage";
@@ -109,6 +109,33 @@ impl Page {
         // SAFETY: the memfd made above; `map` kept its own copy.
         unsafe { libc::close(fd) };
         page
+    }
+
+    /// A fresh page at `at` (page-aligned) in the memfd `fd` of an exec
+    /// record (`inherit`), which grows to hold it: every process holding
+    /// the record reaches the page, also once this one has gone with its
+    /// VI (a shell's second command on a descriptor its first one used).
+    /// Keeps no copy of `fd` (the record holds it).
+    pub fn create_in(fd: RawFd, at: usize) -> Option<Page> {
+        // SAFETY: growing the caller's memfd (pages come as touched).
+        if unsafe { libc::ftruncate(fd, (at + LEN) as libc::off_t) } != 0 {
+            return None;
+        }
+        let page = Page::map_in(fd, at)?;
+        page.header()
+            .owner
+            .store(crate::process::id(), Ordering::Release);
+        Some(page)
+    }
+
+    /// Maps the page at `at` in memfd `fd` (checked to end there), with no
+    /// copy of the descriptor.
+    pub fn map_in(fd: RawFd, at: usize) -> Option<Page> {
+        let p = crate::kernel::map_memfd_at(fd, at, LEN)?;
+        Some(Page {
+            base: p,
+            fd: AtomicI32::new(-1),
+        })
     }
 
     /// Maps the page in memfd `fd` (checked to be of our size); keeps a

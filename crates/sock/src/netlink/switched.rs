@@ -77,8 +77,9 @@ impl NetSwitched {
     }
 
     /// Asks the VI's maker for the hand-over (if not yet done) and waits
-    /// for it; EIO if the maker is gone without doing it. A program the
-    /// maker became by an exec no hook saw does it in its stead.
+    /// for it. A program the maker became by an exec no hook saw, or any
+    /// process of this end once the maker is gone without doing it, does
+    /// it in its stead; EIO if the maker died in the middle of it.
     fn ensure_handed(&self, fd: RawFd) -> Result<(), i32> {
         if self.ready.load(Ordering::Acquire) {
             return Ok(());
@@ -97,11 +98,19 @@ impl NetSwitched {
                         self.take_over(fd)?;
                         continue;
                     }
+                    if !page::alive(owner) {
+                        if s == page::HANDING {
+                            return Err(libc::EIO); // it died handing over
+                        }
+                        // The maker went with its VI, never asked (a
+                        // shell's first command on a descriptor, done
+                        // before the second one runs): the page, which
+                        // outlived it in the record, has what it kept.
+                        self.take_over(fd)?;
+                        continue;
+                    }
                     if s == page::LIVE {
                         self.page.request();
-                    }
-                    if !page::alive(owner) {
-                        return Err(libc::EIO);
                     }
                     self.page.pause_while(s);
                 }
