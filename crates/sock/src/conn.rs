@@ -64,22 +64,26 @@ pub enum Setup {
     /// Both ends said yes; the VI is made on first use. `inherit`: the
     /// record that hands an accepted connection to a program this one
     /// execs before using it (module `inherit`).
+    /// `claimed`: the record, already claimed, of the answer awaited
+    /// before (it becomes the connection's switchable record:
+    /// `Inherit::become_switchable`).
     Agreed {
         side: Side,
         token: u64,
         control: Arc<Control>,
         inherit: Option<Arc<Inherit>>,
+        claimed: Option<Arc<Inherit>>,
     },
     /// Both ends said yes between hosts (the connector knows the
     /// acceptor's network address); the VI is made on first use.
-    /// `page_in`: the record, already claimed, of the offer this came
-    /// from (`Inherit::net_page`).
+    /// `claimed`: the record, already claimed, of the offer this came
+    /// from (it holds the hand-over page: `Inherit::net_page`).
     AgreedNet {
         side: Side,
         token: u64,
         peer_host: Vec<u8>,
         inherit: Option<Arc<Inherit>>,
-        page_in: Option<Arc<Inherit>>,
+        claimed: Option<Arc<Inherit>>,
     },
     Via(Arc<dyn Carried>),
     Kernel,
@@ -451,6 +455,10 @@ fn settle_locked(fd: RawFd, mut g: std::sync::MutexGuard<'_, Setup>) -> Route {
                                 token,
                                 control: Arc::new(control),
                                 inherit: None,
+                                claimed: inherit
+                                    .as_ref()
+                                    .filter(|i| i.let_go_of_answer_socket())
+                                    .cloned(),
                             },
                             // Both committed; without the page we cannot follow.
                             None => Setup::Broken,
@@ -466,8 +474,15 @@ fn settle_locked(fd: RawFd, mut g: std::sync::MutexGuard<'_, Setup>) -> Route {
                 side,
                 token,
                 control,
-                ..
-            } => match Link::handshake(fd, *side, *token, control.clone()) {
+                inherit,
+                claimed,
+            } => match Link::handshake(
+                fd,
+                *side,
+                *token,
+                control.clone(),
+                inherit.as_ref().or(claimed.as_ref()).cloned(),
+            ) {
                 Ok(link) => Setup::Via(Arc::new(link)),
                 Err(HandshakeEnd::PeerNeverCame) => Setup::Kernel,
                 Err(HandshakeEnd::Broken) => Setup::Broken,
@@ -490,7 +505,7 @@ fn settle_locked(fd: RawFd, mut g: std::sync::MutexGuard<'_, Setup>) -> Route {
                             token: yes.token,
                             peer_host: yes.host().to_vec(),
                             inherit: None,
-                            page_in: inherit.clone(),
+                            claimed: inherit.clone(),
                         }
                     }
                     None => {
@@ -504,10 +519,10 @@ fn settle_locked(fd: RawFd, mut g: std::sync::MutexGuard<'_, Setup>) -> Route {
                 token,
                 peer_host,
                 inherit,
-                page_in,
+                claimed,
             } => {
                 let host = matches!(side, Side::Connector).then_some(&peer_host[..]);
-                let record = inherit.as_ref().or(page_in.as_ref()).cloned();
+                let record = inherit.as_ref().or(claimed.as_ref()).cloned();
                 match NetLink::handshake(fd, *side, *token, host, record) {
                     Ok(link) => Setup::Via(Arc::new(link)),
                     Err(HandshakeEnd::PeerNeverCame) => Setup::Kernel,

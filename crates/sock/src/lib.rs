@@ -459,7 +459,7 @@ fn accepted_from_afar(reg: &remote::Registry, fd: c_int, peer: &libc::sockaddr_s
                             host: &[],
                         },
                     ),
-                    page_in: None,
+                    claimed: None,
                 },
             );
             stats::record(
@@ -579,6 +579,7 @@ fn accepted_here(
                     token,
                     control: std::sync::Arc::new(control),
                     inherit,
+                    claimed: None,
                 },
             );
             stats::record(

@@ -273,11 +273,14 @@ pub(crate) fn meet(
 
 impl Link {
     /// Sets up and connects the VI of a connection both ends agreed on.
+    /// `record`: the connection's exec record, claimed by this process,
+    /// which becomes its switchable one where no other process holds it.
     pub fn handshake(
         fd: RawFd,
         side: Side,
         token: u64,
         control: Arc<Control>,
+        record: Option<Arc<crate::inherit::Inherit>>,
     ) -> Result<Link, HandshakeEnd> {
         kernel::send_byte(fd, HELLO).map_err(|_| HandshakeEnd::Broken)?;
         let mut link = Link::create(side, control).map_err(|_| HandshakeEnd::Broken)?;
@@ -285,13 +288,16 @@ impl Link {
         meet(fd, &link.nic, &link.vi, side, token, None)?;
         kernel::no_delay(fd);
         if let Some(page) = link.control.take_fd() {
-            link.record = crate::inherit::Inherit::offer(
-                fd,
-                crate::inherit::Offered::Switchable {
-                    side,
-                    control: page,
-                },
-            );
+            link.record = match record {
+                Some(r) if r.become_switchable(side, page) => Some(r),
+                _ => crate::inherit::Inherit::offer(
+                    fd,
+                    crate::inherit::Offered::Switchable {
+                        side,
+                        control: page,
+                    },
+                ),
+            };
             // SAFETY: the page's kept copy, handed to the record (which
             // made its own) and ours to close.
             unsafe { (crate::real::real().close)(page) };
