@@ -107,6 +107,11 @@ for mode in handoff used sibling sibling-accept; do
     $VS python3 "$here/subprocess_check.py" "$mode" 2>"$dir/py.err" || { cat "$dir/py.err"; exit 1; }
     expect py "$SHM1"
 done
+# `head` on one of 100 connections in use (many: past the records kept
+# and the connections an exec looked at before).
+python3 "$here/subprocess_check.py" many
+$VS python3 "$here/subprocess_check.py" many 2>"$dir/py.err" || { cat "$dir/py.err"; exit 1; }
+expect py "viarun: 100 connections over shm, 0 over kernel TCP"
 "$dir/echo" 3000000
 "$bin/viarun" --stats "$dir/echo" 3000000 2>"$dir/stats"
 cat "$dir/stats"

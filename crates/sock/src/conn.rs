@@ -686,28 +686,23 @@ pub fn registry_of(fd: RawFd) -> Option<Listener> {
     l.as_ref()?.get(&fd).cloned()
 }
 
-/// Before an exec: the socket inodes of connections carried over a VI
-/// (ours or our parent's), at most `out.len()`; how many. Locks are only
-/// tried (this may run in a vfork child, beside the parent's other
-/// threads): one held is skipped. By inode, not descriptor: a vfork child
-/// moves and closes descriptors without telling the table.
-pub fn carried_inodes(out: &mut [u64]) -> usize {
-    let Ok(t) = TABLE.try_lock() else { return 0 };
-    let mut n = 0;
-    for c in t.iter().flat_map(|m| m.values()) {
-        if n == out.len() {
-            break;
-        }
-        let via = c
-            .setup
-            .try_lock()
-            .is_ok_and(|g| matches!(&*g, Setup::Via(_)));
-        if via && c.inode != 0 && !out[..n].contains(&c.inode) {
-            out[n] = c.inode;
-            n += 1;
-        }
-    }
-    n
+/// Before an exec: whether the connection on the socket `inode` (any, for
+/// 0) is carried over a VI (ours or our parent's). By inode, not
+/// descriptor: a vfork child moves and closes descriptors without telling
+/// the table. No allocation; the locks are only tried (this may run in a
+/// vfork child, beside the parent's other threads): one held reads as
+/// not carried.
+pub fn carries(inode: u64) -> bool {
+    let Ok(t) = TABLE.try_lock() else {
+        return false;
+    };
+    t.iter().flat_map(|m| m.values()).any(|c| {
+        (inode == 0 || c.inode == inode)
+            && c.inode != 0
+            && c.setup
+                .try_lock()
+                .is_ok_and(|g| matches!(&*g, Setup::Via(_)))
+    })
 }
 
 /// Before an exec (not in a vfork child): every connection this process

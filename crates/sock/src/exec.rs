@@ -76,9 +76,7 @@ impl Marks {
             fds: [-1; 64],
             n: 0,
         };
-        let mut carried = [0u64; 64];
-        let k = crate::conn::carried_inodes(&mut carried);
-        if k == 0 {
+        if !crate::conn::carries(0) {
             return m;
         }
         let mut marked = [0u64; 64];
@@ -93,7 +91,11 @@ impl Marks {
                 // SAFETY: F_GETFD on an open descriptor of ours.
                 let flags = unsafe { (real().fcntl)(fd, libc::F_GETFD, 0) };
                 let keeps = flags >= 0 && flags & libc::FD_CLOEXEC == 0;
-                if !keeps || !carried[..k].contains(&ino) || marked[..m.n].contains(&ino) {
+                // Each kept socket asks the table itself: a list of the
+                // carried ones, bounded as nothing here may allocate, left
+                // some out past 64 connections, and a program exec'd on
+                // one of those read its doorbells as data.
+                if !keeps || marked[..m.n].contains(&ino) || !crate::conn::carries(ino) {
                     continue;
                 }
                 // Its switchable record (made at first use) goes across

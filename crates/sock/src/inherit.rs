@@ -46,12 +46,30 @@ const MAGIC: u64 = u64::from_le_bytes(*b"viarunI1");
 const RECORD_NAME: &std::ffi::CStr = c"viarun-inherit";
 const HOST_MAX: usize = 64;
 /// Most records this process holds at once. Each costs two descriptors
-/// while its connection is unused (a server waiting on epoll for idle
-/// clients has many): past this, or with the descriptor table half full,
-/// a connection is not offered (it works, but not across exec).
-pub const MAX_HELD: usize = 64;
+/// (a server waiting on epoll for idle clients has many): past this, or
+/// with the descriptor table half full, a connection gets none (it works,
+/// but not across exec: a program exec'd on it gets ECONNRESET). 64 at
+/// first, which a client using more than 32 connections ran past.
+pub const MAX_HELD: usize = 512;
 
 static HELD: AtomicUsize = AtomicUsize::new(0);
+
+/// The descriptors the slots hold, one bit each (those below
+/// `conn::MAX_FD`): the close hook asks on every close of the program's.
+static HELD_FDS: [AtomicU64; conn::MAX_FD / 64] = [const { AtomicU64::new(0) }; conn::MAX_FD / 64];
+
+/// Notes that a slot holds descriptor `fd` now (`on`) or no longer.
+fn note_held(fd: RawFd, on: bool) {
+    if fd < 0 || fd as usize >= conn::MAX_FD {
+        return;
+    }
+    let (word, bit) = (fd as usize / 64, 1u64 << (fd as usize % 64));
+    if on {
+        HELD_FDS[word].fetch_or(bit, Ordering::AcqRel);
+    } else {
+        HELD_FDS[word].fetch_and(!bit, Ordering::AcqRel);
+    }
+}
 
 /// The descriptors of each record this process holds, where the close
 /// hooks can see them without a lock (a vfork child runs the hooks in
@@ -101,11 +119,16 @@ pub fn held_records() -> [Option<HeldRecord>; MAX_HELD] {
 /// Whether `fd` is one of this process's record descriptors (the memfd
 /// or its copy of the state's descriptor). Cheap while none is held.
 pub fn is_held(fd: RawFd) -> bool {
-    fd >= 0
-        && HELD.load(Ordering::Acquire) != 0
-        && SLOTS.iter().any(|s| {
-            s.record_fd.load(Ordering::Acquire) == fd || s.aux_fd.load(Ordering::Acquire) == fd
-        })
+    if fd < 0 || HELD.load(Ordering::Acquire) == 0 {
+        return false;
+    }
+    if (fd as usize) < conn::MAX_FD {
+        let (word, bit) = (fd as usize / 64, 1u64 << (fd as usize % 64));
+        return HELD_FDS[word].load(Ordering::Acquire) & bit != 0;
+    }
+    SLOTS.iter().any(|s| {
+        s.record_fd.load(Ordering::Acquire) == fd || s.aux_fd.load(Ordering::Acquire) == fd
+    })
 }
 
 /// The program closed `fd`, one of our record descriptors, itself (a
@@ -123,6 +146,7 @@ pub fn closed_by_program(fd: RawFd) {
             .record_fd
             .compare_exchange(fd, CLOSED, Ordering::AcqRel, Ordering::Acquire);
     }
+    note_held(fd, false);
 }
 
 /// A taken slot whose memfd the program closed.
@@ -356,6 +380,7 @@ impl Inherit {
             unsafe { (real().close)(record_fd) };
             return None;
         };
+        note_held(record_fd, true);
         SLOTS[slot].aux_fd.store(-1, Ordering::Release);
         SLOTS[slot]
             .socket_inode
@@ -397,6 +422,7 @@ impl Inherit {
             return false;
         }
         let old = SLOTS[self.slot].aux_fd.swap(-1, Ordering::AcqRel);
+        note_held(old, false);
         if old >= 0 {
             // SAFETY: the record's copy of the answer socket.
             unsafe { (real().close)(old) };
@@ -426,6 +452,8 @@ impl Inherit {
             return false;
         }
         let old = SLOTS[self.slot].aux_fd.swap(d, Ordering::AcqRel);
+        note_held(old, false);
+        note_held(d, true);
         if old >= 0 {
             // SAFETY: the record's former copy of its state's descriptor.
             unsafe { (real().close)(old) };
@@ -459,6 +487,7 @@ impl Inherit {
 
     fn set_aux(&mut self, fd: RawFd) {
         SLOTS[self.slot].aux_fd.store(fd, Ordering::Release);
+        note_held(fd, true);
     }
 
     #[cfg(test)]
@@ -491,6 +520,8 @@ impl Drop for Inherit {
         let slot = &SLOTS[self.slot];
         let aux = slot.aux_fd.swap(-1, Ordering::AcqRel);
         let record_fd = slot.record_fd.load(Ordering::Acquire);
+        note_held(aux, false);
+        note_held(record_fd, false);
         // SAFETY: our own mapping and descriptors (those the program has
         // not closed itself), used by nothing else in this process once
         // the last holder lets go.
