@@ -80,7 +80,8 @@ check direct-vi-used <(wc -l <direct.out) '^3$'
 # Default-route messages to the other host went over the master task's
 # own link to that host's pvmd once it was up (task/host_link.rs).
 check host-link-used multihost.out '^openvia-pvm host link t[0-9a-f]+ -> host 2: up, [1-9][0-9]* messages sent over the VI$'
-# The VI that failed under the third slave was opened again.
+# The VI that failed under the third slave was opened again (its connect
+# started: the slave may exit before the new one is up).
 check direct-vi-reopened multihost.out '^openvia-pvm direct t[0-9a-f]+ -> t[0-9a-f]+: reopened [1-9][0-9]* times$'
 
 if [ -n "$spmd" ]; then
