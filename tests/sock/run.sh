@@ -112,6 +112,11 @@ done
 python3 "$here/subprocess_check.py" many
 $VS python3 "$here/subprocess_check.py" many 2>"$dir/py.err" || { cat "$dir/py.err"; exit 1; }
 expect py "viarun: 100 connections over shm, 0 over kernel TCP"
+# `head` on a connection made with the descriptor table half full
+# (crowded): no room for its exec record, so it stays on kernel TCP.
+python3 "$here/subprocess_check.py" crowded
+$VS python3 "$here/subprocess_check.py" crowded 2>"$dir/py.err" || { cat "$dir/py.err"; exit 1; }
+expect py "viarun: 0 connections over shm, 1 over kernel TCP"
 "$dir/echo" 3000000
 "$bin/viarun" --stats "$dir/echo" 3000000 2>"$dir/stats"
 cat "$dir/stats"

@@ -12,7 +12,7 @@ tests/sock/run.sh (run with and without viarun):
   hands the connection back to the kernel, and takes the 4 bytes from the
   client's ring): never hang, fail or read other bytes. A 10 s limit
   catches a hang.
-- `sibling`, `sibling-accept`, `many`: see their functions.
+- `sibling`, `sibling-accept`, `many`, `crowded`: see their functions.
 """
 import os
 import socket
@@ -28,6 +28,22 @@ def listener(backlog=1):
     l.bind(("127.0.0.1", 0))
     l.listen(backlog)
     return l, l.getsockname()[1]
+
+
+def serve_one(l):
+    """A forked server on listener `l`: accepts one connection, answers
+    `first` with `hello`, sends `world`, then waits for the end. Its pid."""
+    pid = os.fork()
+    if pid == 0:
+        s, _ = l.accept()
+        s.sendall(b"hello" if read_exactly(s, 5) == b"first" else b"?????")
+        s.sendall(b"world")
+        try:
+            s.recv(1)
+        except ConnectionResetError:
+            pass
+        os._exit(0)
+    return pid
 
 
 def judge(mode, p, want, pid):
@@ -101,19 +117,7 @@ def sibling():
     holds, or that the first program left on the record's answer
     socket), never other bytes (doorbells), never hang."""
     l, port = listener()
-    pid = os.fork()
-    if pid == 0:
-        s, _ = l.accept()
-        got = b""
-        while len(got) < 5:
-            got += s.recv(5 - len(got))
-        s.sendall(b"hello")
-        s.sendall(b"world")
-        try:
-            s.recv(1)
-        except ConnectionResetError:
-            pass
-        os._exit(0)
+    pid = serve_one(l)
     c = socket.create_connection(("127.0.0.1", port))
     first = "import os\nos.write(0, b'first')\nb = b''\nwhile len(b) < 5: b += os.read(0, 5 - len(b))\nassert b == b'hello', b"
     subprocess.run([sys.executable, "-c", first], stdin=c, check=True, timeout=10)
@@ -194,5 +198,30 @@ def many():
     judge("many", p, b"world", pid)
 
 
+def crowded():
+    """A client whose descriptor table is more than half full (a soft
+    limit of 64, its socket past 40) uses a connection and runs `head -c
+    5` on it: head must read the server's next 5 bytes. Under viarun such
+    a connection gets no exec record, so it must not be carried at all
+    (kernel TCP); carried without one, head got ECONNRESET."""
+    import resource
+
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
+    l, port = listener()
+    pid = serve_one(l)
+    l.close()
+    filler = [os.open("/dev/null", os.O_RDONLY) for _ in range(40)]
+    c = socket.create_connection(("127.0.0.1", port))
+    c.sendall(b"first")
+    if read_exactly(c, 5) != b"hello":
+        sys.exit("crowded: no hello")
+    p = subprocess.run(["head", "-c", "5"], stdin=c, capture_output=True, timeout=10)
+    c.close()
+    for f in filler:
+        os.close(f)
+    judge("crowded", p, b"world", pid)
+
+
 {"handoff": handoff, "used": used, "sibling": sibling, "sibling-accept": sibling_accept,
- "many": many}[sys.argv[1]]()
+ "many": many, "crowded": crowded}[sys.argv[1]]()

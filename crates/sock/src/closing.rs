@@ -26,10 +26,7 @@ use crate::real::real;
 /// Whether the record descriptor `fd` must stay open although the
 /// program closes it (its socket is open on another descriptor).
 fn keeps_alone(fd: RawFd) -> bool {
-    inherit::held_records()
-        .iter()
-        .flatten()
-        .find(|r| r.record_fd == fd || r.aux_fd == fd)
+    inherit::find_held(|r| r.record_fd == fd || r.aux_fd == fd)
         .is_some_and(|r| socket_open_outside(r.socket_inode, fd as u32, fd as u32))
 }
 
@@ -65,10 +62,10 @@ pub fn close_range(first: u32, last: u32, flags: c_int) -> c_int {
     let mut kept = [u32::MAX; 2 * inherit::MAX_HELD];
     let mut n = 0;
     let own_memory = !process::borrowing_parent_memory();
-    for r in inherit::held_records().iter().flatten() {
+    inherit::find_held(|r| {
         let inside = |fd: RawFd| fd >= 0 && (first..=last).contains(&(fd as u32));
         if !inside(r.record_fd) && !inside(r.aux_fd) {
-            continue;
+            return false;
         }
         if socket_open_outside(r.socket_inode, first, last) {
             for fd in [r.record_fd, r.aux_fd] {
@@ -80,7 +77,8 @@ pub fn close_range(first: u32, last: u32, flags: c_int) -> c_int {
         } else if own_memory && flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
             forget_record(r);
         }
-    }
+        false // every record is visited
+    });
     let kept = &mut kept[..n];
     kept.sort_unstable();
     // The pieces between the kept descriptors, each closed as asked.

@@ -100,10 +100,7 @@ impl Marks {
                 }
                 // Its switchable record (made at first use) goes across
                 // exec by itself: the new program hands it to the kernel.
-                let switchable = crate::inherit::held_records()
-                    .iter()
-                    .flatten()
-                    .any(|r| r.socket_inode == ino && r.record_fd >= 0);
+                let switchable = crate::inherit::find_held(|r| r.socket_inode == ino).is_some();
                 if switchable {
                     continue;
                 }

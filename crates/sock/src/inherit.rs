@@ -45,12 +45,13 @@ use crate::remote;
 const MAGIC: u64 = u64::from_le_bytes(*b"viarunI1");
 const RECORD_NAME: &std::ffi::CStr = c"viarun-inherit";
 const HOST_MAX: usize = 64;
-/// Most records this process holds at once. Each costs two descriptors
-/// (a server waiting on epoll for idle clients has many): past this, or
-/// with the descriptor table half full, a connection gets none (it works,
-/// but not across exec: a program exec'd on it gets ECONNRESET). 64 at
-/// first, which a client using more than 32 connections ran past.
-pub const MAX_HELD: usize = 512;
+/// Most records this process holds at once. Each costs two descriptors:
+/// past this, or with the descriptor table half full, a new connection
+/// is not carried (it stays on kernel TCP, which an exec cannot break:
+/// `room_for_a_record`). 64 at first, of which connections in use could
+/// take 32: a client using more ran past them, and a program it ran on a
+/// later one got ECONNRESET.
+pub const MAX_HELD: usize = 1024;
 
 static HELD: AtomicUsize = AtomicUsize::new(0);
 
@@ -97,23 +98,22 @@ pub struct HeldRecord {
     pub socket_inode: u64,
 }
 
-/// Every record this process holds now (`None` in the free places).
-pub fn held_records() -> [Option<HeldRecord>; MAX_HELD] {
-    let mut out = [None; MAX_HELD];
+/// The first record this process holds for which `f` says true (each is
+/// read as it is visited: nothing is copied, as the hooks that ask run on
+/// the program's stack, perhaps in a vfork child).
+pub fn find_held(mut f: impl FnMut(&HeldRecord) -> bool) -> Option<HeldRecord> {
     if HELD.load(Ordering::Acquire) == 0 {
-        return out;
+        return None;
     }
-    for (o, s) in out.iter_mut().zip(&SLOTS) {
+    SLOTS.iter().find_map(|s| {
         let record_fd = s.record_fd.load(Ordering::Acquire);
-        if record_fd >= 0 {
-            *o = Some(HeldRecord {
-                record_fd,
-                aux_fd: s.aux_fd.load(Ordering::Acquire),
-                socket_inode: s.socket_inode.load(Ordering::Acquire),
-            });
-        }
-    }
-    out
+        let r = HeldRecord {
+            record_fd,
+            aux_fd: s.aux_fd.load(Ordering::Acquire),
+            socket_inode: s.socket_inode.load(Ordering::Acquire),
+        };
+        (record_fd >= 0 && f(&r)).then_some(r)
+    })
 }
 
 /// Whether `fd` is one of this process's record descriptors (the memfd
@@ -152,15 +152,52 @@ pub fn closed_by_program(fd: RawFd) {
 /// A taken slot whose memfd the program closed.
 const CLOSED: RawFd = -2;
 
-/// Whether another record may be made for a connection on `socket`.
-fn room_for_a_record(socket: RawFd) -> bool {
-    if HELD.load(Ordering::Relaxed) >= MAX_HELD {
-        return false;
-    }
+/// The soft limit on descriptors (None if unknown).
+fn descriptor_limit() -> Option<u64> {
     // SAFETY: getrlimit into our own struct.
     let mut r: libc::rlimit = unsafe { std::mem::zeroed() };
-    let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0;
-    !ok || (socket.max(0) as u64).saturating_mul(2) < r.rlim_cur
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0).then_some(r.rlim_cur)
+}
+
+/// Our new descriptor `fd` (a record's, not close-on-exec), moved into
+/// the upper half of the descriptor table: the program takes the lowest
+/// free numbers, and a record's two descriptors per connection would push
+/// its sockets' numbers up (past FD_SETSIZE for a program using select
+/// with a few hundred connections, where kernel TCP stays below). -1
+/// stays -1; where it cannot move, it stays where it is.
+fn upper_half(fd: RawFd) -> RawFd {
+    let Some(limit) = descriptor_limit() else {
+        return fd;
+    };
+    let base = (limit / 2).min(i32::MAX as u64) as RawFd;
+    if fd < 0 || fd >= base {
+        return fd;
+    }
+    // SAFETY: F_DUPFD of our own descriptor (not close-on-exec, as the
+    // original); the original is ours to close once copied.
+    let d = unsafe { (real().fcntl)(fd, libc::F_DUPFD, base as u64) };
+    if d < 0 {
+        return fd;
+    }
+    // SAFETY: as above.
+    unsafe { (real().close)(fd) };
+    d
+}
+
+/// Whether another record may be made for a connection on `socket`: a
+/// connection is carried only then, so that every one carried has a
+/// record a program exec'd on it finds (two threads setting connections
+/// up at once at the very limit may still leave one without).
+pub fn room_for_a_record(socket: RawFd) -> bool {
+    let held = HELD.load(Ordering::Relaxed);
+    if held >= MAX_HELD {
+        return false;
+    }
+    // The program's sockets in the lower half, our records' two
+    // descriptors each in the upper (`upper_half`).
+    descriptor_limit().map_or(true, |limit| {
+        (socket.max(0) as u64).saturating_mul(2) < limit && (held as u64 + 1) * 4 < limit
+    })
 }
 
 /// What state a record takes a connection up in (`Record::kind`).
@@ -268,15 +305,6 @@ impl Inherit {
         if !room_for_a_record(socket) {
             return None;
         }
-        // Connections in use take at most half the places: the other half
-        // stays for unused ones (a server handing accepted connections on).
-        if matches!(
-            what,
-            Offered::Switchable { .. } | Offered::NetSwitchable { .. }
-        ) && HELD.load(Ordering::Relaxed) >= MAX_HELD / 2
-        {
-            return None;
-        }
         let socket_inode = inode(socket)?;
         let (kind, side, token, aux, ports, host) = match what {
             Offered::Agreed {
@@ -319,7 +347,7 @@ impl Inherit {
             return None;
         }
         // SAFETY: a NUL-terminated name; no CLOEXEC: it must outlive exec.
-        let record_fd = unsafe { libc::memfd_create(RECORD_NAME.as_ptr(), 0) };
+        let record_fd = upper_half(unsafe { libc::memfd_create(RECORD_NAME.as_ptr(), 0) });
         if record_fd < 0 {
             return None;
         }
@@ -334,7 +362,7 @@ impl Inherit {
             Some(a) => {
                 // SAFETY: dup of a descriptor the caller holds; the copy is
                 // not close-on-exec, as the record's.
-                let d = unsafe { (real().dup)(a) };
+                let d = upper_half(unsafe { (real().dup)(a) });
                 if d < 0 {
                     return None;
                 }
@@ -399,16 +427,12 @@ impl Inherit {
     /// made it (a shell, a server handing connections to programs) holds
     /// on, so that a program it runs after the first user of the
     /// connection is gone still finds the page, and with it what that
-    /// user's VI left unread. None for other records.
-    /// Held while the connection lives, the record counts among the used
-    /// connections' half of the places (`offer`): past it, a record no
-    /// other process may hold is let go (the page then gets a memfd of
-    /// its own, and the connection a switchable record if one fits).
+    /// user's VI left unread. None for other records. The record is then
+    /// held while the connection lives.
     pub fn net_page(&self) -> Option<(RawFd, usize)> {
         let fd = SLOTS[self.slot].record_fd.load(Ordering::Acquire);
         let net = matches!(self.record().kind, AGREED_NET | AWAIT_NET);
-        let room = self.may_be_shared() || HELD.load(Ordering::Relaxed) <= MAX_HELD / 2;
-        (net && room && fd >= 0).then_some((fd, PAGE_AT))
+        (net && fd >= 0).then_some((fd, PAGE_AT))
     }
 
     /// A connector's record, once the answer came, closes its copy of the
@@ -434,12 +458,9 @@ impl Inherit {
     /// into the switchable record of the connection now in use, with a
     /// copy of its control page `control`: one memfd per connection
     /// instead of one before and another after the first use. False
-    /// (nothing changed) where it may be shared, where the used
-    /// connections' half of the places is taken, or the copy fails.
+    /// (nothing changed) where it may be shared, or the copy fails.
     pub fn become_switchable(&self, side: Side, control: RawFd) -> bool {
-        // As `offer`: connections in use keep at most half the places.
-        let room = HELD.load(Ordering::Relaxed) <= MAX_HELD / 2;
-        if !room || self.may_be_shared() || self.record.is_null() {
+        if self.may_be_shared() || self.record.is_null() {
             return false;
         }
         let Some(aux_inode) = inode(control) else {
@@ -447,7 +468,7 @@ impl Inherit {
         };
         // SAFETY: dup of the caller's descriptor; not close-on-exec, as the
         // record's.
-        let d = unsafe { (real().dup)(control) };
+        let d = upper_half(unsafe { (real().dup)(control) });
         if d < 0 {
             return false;
         }
@@ -990,6 +1011,26 @@ mod tests {
             dst_port: 5,
         };
         (sv, answer, ino, Inherit::offer(sv[0], what).unwrap())
+    }
+
+    /// A record's descriptors go to the upper half of the table, leaving
+    /// the program's numbers where kernel TCP would have them.
+    #[test]
+    fn a_records_descriptors_live_in_the_upper_half() {
+        let (sv, answer, _, rec) = awaiting_answer();
+        let half = (descriptor_limit().unwrap() / 2) as RawFd;
+        let slot = &SLOTS[rec.slot];
+        assert!(slot.record_fd.load(Ordering::Acquire) >= half);
+        assert!(slot.aux_fd.load(Ordering::Acquire) >= half);
+        assert!(is_held(slot.record_fd.load(Ordering::Acquire)));
+        // SAFETY: a new descriptor of ours, closed below.
+        let next = unsafe { libc::dup(sv[0]) };
+        assert!(next < half, "the program's next number stays low");
+        drop(rec);
+        for fd in [sv[0], sv[1], answer[0], answer[1], next] {
+            // SAFETY: closing our descriptors.
+            unsafe { libc::close(fd) };
+        }
     }
 
     /// A record no other process holds becomes the connection's switchable

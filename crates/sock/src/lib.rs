@@ -438,10 +438,11 @@ fn accepted_from_afar(reg: &remote::Registry, fd: c_int, peer: &libc::sockaddr_s
     let Some(peer) = remote::socket_addr(peer) else {
         return;
     };
-    let offer = (reg.committed(peer) && (fd as usize) < conn::MAX_FD)
-        .then(|| link::process_nic(link::Medium::Network).ok())
-        .flatten()
-        .map(|(nic, _)| nic.query().address.to_vec());
+    let offer =
+        (reg.committed(peer) && (fd as usize) < conn::MAX_FD && inherit::room_for_a_record(fd))
+            .then(|| link::process_nic(link::Medium::Network).ok())
+            .flatten()
+            .map(|(nic, _)| nic.query().address.to_vec());
     let token = openvia_core::sys::random_u64() | 1;
     match reg.decide(peer, offer.as_deref().map(|host| (token, host))) {
         Some(token) => {
@@ -546,7 +547,8 @@ fn accepted_here(
     let mut page_fd = None;
     let answer = ports.and_then(|(p, l)| {
         rendezvous::answer(p, l, || {
-            if fd as usize >= conn::MAX_FD {
+            // Carried only with room for its exec record (`inherit`).
+            if fd as usize >= conn::MAX_FD || !inherit::room_for_a_record(fd) {
                 return None;
             }
             let (page, memfd) = control::Control::create()?;
@@ -669,7 +671,10 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, alen: socklen
         let mut answer_socket = None;
         let mut offer = None;
         let here = rendezvous::is_local(addr, alen);
-        if !here || rendezvous::listener_exists(dst_port) {
+        // No room for the connection's exec record: not carried (module
+        // `inherit`), and nothing asked.
+        let room = inherit::room_for_a_record(fd);
+        if room && (!here || rendezvous::listener_exists(dst_port)) {
             let mut local = rendezvous::name_of(fd, false).and_then(|a| rendezvous::port_of(&a));
             if local == Some(0) {
                 let family =
