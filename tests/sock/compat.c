@@ -6,7 +6,7 @@
  *   compat MODE   MODE: poll select epoll-lt epoll-et epoll-nested peek
  *                       dup threads sendfile splice exec exec-vfork exec-connect
  *                       exec-closerange exec-closeloop exec-closefrom exec-used exec-self fork-used fork-close
- *                       fork-stream fork-first
+ *                       fork-stream fork-first fork-race
  *                       epollout-et epollout-lt fork-settling shutdown-wakes
  *                       linger0 ipv6 reuseport reuseport-plain selfloop stress reconnect
  *                       hangup
@@ -644,6 +644,7 @@ int main(int argc, char **argv) {
         else if (strcmp(mode, "fork-close") == 0) fork_close_client(fd);
         else if (strcmp(mode, "fork-stream") == 0) fork_stream_client(fd);
         else if (strcmp(mode, "fork-first") == 0) fork_first_client(fd);
+        else if (strcmp(mode, "fork-race") == 0) fork_race_client(fd);
         else if (strcmp(mode, "exec-self") == 0) exec_self_client(fd);
         else if (strcmp(mode, "stdio") == 0) stdio_client(fd);
         else if (strcmp(mode, "stdio-exec") == 0) stdio_exec_client(fd);
@@ -690,6 +691,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "fork-close") == 0) fork_close_server(fd);
     else if (strcmp(mode, "fork-stream") == 0) fork_stream_server(fd);
     else if (strcmp(mode, "fork-first") == 0) fork_first_server(fd);
+    else if (strcmp(mode, "fork-race") == 0) fork_race_server(fd);
     else if (strcmp(mode, "exec-self") == 0) exec_self_server(fd);
     else if (strcmp(mode, "stdio") == 0) stdio_server(fd);
     else if (strcmp(mode, "stdio-exec") == 0) stdio_exec_server(fd);

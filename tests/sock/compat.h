@@ -62,6 +62,8 @@ void exec_vfork_server(int fd);
 void fork_settling_client(int fd);
 void fork_settling_server(int fd);
 void fork_first_client(int fd);
+void fork_race_client(int fd);
+void fork_race_server(int fd);
 void fork_first_server(int fd);
 void fork_close_client(int fd);
 void fork_close_server(int fd);

@@ -319,6 +319,39 @@ void fork_first_server(int fd) {
     write_all(fd, "good", 4);
 }
 
+/* fork-race: each end forks before it uses the connection, and both of
+ * its processes write a word at once (the child exits at once); then the
+ * parent reads the peer's two words, in either order. Under viarun the
+ * process that came second to the unused connection, while the other
+ * was setting it up, said EIO; or its switch byte went before the
+ * other's hello, which the peer then read as data. */
+static void race_words(int fd, const char *kid, const char *dad, const char *want1, const char *want2) {
+    pid_t c = fork();
+    if (c < 0) FAIL("fork");
+    if (c == 0) {
+        alarm(20);
+        write_all(fd, kid, 4);
+        _exit(0);
+    }
+    write_all(fd, dad, 4);
+    wait_child(c);
+    char b[8];
+    read_all(fd, b, 8);
+    int ok = (!memcmp(b, want1, 4) && !memcmp(b + 4, want2, 4)) ||
+             (!memcmp(b, want2, 4) && !memcmp(b + 4, want1, 4));
+    if (!ok) FAIL("got %.8s", b);
+}
+void fork_race_client(int fd) {
+    race_words(fd, "kid!", "dad!", "srv1", "srv2");
+    write_all(fd, "bye!", 4);
+}
+void fork_race_server(int fd) {
+    race_words(fd, "srv1", "srv2", "kid!", "dad!");
+    char b[4];
+    read_all(fd, b, 4);
+    if (memcmp(b, "bye!", 4)) FAIL("client's last word %.4s", b);
+}
+
 /* fork-close: the dialing process uses the connection, forks a child to
  * carry on, and closes its own descriptor at once (a server's usual
  * accept, read the request, fork a handler, close). Only then does the

@@ -457,7 +457,9 @@ fn settle_locked(fd: RawFd, mut g: std::sync::MutexGuard<'_, Setup>) -> Route {
                                 inherit: None,
                                 claimed: inherit
                                     .as_ref()
-                                    .filter(|i| i.let_go_of_answer_socket())
+                                    .inspect(|i| {
+                                        i.let_go_of_answer_socket();
+                                    })
                                     .cloned(),
                             },
                             // Both committed; without the page we cannot follow.
@@ -466,6 +468,9 @@ fn settle_locked(fd: RawFd, mut g: std::sync::MutexGuard<'_, Setup>) -> Route {
                     }
                     None => {
                         stats::record("tcp", &key, Side::Connector);
+                        if let Some(i) = inherit {
+                            i.note_kernel();
+                        }
                         Setup::Kernel
                     }
                 }
@@ -486,6 +491,14 @@ fn settle_locked(fd: RawFd, mut g: std::sync::MutexGuard<'_, Setup>) -> Route {
                 Ok(link) => Setup::Via(Arc::new(link)),
                 Err(HandshakeEnd::PeerNeverCame) => Setup::Kernel,
                 Err(HandshakeEnd::Broken) => Setup::Broken,
+                Err(HandshakeEnd::Switched) => {
+                    Setup::Via(Arc::new(crate::switched::Switched::new(
+                        control.clone(),
+                        *side,
+                        fd,
+                        inherit.as_ref().or(claimed.as_ref()).cloned(),
+                    )))
+                }
             },
             Setup::AwaitNet {
                 offer,
@@ -510,6 +523,9 @@ fn settle_locked(fd: RawFd, mut g: std::sync::MutexGuard<'_, Setup>) -> Route {
                     }
                     None => {
                         stats::record("tcp", &key, Side::Connector);
+                        if let Some(i) = inherit {
+                            i.note_kernel();
+                        }
                         Setup::Kernel
                     }
                 }
@@ -526,7 +542,7 @@ fn settle_locked(fd: RawFd, mut g: std::sync::MutexGuard<'_, Setup>) -> Route {
                 match NetLink::handshake(fd, *side, *token, host, record) {
                     Ok(link) => Setup::Via(Arc::new(link)),
                     Err(HandshakeEnd::PeerNeverCame) => Setup::Kernel,
-                    Err(HandshakeEnd::Broken) => Setup::Broken,
+                    Err(HandshakeEnd::Broken | HandshakeEnd::Switched) => Setup::Broken,
                 }
             }
         };
@@ -542,6 +558,44 @@ fn settle_locked(fd: RawFd, mut g: std::sync::MutexGuard<'_, Setup>) -> Route {
 /// socket. None where the page cannot be reached (not made yet: the
 /// first user is still setting the connection up).
 fn used_by_sibling(fd: RawFd, setup: &Setup) -> Option<Setup> {
+    // The first user may still be setting the connection up (both
+    // processes of a fork using it at once): its page comes within the
+    // handshake, or word that the connection stays on the kernel.
+    let deadline = std::time::Instant::now() + SIBLING_WAIT;
+    loop {
+        if let Some(s) = sibling_state(fd, setup) {
+            return Some(s);
+        }
+        if std::time::Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// How long a process waits for the page of a connection a sibling is
+/// setting up (`used_by_sibling`) before it gives up (EIO).
+const SIBLING_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// `used_by_sibling`'s one look.
+fn sibling_state(fd: RawFd, setup: &Setup) -> Option<Setup> {
+    let went_kernel = match setup {
+        Setup::AwaitAnswer { inherit, .. } | Setup::AwaitNet { inherit, .. } => inherit.as_ref(),
+        _ => None,
+    };
+    if went_kernel.is_some_and(|i| i.went_kernel()) {
+        return Some(Setup::Kernel);
+    }
+    // One host: the switch byte must follow the claimer's hello.
+    let hello_awaited = match setup {
+        Setup::Agreed { inherit, .. } | Setup::AwaitAnswer { inherit, .. } => {
+            inherit.as_ref().is_some_and(|i| !i.hello_sent())
+        }
+        _ => false,
+    };
+    if hello_awaited {
+        return None;
+    }
     let carried: Arc<dyn Carried> = match setup {
         Setup::Agreed {
             side,

@@ -223,6 +223,14 @@ const NET_SWITCHABLE: u32 = 7;
 const PAGE_AT: usize = 4096;
 const _: () = assert!(std::mem::size_of::<Record>() <= PAGE_AT);
 
+/// `Record::used`: claimed by a process (which sets the connection up).
+const USED: u32 = 1;
+/// Claimed, and found to stay on kernel TCP.
+const USED_KERNEL: u32 = 2;
+/// Claimed, and the claimer's hello is in the kernel stream: a sibling
+/// switching the connection may put its switch byte after it.
+const USED_HELLO_SENT: u32 = 3;
+
 /// What a new program needs to take an unused connection up.
 #[repr(C)]
 struct Record {
@@ -436,14 +444,13 @@ impl Inherit {
     }
 
     /// A connector's record, once the answer came, closes its copy of the
-    /// answer socket at once where no other process holds the record
-    /// (true then): the record waits, without it, to become the
-    /// connection's switchable one (`become_switchable`). Held open until
-    /// then, the socket made each short connection ~70 µs slower (2-vCPU
-    /// box). False where the record may be shared (it is let go as is).
-    pub fn let_go_of_answer_socket(&self) -> bool {
+    /// answer socket at once where no other process holds the record: the
+    /// record waits, without it, to become the connection's switchable one
+    /// (`become_switchable`). Where it may be shared the socket stays: the
+    /// page is stashed on it for the record's other holders.
+    pub fn let_go_of_answer_socket(&self) {
         if self.may_be_shared() || self.record().kind != AWAIT_ANSWER {
-            return false;
+            return;
         }
         let old = SLOTS[self.slot].aux_fd.swap(-1, Ordering::AcqRel);
         note_held(old, false);
@@ -451,7 +458,6 @@ impl Inherit {
             // SAFETY: the record's copy of the answer socket.
             unsafe { (real().close)(old) };
         }
-        true
     }
 
     /// Turns this record, which no other process holds (`may_be_shared`),
@@ -519,7 +525,40 @@ impl Inherit {
     /// Claims the connection for this process (before its handshake);
     /// false if another process already did.
     pub fn claim(&self) -> bool {
-        self.record().used.swap(1, Ordering::AcqRel) == 0
+        self.record()
+            .used
+            .compare_exchange(0, USED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// The process that claimed the connection learnt that it stays on
+    /// kernel TCP (the acceptor said no): the record's other holders, and
+    /// programs they exec, use the kernel socket as it is.
+    pub fn note_kernel(&self) {
+        self.record().used.store(USED_KERNEL, Ordering::Release);
+    }
+
+    /// The claimer sent its hello (`USED_HELLO_SENT`).
+    pub fn note_hello_sent(&self) {
+        let _ = self.record().used.compare_exchange(
+            USED,
+            USED_HELLO_SENT,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+
+    /// Whether the claimer's hello is in the stream: only then may a
+    /// sibling switch the connection (its switch byte must come after
+    /// every byte of the handshake, which the switched reader drops).
+    pub fn hello_sent(&self) -> bool {
+        self.record().used.load(Ordering::Acquire) == USED_HELLO_SENT
+    }
+
+    /// Whether the process that claimed the connection found it stays on
+    /// kernel TCP (`note_kernel`).
+    pub fn went_kernel(&self) -> bool {
+        self.record().used.load(Ordering::Acquire) == USED_KERNEL
     }
 
     /// Whether another process may hold the record too: it was taken up
@@ -749,7 +788,13 @@ fn take_up_one(record_fd: RawFd, sockets: &[(RawFd, u64)]) {
         return; // taken up through another record already
     }
     let switchable = matches!(r.kind, SWITCHABLE | NET_SWITCHABLE);
-    let used_elsewhere = !switchable && r.used.load(Ordering::Acquire) != 0;
+    let used = r.used.load(Ordering::Acquire);
+    let used_elsewhere = !switchable && used != 0;
+    if used_elsewhere && used == USED_KERNEL {
+        // The program that used it first found it stays on the kernel:
+        // the socket is the connection. Not tracked.
+        return;
+    }
     if used_elsewhere {
         if let Some(page) = page_of_used(r) {
             // Used by a program our parent ran before (a shell's first

@@ -24,7 +24,9 @@ use openvia_core::nic::Nic;
 use openvia_core::vi::{reliability, Vi, ViState};
 use openvia_core::{Address, ViaError};
 
-use crate::control::{peer_of, Announced, Control, Direction, Side, RING_BYTES, TABLE_LEN};
+use crate::control::{
+    peer_of, Announced, Control, Direction, Side, RING_BYTES, SWITCH_BYTE, TABLE_LEN,
+};
 use crate::kernel;
 use crate::region::{Region, DESC_BYTES};
 
@@ -180,6 +182,11 @@ pub struct Link {
     record: Option<Arc<crate::inherit::Inherit>>,
     /// `process::forks()` when the link was made.
     forks: u32,
+    /// Another process may hold the socket since before the link was made
+    /// (its record was taken up from an exec, or this process forked
+    /// while the connection was unused): a close hands over, as after a
+    /// later fork.
+    shared: AtomicBool,
     /// The socket's O_NONBLOCK, asked once when the link is made and then
     /// followed through the program's fcntl(F_SETFL) and ioctl(FIONBIO)
     /// (lib.rs): a read or write that must know it makes no system call.
@@ -203,6 +210,10 @@ pub enum HandshakeEnd {
     PeerNeverCame,
     /// Something failed after both sides committed: the stream is lost.
     Broken,
+    /// Another process of one end, which forked from the one setting the
+    /// connection up before its first use, used it meanwhile through the
+    /// control page and switched it to the kernel (`switched`): no VI.
+    Switched,
 }
 
 fn disc(role_char: char, token: u64) -> Vec<u8> {
@@ -220,6 +231,7 @@ pub(crate) fn meet(
     side: Side,
     token: u64,
     peer_host: Option<&[u8]>,
+    switched: &dyn Fn() -> bool,
 ) -> Result<(), HandshakeEnd> {
     let host = nic.query().address.to_vec();
     let (mine, theirs) = match side {
@@ -244,6 +256,7 @@ pub(crate) fn meet(
         };
         match r {
             Ok(()) => break Ok(()),
+            Err(ViaError::Timeout) if switched() => break Err(HandshakeEnd::Switched),
             Err(ViaError::Timeout) => match kernel::peek_state(fd) {
                 // The peer's hello is there: it is on its way.
                 kernel::Peek::Byte(HELLO) => {
@@ -265,6 +278,17 @@ pub(crate) fn meet(
         openvia_core::connect_wait_end(nic.shared(), &local);
     }
     met?;
+    // A sibling that switched the connection meanwhile (above) put its
+    // switch byte where the peer's hello was awaited: left for the
+    // switched reader, which drops what comes before it and itself.
+    loop {
+        match kernel::peek_state(fd) {
+            kernel::Peek::Byte(SWITCH_BYTE) if switched() => return Err(HandshakeEnd::Switched),
+            kernel::Peek::Empty if switched() => return Err(HandshakeEnd::Switched),
+            kernel::Peek::Empty => kernel::wait_readable(fd),
+            _ => break,
+        }
+    }
     match kernel::take_byte(fd) {
         Ok(HELLO) => Ok(()),
         _ => Err(HandshakeEnd::Broken),
@@ -283,9 +307,16 @@ impl Link {
         record: Option<Arc<crate::inherit::Inherit>>,
     ) -> Result<Link, HandshakeEnd> {
         kernel::send_byte(fd, HELLO).map_err(|_| HandshakeEnd::Broken)?;
+        if let Some(r) = &record {
+            r.note_hello_sent();
+        }
         let mut link = Link::create(side, control).map_err(|_| HandshakeEnd::Broken)?;
+        let shared = record.as_ref().is_some_and(|r| r.may_be_shared());
+        link.shared.store(shared, Ordering::Relaxed);
         link.set_nonblocking(kernel::is_nonblocking(fd));
-        meet(fd, &link.nic, &link.vi, side, token, None)?;
+        let control = link.control.clone();
+        let switched = move || control.rx(side).seen().switched || control.tx(side).seen().switched;
+        meet(fd, &link.nic, &link.vi, side, token, None, &switched)?;
         kernel::no_delay(fd);
         if let Some(page) = link.control.take_fd() {
             link.record = match record {
@@ -338,6 +369,7 @@ impl Link {
             }),
             record: None,
             forks: crate::process::forks(),
+            shared: AtomicBool::new(false),
             nonblocking: AtomicBool::new(false),
             standing: AtomicBool::new(false),
         };
@@ -816,7 +848,8 @@ impl crate::carried::Carried for Link {
         }
     }
     fn hand_over(&self, fd: RawFd, always: bool) {
-        if always || crate::process::forks() != self.forks {
+        let shared = self.shared.load(Ordering::Relaxed);
+        if always || shared || crate::process::forks() != self.forks {
             crate::switched::switch(&self.control, self.side);
         }
         if self.rx_word().seen().switched {

@@ -154,6 +154,8 @@ pub struct NetLink {
     ringing: AtomicU32,
     /// Forks made before the link: a close after a later one hands over.
     forks: u32,
+    /// As `Link::shared`: a close hands over.
+    shared: bool,
     /// The record a program exec'd on the socket takes it up with.
     record: Option<Arc<crate::inherit::Inherit>>,
 }
@@ -277,7 +279,7 @@ impl NetLink {
         let mut link = NetLink::create(record).map_err(|_| HandshakeEnd::Broken)?;
         link.nonblocking
             .store(kernel::is_nonblocking(fd), Ordering::Relaxed);
-        meet(fd, &link.nic, &link.vi, side, token, peer_host)?;
+        meet(fd, &link.nic, &link.vi, side, token, peer_host, &|| false)?;
         if link.record.is_some() {
             return Ok(link);
         }
@@ -349,6 +351,7 @@ impl NetLink {
             handed: OnceLock::new(),
             ringing: AtomicU32::new(0),
             forks: crate::process::forks(),
+            shared: record.as_ref().is_some_and(|r| r.may_be_shared()),
             record,
         };
         handover::count_link(1);
@@ -697,7 +700,7 @@ impl crate::carried::Carried for NetLink {
         Some(Arc::new(NetSwitched::new(page, self.record.clone())))
     }
     fn hand_over(&self, fd: RawFd, always: bool) {
-        if always || crate::process::forks() != self.forks {
+        if always || self.shared || crate::process::forks() != self.forks {
             let _ = self.hand_over_now(fd);
         }
         if let Some(s) = self.handed.get() {
