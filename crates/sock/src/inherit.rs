@@ -555,6 +555,16 @@ impl Inherit {
         self.record().used.load(Ordering::Acquire) == USED_HELLO_SENT
     }
 
+    /// Waits (at most `limit`) while the connection is claimed and the
+    /// claimer's hello not yet sent; at once otherwise (not claimed, or
+    /// a switchable record, which is never claimed).
+    pub fn wait_for_hello(&self, limit: std::time::Duration) {
+        let start = std::time::Instant::now();
+        while self.record().used.load(Ordering::Acquire) == USED && start.elapsed() < limit {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
     /// Whether the process that claimed the connection found it stays on
     /// kernel TCP (`note_kernel`).
     pub fn went_kernel(&self) -> bool {
@@ -1056,6 +1066,39 @@ mod tests {
             dst_port: 5,
         };
         (sv, answer, ino, Inherit::offer(sv[0], what).unwrap())
+    }
+
+    /// A sibling or a program exec'd on the socket waits for the
+    /// claimer's hello before its switch byte; nobody waits on a record
+    /// not claimed.
+    #[test]
+    fn a_switch_waits_for_the_claimers_hello() {
+        let (sv, answer, _, rec) = awaiting_answer();
+        let t = std::time::Instant::now();
+        rec.wait_for_hello(std::time::Duration::from_secs(5));
+        assert!(
+            t.elapsed() < std::time::Duration::from_millis(500),
+            "unclaimed: no wait"
+        );
+        assert!(rec.claim());
+        assert!(!rec.hello_sent());
+        let claimer = rec.clone();
+        let hello = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            claimer.note_hello_sent();
+        });
+        let t = std::time::Instant::now();
+        rec.wait_for_hello(std::time::Duration::from_secs(5));
+        assert!(t.elapsed() >= std::time::Duration::from_millis(40));
+        assert!(rec.hello_sent());
+        hello.join().unwrap();
+        rec.note_kernel();
+        assert!(rec.went_kernel());
+        drop(rec);
+        for fd in [sv[0], sv[1], answer[0], answer[1]] {
+            // SAFETY: closing our descriptors.
+            unsafe { libc::close(fd) };
+        }
     }
 
     /// A record's descriptors go to the upper half of the table, leaving

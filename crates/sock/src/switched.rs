@@ -405,6 +405,12 @@ impl Carried for Switched {
         nosignal: bool,
     ) -> Result<usize, i32> {
         let dontwait = dontwait || self.nonblocking.load(Ordering::Relaxed);
+        if let Some(r) = &self._record {
+            // A program exec'd on the socket while the connection's first
+            // user is still setting it up: our switch byte must come after
+            // that user's hello (`inherit::USED_HELLO_SENT`).
+            r.wait_for_hello(CLAIM_LIMIT);
+        }
         write(
             &self.control,
             self.side,
