@@ -281,17 +281,26 @@ void fork_used_server(int fd) {
  * and exits; then the parent reads the other 995 and answers. Under
  * viarun the child made the VI and took it with it: the parent must get
  * the bytes left in it (before, its first read said EIO). */
-void fork_first_client(int fd) {
-    char b[FORK_UNREAD];
+/* Runs `first` on `fd` in a child forked before anyone here used the
+ * connection, and waits for it. */
+static void in_child_first(int fd, void (*first)(int)) {
     pid_t c = fork();
     if (c < 0) FAIL("fork");
     if (c == 0) {
         alarm(20);
-        use_once(fd, "hello");
-        read_all(fd, b, 5);
+        first(fd);
         _exit(0);
     }
     wait_child(c);
+}
+static void first_client_use(int fd) {
+    char b[5];
+    use_once(fd, "hello");
+    read_all(fd, b, 5);
+}
+void fork_first_client(int fd) {
+    char b[FORK_UNREAD];
+    in_child_first(fd, first_client_use);
     read_all(fd, b + 5, FORK_UNREAD - 5);
     for (size_t i = 5; i < FORK_UNREAD; i++)
         if ((unsigned char)b[i] != pattern(3, i)) FAIL("parent: byte %zu of the data differs", i);
@@ -302,18 +311,15 @@ void fork_first_client(int fd) {
 /* The accepting end does the same: a child it forks before the first use
  * echoes and writes the 1000 bytes, then exits; the parent takes the
  * client's answer. */
-void fork_first_server(int fd) {
+static void first_server_use(int fd) {
     char b[FORK_UNREAD];
-    pid_t c = fork();
-    if (c < 0) FAIL("fork");
-    if (c == 0) {
-        alarm(20);
-        echo_once(fd, 5);
-        for (size_t i = 0; i < FORK_UNREAD; i++) b[i] = (char)pattern(3, i);
-        write_all(fd, b, FORK_UNREAD);
-        _exit(0);
-    }
-    wait_child(c);
+    echo_once(fd, 5);
+    for (size_t i = 0; i < FORK_UNREAD; i++) b[i] = (char)pattern(3, i);
+    write_all(fd, b, FORK_UNREAD);
+}
+void fork_first_server(int fd) {
+    char b[4];
+    in_child_first(fd, first_server_use);
     read_all(fd, b, 4);
     if (memcmp(b, "done", 4)) FAIL("client's word %.4s", b);
     write_all(fd, "good", 4);

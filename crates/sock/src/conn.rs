@@ -455,12 +455,7 @@ fn settle_locked(fd: RawFd, mut g: std::sync::MutexGuard<'_, Setup>) -> Route {
                                 token,
                                 control: Arc::new(control),
                                 inherit: None,
-                                claimed: inherit
-                                    .as_ref()
-                                    .inspect(|i| {
-                                        i.let_go_of_answer_socket();
-                                    })
-                                    .cloned(),
+                                claimed: inherit.clone(),
                             },
                             // Both committed; without the page we cannot follow.
                             None => Setup::Broken,

@@ -386,24 +386,12 @@ fn futex(word: &AtomicU32, op: i32, val: u32, limit: Option<Duration>) {
     unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), op, val, tsp, 0, 0) };
 }
 
-/// A close-on-exec copy of `fd` while the descriptor table is less than
-/// half full (a connection beyond that works, but not across exec); -1.
+/// A close-on-exec copy of `fd` for a record to take (`take_fd`), kept
+/// where the library keeps its descriptors (`kernel::dup_high`); -1 if
+/// none can be made. Whether a connection is carried at all, with room
+/// for its record, is decided before (`inherit::room_for_a_record`).
 fn keep_copy(fd: RawFd) -> RawFd {
-    // SAFETY: F_DUPFD_CLOEXEC of the caller's open memfd.
-    let d = unsafe { (crate::real::real().fcntl)(fd, libc::F_DUPFD_CLOEXEC, 0) };
-    if d < 0 {
-        return -1;
-    }
-    // SAFETY: getrlimit into our own struct.
-    let mut r: libc::rlimit = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0;
-    if ok && (d as u64).saturating_mul(2) >= r.rlim_cur {
-        // SAFETY: the copy just made.
-        unsafe { (crate::real::real().close)(d) };
-        return -1;
-    }
-    d
+    crate::kernel::dup_high(fd, true)
 }
 
 impl Drop for Control {

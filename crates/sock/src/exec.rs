@@ -98,8 +98,8 @@ impl Marks {
                 if !keeps || marked[..m.n].contains(&ino) || !crate::conn::carries(ino) {
                     continue;
                 }
-                // Its switchable record (made at first use) goes across
-                // exec by itself: the new program hands it to the kernel.
+                // Its record (every carried connection has one) goes
+                // across exec by itself: the new program takes it up.
                 let switchable = crate::inherit::find_held(|r| r.socket_inode == ino).is_some();
                 if switchable {
                     continue;

@@ -16,11 +16,14 @@
 //!
 //! The record is shared memory: the first process to use the connection
 //! marks it used, so a forked sibling that uses it or execs later does
-//! not take it up a second time. Once used, a connection gets a
-//! *switchable* record instead (the control page's memfd on one host, the
-//! hand-over page's between hosts), held while it lives,
-//! never claimed: a program exec'd on it hands the connection back to the
-//! kernel on first use (`switched`, docs/sockets.md).
+//! not take it up a second time. Once used, a connection's record becomes
+//! *switchable* (rewritten in place where no other process holds it, or
+//! a new one: the control page's memfd on one host; between hosts the
+//! record keeps the hand-over page in its own memfd), held while it
+//! lives, never claimed: a program exec'd on it hands the connection back
+//! to the kernel on first use (`switched`, docs/sockets.md). A connection
+//! with no room for a record is not carried at all
+//! (`room_for_a_record`).
 //!
 //! A record found used by a program its holder runs later (the first
 //! program that used the connection has exited with its VI) is taken up
@@ -34,13 +37,17 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use std::os::fd::FromRawFd;
+mod take_up;
 
-use crate::conn::{self, Setup};
-use crate::control::{Control, Side};
-use crate::kernel::inode;
+use take_up::net_page_of_used;
+pub use take_up::take_up;
+#[cfg(test)]
+use take_up::{record_kind, take_up_one};
+
+use crate::conn;
+use crate::control::Side;
+use crate::kernel::{descriptor_limit, dup_high, inode};
 use crate::real::real;
-use crate::remote;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"viarunI1");
 const RECORD_NAME: &std::ffi::CStr = c"viarun-inherit";
@@ -152,34 +159,18 @@ pub fn closed_by_program(fd: RawFd) {
 /// A taken slot whose memfd the program closed.
 const CLOSED: RawFd = -2;
 
-/// The soft limit on descriptors (None if unknown).
-fn descriptor_limit() -> Option<u64> {
-    // SAFETY: getrlimit into our own struct.
-    let mut r: libc::rlimit = unsafe { std::mem::zeroed() };
-    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0).then_some(r.rlim_cur)
-}
-
-/// Our new descriptor `fd` (a record's, not close-on-exec), moved into
-/// the upper half of the descriptor table: the program takes the lowest
-/// free numbers, and a record's two descriptors per connection would push
-/// its sockets' numbers up (past FD_SETSIZE for a program using select
-/// with a few hundred connections, where kernel TCP stays below). -1
-/// stays -1; where it cannot move, it stays where it is.
-fn upper_half(fd: RawFd) -> RawFd {
-    let Some(limit) = descriptor_limit() else {
-        return fd;
-    };
-    let base = (limit / 2).min(i32::MAX as u64) as RawFd;
-    if fd < 0 || fd >= base {
+/// Our new record memfd `fd` (not close-on-exec), moved where the
+/// library keeps its copies (`kernel::dup_high`); -1 stays -1, and where
+/// it cannot move it stays.
+fn moved_high(fd: RawFd) -> RawFd {
+    if fd < 0 {
         return fd;
     }
-    // SAFETY: F_DUPFD of our own descriptor (not close-on-exec, as the
-    // original); the original is ours to close once copied.
-    let d = unsafe { (real().fcntl)(fd, libc::F_DUPFD, base as u64) };
+    let d = dup_high(fd, false);
     if d < 0 {
         return fd;
     }
-    // SAFETY: as above.
+    // SAFETY: the original, ours, copied above.
     unsafe { (real().close)(fd) };
     d
 }
@@ -194,7 +185,7 @@ pub fn room_for_a_record(socket: RawFd) -> bool {
         return false;
     }
     // The program's sockets in the lower half, our records' two
-    // descriptors each in the upper (`upper_half`).
+    // descriptors each in the upper (`kernel::dup_high`).
     descriptor_limit().map_or(true, |limit| {
         (socket.max(0) as u64).saturating_mul(2) < limit && (held as u64 + 1) * 4 < limit
     })
@@ -355,7 +346,7 @@ impl Inherit {
             return None;
         }
         // SAFETY: a NUL-terminated name; no CLOEXEC: it must outlive exec.
-        let record_fd = upper_half(unsafe { libc::memfd_create(RECORD_NAME.as_ptr(), 0) });
+        let record_fd = moved_high(unsafe { libc::memfd_create(RECORD_NAME.as_ptr(), 0) });
         if record_fd < 0 {
             return None;
         }
@@ -368,9 +359,8 @@ impl Inherit {
         held.record = map(record_fd)?;
         let (aux_fd, aux_inode) = match aux {
             Some(a) => {
-                // SAFETY: dup of a descriptor the caller holds; the copy is
-                // not close-on-exec, as the record's.
-                let d = upper_half(unsafe { (real().dup)(a) });
+                // Not close-on-exec, as the record's.
+                let d = dup_high(a, false);
                 if d < 0 {
                     return None;
                 }
@@ -443,23 +433,6 @@ impl Inherit {
         (net && fd >= 0).then_some((fd, PAGE_AT))
     }
 
-    /// A connector's record, once the answer came, closes its copy of the
-    /// answer socket at once where no other process holds the record: the
-    /// record waits, without it, to become the connection's switchable one
-    /// (`become_switchable`). Where it may be shared the socket stays: the
-    /// page is stashed on it for the record's other holders.
-    pub fn let_go_of_answer_socket(&self) {
-        if self.may_be_shared() || self.record().kind != AWAIT_ANSWER {
-            return;
-        }
-        let old = SLOTS[self.slot].aux_fd.swap(-1, Ordering::AcqRel);
-        note_held(old, false);
-        if old >= 0 {
-            // SAFETY: the record's copy of the answer socket.
-            unsafe { (real().close)(old) };
-        }
-    }
-
     /// Turns this record, which no other process holds (`may_be_shared`),
     /// into the switchable record of the connection now in use, with a
     /// copy of its control page `control`: one memfd per connection
@@ -472,9 +445,8 @@ impl Inherit {
         let Some(aux_inode) = inode(control) else {
             return false;
         };
-        // SAFETY: dup of the caller's descriptor; not close-on-exec, as the
-        // record's.
-        let d = upper_half(unsafe { (real().dup)(control) });
+        // Not close-on-exec, as the record's.
+        let d = dup_high(control, false);
         if d < 0 {
             return false;
         }
@@ -559,8 +531,12 @@ impl Inherit {
     /// claimer's hello not yet sent; at once otherwise (not claimed, or
     /// a switchable record, which is never claimed).
     pub fn wait_for_hello(&self, limit: std::time::Duration) {
+        let claimed = || self.record().used.load(Ordering::Acquire) == USED;
+        if !claimed() {
+            return; // every write but in that moment
+        }
         let start = std::time::Instant::now();
-        while self.record().used.load(Ordering::Acquire) == USED && start.elapsed() < limit {
+        while claimed() && start.elapsed() < limit {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
     }
@@ -627,13 +603,6 @@ fn map(fd: RawFd) -> Option<*mut Record> {
     (p != libc::MAP_FAILED).then_some(p.cast())
 }
 
-/// What `/proc/self/fd/N` links to.
-fn link_of(fd: RawFd) -> Option<String> {
-    std::fs::read_link(format!("/proc/self/fd/{fd}"))
-        .ok()
-        .map(|p| p.to_string_lossy().into_owned())
-}
-
 /// Before an exec (or a spawn) that keeps `socket`, a connection carried
 /// over this process's VI: a record telling the new program that the
 /// socket's stream is not its own to read (its data is in our rings, its
@@ -674,528 +643,5 @@ pub fn mark_unusable(socket: RawFd) -> Option<RawFd> {
     Some(fd)
 }
 
-/// From the library's constructor: takes up every agreed, unused
-/// connection a record among this process's descriptors names.
-pub fn take_up() {
-    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
-        return;
-    };
-    let fds: Vec<RawFd> = dir
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
-    let mut sockets: Vec<(RawFd, u64)> = Vec::new();
-    let mut records = Vec::new();
-    for &fd in &fds {
-        match link_of(fd) {
-            Some(l) if l.starts_with("socket:[") => {
-                let ino = l
-                    .strip_prefix("socket:[")
-                    .and_then(|r| r.strip_suffix(']'))
-                    .and_then(|n| n.parse().ok());
-                if let Some(ino) = ino {
-                    sockets.push((fd, ino));
-                }
-            }
-            Some(l) if l.starts_with("/memfd:viarun-inherit") => records.push(fd),
-            _ => {}
-        }
-    }
-    // Switchable records first: a socket named by one of them is carried
-    // on through it, whatever older record also names it.
-    records.sort_by_key(|&fd| !matches!(record_kind(fd), Some(SWITCHABLE | NET_SWITCHABLE)));
-    for record_fd in records {
-        take_up_one(record_fd, &sockets);
-    }
-}
-
-/// The control page of a connection a record names that another program
-/// used (the record's own page when agreed on one host; when the answer
-/// was still awaited, the page that program stashed on the answer socket,
-/// `rendezvous::stash_page`). None where there is none.
-fn page_of_used(r: &Record) -> Option<Control> {
-    if r.aux_fd < 0 || inode(r.aux_fd) != Some(r.aux_inode) {
-        return None;
-    }
-    let fd = match r.kind {
-        AGREED if link_of(r.aux_fd).is_some_and(|l| l.starts_with("/memfd:viarun-control")) => {
-            // SAFETY: F_DUPFD_CLOEXEC of the record's page, checked above.
-            let d = unsafe { (real().fcntl)(r.aux_fd, libc::F_DUPFD_CLOEXEC, 0) };
-            (d >= 0).then_some(d)?
-        }
-        AWAIT_ANSWER if link_of(r.aux_fd).is_some_and(|l| l.starts_with("socket:[")) => {
-            crate::rendezvous::unstash_page(r.aux_fd)?
-        }
-        _ => return None,
-    };
-    let is_page = link_of(fd).is_some_and(|l| l.starts_with("/memfd:viarun-control"));
-    let page = is_page.then(|| Control::map(fd)).flatten();
-    // SAFETY: our copy (dup'd or received) of the page's memfd.
-    unsafe { (real().close)(fd) };
-    let page = page?;
-    // The page keeps no copy of its own: the record holds the page (or
-    // the socket it is stashed on) for a further exec.
-    if let Some(copy) = page.take_fd() {
-        // SAFETY: the page's copy Control::map just made.
-        unsafe { (real().close)(copy) };
-    }
-    Some(page)
-}
-
-/// The hand-over page in the record memfd `record_fd` of a connection
-/// between hosts that another program used (`Inherit::net_page`), once
-/// that program made it. None where there is none.
-fn net_page_of_used(record_fd: RawFd) -> Option<crate::netlink::page::Page> {
-    let page = crate::netlink::page::Page::map_in(record_fd, PAGE_AT)?;
-    (page.owner() != 0).then_some(page)
-}
-
-/// The kind of the record in memfd `fd`, read without mapping it.
-fn record_kind(fd: RawFd) -> Option<u32> {
-    let mut rec = std::mem::MaybeUninit::<Record>::uninit();
-    let len = std::mem::size_of::<Record>();
-    // SAFETY: reading at most a Record's bytes into our own buffer.
-    let n = unsafe { libc::pread(fd, rec.as_mut_ptr().cast(), len, 0) };
-    if n != len as isize {
-        return None;
-    }
-    // SAFETY: fully written by the read above; every field is plain data.
-    let rec = unsafe { rec.assume_init() };
-    (rec.magic == MAGIC).then_some(rec.kind)
-}
-
-fn take_up_one(record_fd: RawFd, sockets: &[(RawFd, u64)]) {
-    // SAFETY: fstat into our own zeroed struct.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    if unsafe { libc::fstat(record_fd, &mut st) } != 0
-        || (st.st_size != std::mem::size_of::<Record>() as libc::off_t
-            && st.st_size != (PAGE_AT + crate::netlink::page::LEN) as libc::off_t)
-    {
-        return;
-    }
-    let Some(record) = map(record_fd) else { return };
-    // SAFETY: mapped above, a whole Record long.
-    let socket_inode = unsafe { (*record).socket_inode };
-    let Some(mut held) = Inherit::holding(record_fd, record, socket_inode) else {
-        // SAFETY: our mapping of a record no slot holds.
-        unsafe { libc::munmap(record.cast(), std::mem::size_of::<Record>()) };
-        return;
-    };
-    held.taken_up = true;
-    // A copy of the record's fields: `held` moves into the state below.
-    // SAFETY: mapped above, a whole Record long; `used` is read atomically.
-    let r = unsafe { &*record };
-    if r.magic != MAGIC {
-        // Not for us: let it go with this process's copy of its descriptor.
-        return;
-    }
-    let on: Vec<RawFd> = sockets
-        .iter()
-        .filter(|(fd, ino)| *ino == r.socket_inode && (*fd as usize) < conn::MAX_FD)
-        .map(|(fd, _)| *fd)
-        .collect();
-    let Some(&first) = on.first() else { return };
-    if conn::tracks(first) {
-        return; // taken up through another record already
-    }
-    let switchable = matches!(r.kind, SWITCHABLE | NET_SWITCHABLE);
-    let used = r.used.load(Ordering::Acquire);
-    let used_elsewhere = !switchable && used != 0;
-    if used_elsewhere && used == USED_KERNEL {
-        // The program that used it first found it stays on the kernel:
-        // the socket is the connection. Not tracked.
-        return;
-    }
-    if used_elsewhere {
-        if let Some(page) = page_of_used(r) {
-            // Used by a program our parent ran before (a shell's first
-            // command on a /dev/tcp descriptor), whose VI went with it:
-            // through the page, the connection goes back to the kernel on
-            // our first use, as for a switchable record.
-            let side = if r.side == 1 {
-                Side::Acceptor
-            } else {
-                Side::Connector
-            };
-            held.set_aux(r.aux_fd);
-            let setup = Setup::Via(Arc::new(crate::switched::Switched::new(
-                Arc::new(page),
-                side,
-                first,
-                Some(Arc::new(held)),
-            )));
-            conn::insert(first, setup);
-            for &fd in &on[1..] {
-                conn::alias(first, fd);
-            }
-            return;
-        }
-    }
-    if used_elsewhere && matches!(r.kind, AGREED_NET | AWAIT_NET) {
-        if let Some(page) = net_page_of_used(record_fd) {
-            // As above, between hosts: the page lies in the record.
-            let (aux, aux_inode) = (r.aux_fd, r.aux_inode);
-            if aux >= 0 && inode(aux) == Some(aux_inode) {
-                held.set_aux(aux);
-            }
-            let setup = Setup::Via(Arc::new(crate::netlink::switched::NetSwitched::new(
-                Arc::new(page),
-                Some(Arc::new(held)),
-            )));
-            conn::insert(first, setup);
-            for &fd in &on[1..] {
-                conn::alias(first, fd);
-            }
-            return;
-        }
-    }
-    if r.kind == UNUSABLE || used_elsewhere {
-        // Its bytes travel in another process's VI and rings (or, used
-        // elsewhere, in those of a program this one's parent ran before:
-        // a shell running two programs on one /dev/tcp descriptor),
-        // which nobody here can reach: a clear error on use, never the
-        // doorbells read as data or a wait. The record stays held while
-        // the socket is open here: a program this one execs on it (a
-        // shell's next command) must get it too, or it would read the
-        // kernel stream's doorbells and wait for good.
-        let (aux, aux_inode) = (r.aux_fd, r.aux_inode);
-        if aux >= 0 && inode(aux) == Some(aux_inode) {
-            held.set_aux(aux);
-        }
-        conn::insert(
-            first,
-            Setup::Refused {
-                _record: Arc::new(held),
-            },
-        );
-        for &fd in &on[1..] {
-            conn::alias(first, fd);
-        }
-        return;
-    }
-    let side = if r.side == 1 {
-        Side::Acceptor
-    } else {
-        Side::Connector
-    };
-    let (kind, token, ports) = (r.kind, r.token, r.ports);
-    let host = r.host[..(r.host_len as usize).min(HOST_MAX)].to_vec();
-    let aux = (r.aux_fd >= 0).then_some((r.aux_fd, r.aux_inode));
-    if let Some((fd, ino)) = aux {
-        // Still the record's, not a number the program reused?
-        let expected = match kind {
-            AGREED | SWITCHABLE => {
-                link_of(fd).is_some_and(|l| l.starts_with("/memfd:viarun-control"))
-            }
-            NET_SWITCHABLE => {
-                link_of(fd).is_some_and(|l| l.starts_with(crate::netlink::page::LINK_PREFIX))
-            }
-            _ => link_of(fd).is_some_and(|l| l.starts_with("socket:[")),
-        };
-        if !expected || inode(fd) != Some(ino) {
-            return; // the number is the program's now: left alone
-        }
-        held.set_aux(fd);
-    }
-    // The state's own copy of the descriptor (the record keeps its one
-    // for a further exec), close-on-exec as the original was.
-    let own_copy = || -> Option<RawFd> {
-        let (fd, _) = aux?;
-        // SAFETY: F_DUPFD_CLOEXEC of a descriptor checked above.
-        let d = unsafe { (real().fcntl)(fd, libc::F_DUPFD_CLOEXEC, 0) };
-        (d >= 0).then_some(d)
-    };
-    // The destination as the connect hook spelled it (`viarun --stats`
-    // counts a connection once by its two addresses).
-    let dst = || {
-        crate::rendezvous::name_of(first, true)
-            .map_or_else(String::new, |a| crate::rendezvous::text_of(&a))
-    };
-    let inherit = Some(Arc::new(held));
-    let setup = match kind {
-        NET_SWITCHABLE => {
-            let Some((fd, _)) = aux else { return };
-            let Some(page) = crate::netlink::page::Page::map(fd) else {
-                return;
-            };
-            // The record keeps its own copy for a further exec.
-            if let Some(copy) = page.take_fd() {
-                // SAFETY: the page's copy Page::map just made.
-                unsafe { (real().close)(copy) };
-            }
-            Setup::Via(Arc::new(crate::netlink::switched::NetSwitched::new(
-                Arc::new(page),
-                inherit,
-            )))
-        }
-        SWITCHABLE => {
-            let Some((fd, _)) = aux else { return };
-            let Some(control) = Control::map(fd) else {
-                return;
-            };
-            // The record keeps its own copy for a further exec.
-            if let Some(copy) = control.take_fd() {
-                // SAFETY: the page's copy Control::map just made.
-                unsafe { (real().close)(copy) };
-            }
-            Setup::Via(Arc::new(crate::switched::Switched::new(
-                Arc::new(control),
-                side,
-                first,
-                inherit,
-            )))
-        }
-        AGREED => {
-            let Some((fd, _)) = aux else { return };
-            let Some(control) = Control::map(fd) else {
-                return;
-            };
-            Setup::Agreed {
-                side,
-                token,
-                control: Arc::new(control),
-                inherit,
-                claimed: None,
-            }
-        }
-        AGREED_NET => Setup::AgreedNet {
-            side,
-            token,
-            peer_host: host,
-            inherit,
-            claimed: None,
-        },
-        AWAIT_ANSWER => {
-            let Some(listener) = own_copy() else { return };
-            Setup::AwaitAnswer {
-                listener,
-                dst_port: ports[0],
-                dst: dst(),
-                inherit,
-            }
-        }
-        AWAIT_NET => {
-            let Some(udp) = own_copy() else { return };
-            // SAFETY: our own copy of the offer's UDP socket.
-            let udp = unsafe { std::net::UdpSocket::from_raw_fd(udp) };
-            Setup::AwaitNet {
-                offer: remote::Offer::adopt(udp, ports[0], ports[1]),
-                dst: dst(),
-                inherit,
-            }
-        }
-        _ => return,
-    };
-    conn::insert(first, setup);
-    for &fd in &on[1..] {
-        conn::alias(first, fd);
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn socket_pair() -> [RawFd; 2] {
-        let mut sv = [0; 2];
-        // SAFETY: socketpair fills two ints of ours.
-        assert_eq!(
-            unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, sv.as_mut_ptr()) },
-            0
-        );
-        sv
-    }
-
-    /// What a new program's constructor gets: its own copy of the record.
-    fn copy_of(rec: &Inherit) -> RawFd {
-        // SAFETY: dup of the record's descriptor.
-        unsafe { libc::dup(rec.record_fd()) }
-    }
-
-    #[test]
-    fn a_record_is_taken_up_under_every_descriptor_of_its_socket_and_refused_once_claimed() {
-        let sv = socket_pair();
-        // SAFETY: dup of our socket.
-        let other = unsafe { libc::dup(sv[0]) };
-        let ino = inode(sv[0]).unwrap();
-        let host = b"\x0a\0\0\x02";
-        let what = Offered::AgreedNet {
-            side: Side::Acceptor,
-            token: 42,
-            host,
-        };
-        let rec = Inherit::offer(sv[0], what).unwrap();
-        let sockets = [(sv[0], ino), (other, ino), (sv[1], inode(sv[1]).unwrap())];
-        take_up_one(copy_of(&rec), &sockets);
-        assert!(conn::lookup(sv[0]).is_some() && conn::lookup(other).is_some());
-        assert!(
-            conn::lookup(sv[1]).is_none(),
-            "the pair's other end is another socket"
-        );
-        conn::forget(sv[0]);
-        conn::forget(other);
-        // Used by some process: a later program cannot follow its stream
-        // (it travels in that process's VI) and gets a clear error.
-        assert!(rec.claim());
-        assert!(!rec.claim());
-        take_up_one(copy_of(&rec), &sockets);
-        assert!(matches!(
-            conn::route(sv[0]),
-            conn::Route::Fail(libc::ECONNRESET)
-        ));
-        assert!(matches!(
-            conn::route(other),
-            conn::Route::Fail(libc::ECONNRESET)
-        ));
-        conn::forget(sv[0]);
-        conn::forget(other);
-        drop(rec);
-        for fd in [sv[0], sv[1], other] {
-            // SAFETY: closing our sockets.
-            unsafe { libc::close(fd) };
-        }
-    }
-
-    /// A connection (a socket pair) and its connector's record, awaiting
-    /// the answer on the other pair's first socket.
-    fn awaiting_answer() -> ([RawFd; 2], [RawFd; 2], u64, Arc<Inherit>) {
-        let sv = socket_pair();
-        let answer = socket_pair();
-        let ino = inode(sv[0]).unwrap();
-        let what = Offered::AwaitAnswer {
-            listener: answer[0],
-            dst_port: 5,
-        };
-        (sv, answer, ino, Inherit::offer(sv[0], what).unwrap())
-    }
-
-    /// A sibling or a program exec'd on the socket waits for the
-    /// claimer's hello before its switch byte; nobody waits on a record
-    /// not claimed.
-    #[test]
-    fn a_switch_waits_for_the_claimers_hello() {
-        let (sv, answer, _, rec) = awaiting_answer();
-        let t = std::time::Instant::now();
-        rec.wait_for_hello(std::time::Duration::from_secs(5));
-        assert!(
-            t.elapsed() < std::time::Duration::from_millis(500),
-            "unclaimed: no wait"
-        );
-        assert!(rec.claim());
-        assert!(!rec.hello_sent());
-        let claimer = rec.clone();
-        let hello = std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_millis(50));
-            claimer.note_hello_sent();
-        });
-        let t = std::time::Instant::now();
-        rec.wait_for_hello(std::time::Duration::from_secs(5));
-        assert!(t.elapsed() >= std::time::Duration::from_millis(40));
-        assert!(rec.hello_sent());
-        hello.join().unwrap();
-        rec.note_kernel();
-        assert!(rec.went_kernel());
-        drop(rec);
-        for fd in [sv[0], sv[1], answer[0], answer[1]] {
-            // SAFETY: closing our descriptors.
-            unsafe { libc::close(fd) };
-        }
-    }
-
-    /// A record's descriptors go to the upper half of the table, leaving
-    /// the program's numbers where kernel TCP would have them.
-    #[test]
-    fn a_records_descriptors_live_in_the_upper_half() {
-        let (sv, answer, _, rec) = awaiting_answer();
-        let half = (descriptor_limit().unwrap() / 2) as RawFd;
-        let slot = &SLOTS[rec.slot];
-        assert!(slot.record_fd.load(Ordering::Acquire) >= half);
-        assert!(slot.aux_fd.load(Ordering::Acquire) >= half);
-        assert!(is_held(slot.record_fd.load(Ordering::Acquire)));
-        // SAFETY: a new descriptor of ours, closed below.
-        let next = unsafe { libc::dup(sv[0]) };
-        assert!(next < half, "the program's next number stays low");
-        drop(rec);
-        for fd in [sv[0], sv[1], answer[0], answer[1], next] {
-            // SAFETY: closing our descriptors.
-            unsafe { libc::close(fd) };
-        }
-    }
-
-    /// A record no other process holds becomes the connection's switchable
-    /// one at its first use, in place: a program exec'd on the socket
-    /// then carries the connection on through the control page.
-    #[test]
-    fn an_unshared_record_becomes_switchable_in_place() {
-        let (sv, answer, ino, rec) = awaiting_answer();
-        let record_fd = rec.record_fd();
-        assert!(rec.claim());
-        let (_control, page) = Control::create().expect("control page");
-        assert!(rec.become_switchable(Side::Connector, page));
-        assert_eq!(rec.record_fd(), record_fd, "the same memfd");
-        assert_eq!(record_kind(record_fd), Some(SWITCHABLE));
-        let aux = SLOTS[rec.slot].aux_fd.load(Ordering::Acquire);
-        assert_eq!(inode(aux), inode(page), "its copy names the control page");
-        take_up_one(copy_of(&rec), &[(sv[0], ino)]);
-        assert!(matches!(conn::route(sv[0]), conn::Route::Via(_)));
-        conn::forget(sv[0]);
-        drop(rec);
-        for fd in [sv[0], sv[1], answer[0], answer[1], page] {
-            // SAFETY: closing our descriptors.
-            unsafe { libc::close(fd) };
-        }
-    }
-
-    /// A connector's record (awaiting the acceptor's answer on a Unix
-    /// socket) is taken up with its own copy of that socket.
-    #[test]
-    fn an_awaited_answer_is_taken_up_with_the_socket_it_comes_to() {
-        let (sv, answer, ino, rec) = awaiting_answer();
-        take_up_one(copy_of(&rec), &[(sv[0], ino)]);
-        assert!(conn::lookup(sv[0]).is_some());
-        conn::forget(sv[0]);
-        drop(rec);
-        for fd in sv.into_iter().chain(answer) {
-            // SAFETY: closing our sockets.
-            unsafe { libc::close(fd) };
-        }
-    }
-
-    /// A socket carried by the process that execs: the new program's
-    /// calls on it fail at once.
-    #[test]
-    fn an_unusable_mark_makes_the_socket_fail_in_the_new_program() {
-        let sv = socket_pair();
-        let ino = inode(sv[0]).unwrap();
-        let mark = mark_unusable(sv[0]).unwrap();
-        take_up_one(mark, &[(sv[0], ino), (sv[1], inode(sv[1]).unwrap())]);
-        assert!(matches!(
-            conn::route(sv[0]),
-            conn::Route::Fail(libc::ECONNRESET)
-        ));
-        assert!(conn::lookup(sv[1]).is_none());
-        conn::forget(sv[0]);
-        for fd in sv {
-            // SAFETY: closing our sockets.
-            unsafe { libc::close(fd) };
-        }
-    }
-
-    #[test]
-    fn a_descriptor_that_is_not_a_record_is_left_alone() {
-        let sv = socket_pair();
-        // A memfd of the right size but without the magic.
-        // SAFETY: memfd_create with a NUL-terminated name.
-        let fd = unsafe { libc::memfd_create(c"viarun-inherit".as_ptr(), 0) };
-        // SAFETY: sizing our memfd.
-        assert_eq!(
-            unsafe { libc::ftruncate(fd, std::mem::size_of::<Record>() as libc::off_t) },
-            0
-        );
-        take_up_one(fd, &[(sv[0], inode(sv[0]).unwrap())]);
-        assert!(conn::lookup(sv[0]).is_none());
-        for fd in sv {
-            // SAFETY: closing our sockets.
-            unsafe { libc::close(fd) };
-        }
-    }
-}
+mod tests;

@@ -182,6 +182,36 @@ pub fn pipe_inode(fd: RawFd) -> Option<u64> {
     inode_and_type(fd).and_then(|(ino, t)| (t == libc::S_IFIFO).then_some(ino))
 }
 
+/// The soft limit on descriptors (None if unknown).
+pub fn descriptor_limit() -> Option<u64> {
+    // SAFETY: getrlimit into our own struct.
+    let mut r: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0).then_some(r.rlim_cur)
+}
+
+/// A copy of `fd` for the library to keep (close-on-exec or not), in the
+/// upper half of the descriptor table where there is room, else at the
+/// lowest free number; -1 if none can be made. The program takes the
+/// lowest free numbers: the library's copies below would push its own
+/// up (past FD_SETSIZE for a program using select with a few hundred
+/// connections, where kernel TCP stays below).
+pub fn dup_high(fd: RawFd, cloexec: bool) -> RawFd {
+    let cmd = if cloexec {
+        libc::F_DUPFD_CLOEXEC
+    } else {
+        libc::F_DUPFD
+    };
+    let base = descriptor_limit().map_or(0, |l| (l / 2).min(i32::MAX as u64));
+    // SAFETY: F_DUPFD(_CLOEXEC) of a descriptor the caller holds.
+    let d = unsafe { (crate::real::real().fcntl)(fd, cmd, base) };
+    if d >= 0 || base == 0 {
+        return d;
+    }
+    // SAFETY: as above, anywhere.
+    unsafe { (crate::real::real().fcntl)(fd, cmd, 0) }
+}
+
 /// Maps memfd `fd` shared, if it is exactly `len` bytes long (a page a
 /// peer or a parent handed us: checked before use). The caller owns the
 /// mapping.
