@@ -11,7 +11,9 @@
 //! ring it, so a reader spinning in read costs the writer no system call.
 //! Both ends start the stream with one `H` byte, written before the VI
 //! handshake, which wakes a peer that sleeps in poll so that it joins the
-//! handshake. This file sets the link up and writes; `reader` reads.
+//! handshake. This file sets the link up and writes; `reader` reads;
+//! `link/meet` is the VI handshake, `link/tx` the writer's account of
+//! the ring, `link/carried` the link as the library's calls see it.
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,13 +24,18 @@ use openvia_core::descriptor::{status, DataSegment, DescPtr};
 use openvia_core::mem::PtagId;
 use openvia_core::nic::Nic;
 use openvia_core::vi::{reliability, Vi, ViState};
-use openvia_core::{Address, ViaError};
+use openvia_core::ViaError;
 
-use crate::control::{
-    peer_of, Announced, Control, Direction, Side, RING_BYTES, SWITCH_BYTE, TABLE_LEN,
-};
+use crate::control::{peer_of, Announced, Control, Direction, Side, RING_BYTES, TABLE_LEN};
 use crate::kernel;
 use crate::region::{Region, DESC_BYTES};
+
+mod carried;
+mod meet;
+mod tx;
+
+pub(crate) use meet::meet;
+use tx::Tx;
 
 /// Most bytes of one message (of a write cut into messages).
 pub const SLOT_BYTES: usize = 64 << 10;
@@ -114,44 +121,6 @@ pub fn device_short_name(medium: Medium) -> &'static str {
     process_nic(medium).map_or(fallback, |(n, _)| n.shared().device().info().short_name)
 }
 
-struct Tx {
-    free: Vec<usize>,
-    in_flight: usize,
-    /// Messages sent.
-    sent: u32,
-    /// Ring bytes used since the start (a place is this modulo
-    /// RING_BYTES): the next message goes at `head` or, if it would cross
-    /// the ring's end, at the next start; the ring is free from `tail`,
-    /// where the oldest unread message starts.
-    head: u64,
-    tail: u64,
-    /// Where each unread message ends, oldest first.
-    ends: std::collections::VecDeque<u64>,
-}
-
-impl Tx {
-    /// The reader has used `consumed` messages up: their bytes are free.
-    fn release(&mut self, consumed: u32) {
-        let unread = self.sent.wrapping_sub(consumed) as usize;
-        while self.ends.len() > unread {
-            self.tail = self.ends.pop_front().unwrap_or(self.tail);
-        }
-        if self.ends.is_empty() {
-            self.tail = self.head;
-        }
-    }
-
-    /// Where a message of `len` bytes goes, if the ring has room for it.
-    fn place(&self, len: usize) -> Option<u64> {
-        let ring = RING_BYTES as u64;
-        let mut at = self.head;
-        if at % ring + len as u64 > ring {
-            at = at.next_multiple_of(ring);
-        }
-        (at + len as u64 - self.tail <= ring).then_some(at)
-    }
-}
-
 pub(crate) struct Rx {
     /// The message being read: (place in the data ring, length, bytes
     /// already taken).
@@ -214,85 +183,6 @@ pub enum HandshakeEnd {
     /// connection up before its first use, used it meanwhile through the
     /// control page and switched it to the kernel (`switched`): no VI.
     Switched,
-}
-
-fn disc(role_char: char, token: u64) -> Vec<u8> {
-    format!("viarun-{role_char}-{token:016x}").into_bytes()
-}
-
-/// Connects `vi` to the peer's VI of the connection named by `token`, the
-/// connector at the acceptor's `peer_host` (None: this host), while the
-/// kernel socket shows the peer coming (its hello) or gone; then takes the
-/// peer's hello, which heads our kernel stream. Our own hello is sent.
-pub(crate) fn meet(
-    fd: RawFd,
-    nic: &Nic,
-    vi: &Arc<Vi>,
-    side: Side,
-    token: u64,
-    peer_host: Option<&[u8]>,
-    switched: &dyn Fn() -> bool,
-) -> Result<(), HandshakeEnd> {
-    let host = nic.query().address.to_vec();
-    let (mine, theirs) = match side {
-        Side::Connector => ('c', 'a'),
-        Side::Acceptor => ('a', 'c'),
-    };
-    let local = Address {
-        host: host.clone(),
-        discriminator: disc(mine, token),
-    };
-    let remote = Address {
-        host: peer_host.map_or(host, <[u8]>::to_vec),
-        discriminator: disc(theirs, token),
-    };
-    let met = loop {
-        let r = match side {
-            Side::Connector => {
-                openvia_core::connect_request(vi, &local, &remote, Some(SLICE)).map(|_| ())
-            }
-            Side::Acceptor => openvia_core::connect_wait(nic.shared(), &local, Some(SLICE))
-                .and_then(|req| req.accept(vi)),
-        };
-        match r {
-            Ok(()) => break Ok(()),
-            Err(ViaError::Timeout) if switched() => break Err(HandshakeEnd::Switched),
-            Err(ViaError::Timeout) => match kernel::peek_state(fd) {
-                // The peer's hello is there: it is on its way.
-                kernel::Peek::Byte(HELLO) => {
-                    if kernel::peer_hung_up(fd) {
-                        break Err(HandshakeEnd::Broken);
-                    }
-                }
-                kernel::Peek::Empty => {}
-                kernel::Peek::Eof => break Err(HandshakeEnd::PeerNeverCame),
-                _ => break Err(HandshakeEnd::Broken),
-            },
-            Err(_) => break Err(HandshakeEnd::Broken),
-        }
-    };
-    if matches!(side, Side::Acceptor) {
-        // The discriminator is this connection's alone: no wait on it
-        // follows, and the device would keep its listener (a socket)
-        // until the process ends.
-        openvia_core::connect_wait_end(nic.shared(), &local);
-    }
-    met?;
-    // A sibling that switched the connection meanwhile (above) put its
-    // switch byte where the peer's hello was awaited: left for the
-    // switched reader, which drops what comes before it and itself.
-    loop {
-        match kernel::peek_state(fd) {
-            kernel::Peek::Byte(SWITCH_BYTE) if switched() => return Err(HandshakeEnd::Switched),
-            kernel::Peek::Empty if switched() => return Err(HandshakeEnd::Switched),
-            kernel::Peek::Empty => kernel::wait_readable(fd),
-            _ => break,
-        }
-    }
-    match kernel::take_byte(fd) {
-        Ok(HELLO) => Ok(()),
-        _ => Err(HandshakeEnd::Broken),
-    }
 }
 
 impl Link {
@@ -760,169 +650,10 @@ impl Link {
     }
 }
 
-impl crate::carried::Carried for Link {
-    fn read(
-        &self,
-        fd: RawFd,
-        out: &mut [&mut [u8]],
-        dontwait: bool,
-        peek: bool,
-        all: bool,
-    ) -> Result<usize, i32> {
-        Link::read(self, fd, out, dontwait, peek, all)
-    }
-    fn write(
-        &self,
-        fd: RawFd,
-        data: &[&[u8]],
-        dontwait: bool,
-        nosignal: bool,
-    ) -> Result<usize, i32> {
-        Link::write(self, fd, data, dontwait, nosignal)
-    }
-    fn flush(&self) {
-        Link::flush(self)
-    }
-    fn shut(&self) {
-        Link::shut(self)
-    }
-    fn set_nonblocking(&self, on: bool) {
-        Link::set_nonblocking(self, on)
-    }
-    fn owner_pid(&self) -> u32 {
-        self.owner_pid
-    }
-    fn unread(&self, fd: RawFd) -> usize {
-        if self.rx_word().seen().switched {
-            return crate::switched::unread(&self.control, self.side, fd);
-        }
-        Link::unread(self)
-    }
-    fn writable(&self) -> bool {
-        self.tx_word().seen().switched || Link::writable(self)
-    }
-    fn takes_poll_tokens(&self) -> bool {
-        // Once handed back to the kernel, no message takes a token.
-        !self.rx_word().seen().switched
-    }
-    fn ready_in_user_space(&self) -> bool {
-        // Only unread messages: an end (FIN, reset) shows in the kernel,
-        // and once switched, so does everything (a page flag that stays
-        // set would say readable for good, and a nonblocking read EAGAIN).
-        let s = self.rx_word().seen();
-        !s.switched && s.posted != self.consumed_on_page()
-    }
-    fn offer_poll_token(&self) -> bool {
-        self.rx_word()
-            .offer_token(self.consumed_on_page(), usize::MAX)
-    }
-    fn poll_token_stands(&self) -> bool {
-        let s = self.rx_word().seen();
-        s.token && !s.shut && !s.switched
-    }
-    fn revoke_poll_token(&self) -> bool {
-        self.rx_word().revoke_token()
-    }
-    fn stamp_looked(&self, now_us: u64) {
-        self.control.set_looked(peer_of(self.side), now_us);
-    }
-    fn let_token_stand(&self) {
-        self.standing.store(true, Ordering::Relaxed);
-    }
-    fn ring_late(&self, fd: RawFd, page: usize) -> bool {
-        if page != self.page_id() {
-            return false;
-        }
-        if self.tx_word().ring_late() {
-            // A dead peer: its error shows at the next call.
-            let _ = kernel::send_doorbell(fd, true);
-            self.tx_word().rang();
-        }
-        true
-    }
-    fn wait_room(&self, _fd: RawFd, limit: std::time::Duration) {
-        let used = self.control.consumed(self.side);
-        if !Link::writable(self) && !self.tx_word().seen().switched {
-            crate::unrung::ring_all();
-            self.control.wait_for_room(self.side, used, limit);
-        }
-    }
-    fn hand_over(&self, fd: RawFd, always: bool) {
-        let shared = self.shared.load(Ordering::Relaxed);
-        if always || shared || crate::process::forks() != self.forks {
-            crate::switched::switch(&self.control, self.side);
-        }
-        if self.rx_word().seen().switched {
-            crate::switched::drain(&self.control, self.side, fd);
-        }
-    }
-    fn switched(&self, fd: RawFd) -> Option<Arc<dyn crate::carried::Carried>> {
-        Some(Arc::new(crate::switched::Switched::new(
-            self.control.clone(),
-            self.side,
-            fd,
-            self.record.clone(),
-        )))
-    }
-}
-
 impl Drop for Link {
     fn drop(&mut self) {
         if self.owner_pid == crate::process::id() {
             self.region.release(&self.nic, &self.vi);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn tx() -> Tx {
-        Tx {
-            free: Vec::new(),
-            in_flight: 0,
-            sent: 0,
-            head: 0,
-            tail: 0,
-            ends: std::collections::VecDeque::new(),
-        }
-    }
-
-    /// Sends a message of `len` where `place` says, as `write` does.
-    fn send(t: &mut Tx, len: usize) -> Option<u64> {
-        let at = t.place(len)?;
-        t.head = at + len as u64;
-        t.ends.push_back(t.head);
-        t.sent += 1;
-        Some(at)
-    }
-
-    #[test]
-    fn messages_pack_wrap_at_the_end_and_never_overlap_unread_ones() {
-        let ring = RING_BYTES as u64;
-        let mut t = tx();
-        assert_eq!(send(&mut t, 16), Some(0));
-        assert_eq!(send(&mut t, 16), Some(16), "packed right after");
-        // Fill up to just short of the end with 64 KiB messages.
-        let mut consumed = 0u32;
-        while t.head % ring + SLOT_BYTES as u64 <= ring {
-            assert!(send(&mut t, SLOT_BYTES).is_some());
-        }
-        // The next one would cross the end: it must wait for room at the
-        // start, which the first messages still hold.
-        assert_eq!(t.place(SLOT_BYTES), None, "ring full: the start is unread");
-        consumed += 2;
-        t.release(consumed);
-        assert_eq!(t.place(SLOT_BYTES), None, "32 bytes freed are not enough");
-        consumed += 1;
-        t.release(consumed);
-        let at = send(&mut t, SLOT_BYTES).expect("room after the first big one");
-        assert_eq!(at % ring, 0, "wrapped to the start, not across the end");
-        assert!(at + SLOT_BYTES as u64 - t.tail <= ring);
-        // Everything read: the ring is empty and the next goes at the head.
-        t.release(t.sent);
-        assert_eq!(t.tail, t.head);
-        assert_eq!(t.place(100), Some(t.head));
     }
 }
