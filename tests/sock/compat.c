@@ -13,6 +13,7 @@
  *                       hangup-exit hangup-kill hangup-et wake nonblock
  *                       stdio stdio-exec stdio-dup2 epoll-quiet poll-quiet select-quiet
  *                       epoll2-quiet epoll-busy poll-busy select-busy epoll-unseen
+ *                       epoll-mod
  *
  * Between hosts (tests/sock/hosts.sh): COMPAT_ADDR (IPv4) is where the
  * server listens instead of 127.0.0.1, and a child that dials first
@@ -658,6 +659,7 @@ int main(int argc, char **argv) {
         else if (strstr(mode, "-quiet")) quiet_client(fd);
         else if (strstr(mode, "-busy")) busy_client(fd);
         else if (strcmp(mode, "epoll-unseen") == 0) unseen_client(fd);
+        else if (strcmp(mode, "epoll-mod") == 0) epoll_mod_client(fd);
         else readiness_client(fd);
         close(fd);
         return 0;
@@ -701,6 +703,7 @@ int main(int argc, char **argv) {
     else if (strstr(mode, "-quiet")) quiet_server(fd);
     else if (strstr(mode, "-busy")) busy_server(fd);
     else if (strcmp(mode, "epoll-unseen") == 0) unseen_server(fd);
+    else if (strcmp(mode, "epoll-mod") == 0) epoll_mod_server(fd);
     else if (!strcmp(mode, "poll") || !strcmp(mode, "select") || !strncmp(mode, "epoll-", 6)) readiness_server(fd);
     else FAIL("unknown mode");
     close(fd);

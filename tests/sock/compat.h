@@ -96,6 +96,8 @@ void busy_client(int fd);
 void busy_server(int fd);
 void unseen_client(int fd);
 void unseen_server(int fd);
+void epoll_mod_client(int fd);
+void epoll_mod_server(int fd);
 
 /* compat_listen.c */
 int ipv6(void);

@@ -171,3 +171,50 @@ void unseen_server(int fd) {
     fprintf(stderr, "compat %s: slowest raw wait %.1f ms\n", mode, unseen_slowest * 1e3);
     close(unseen_epoll);
 }
+
+/* epoll-mod: an event loop that changes its registration around every
+ * answer, as redis-benchmark's does: EPOLLOUT on before the write, off
+ * after it (EPOLL_CTL_MOD, the same data), and the event's data changed
+ * every third round. Every event must carry the registration's current
+ * data and bits: EPOLLIN while the message is unread, none with nothing
+ * unread (looked at every fourth round: it costs a 20 ms wait), EPOLLOUT
+ * alone when asked for with nothing unread. */
+#define MOD_ROUNDS 240
+void epoll_mod_client(int fd) { ping_pong_client(fd, MOD_ROUNDS); }
+void epoll_mod_server(int fd) {
+    int e = epoll_on(fd, 0);
+    uint64_t data = 0;
+    struct epoll_event out[2];
+    for (int r = 0; r < MOD_ROUNDS; r++) {
+        if (r % 3 == 0) data = 1000 + (uint64_t)r;
+        struct epoll_event ev = {.events = EPOLLIN, .data.u64 = data};
+        if (epoll_ctl(e, EPOLL_CTL_MOD, fd, &ev)) FAIL("round %d: MOD to EPOLLIN: %s", r, strerror(errno));
+        char m[MSG_LEN];
+        size_t got = 0;
+        while (got < sizeof m) {
+            int n = epoll_wait(e, out, 2, 5000);
+            if (n != 1 || out[0].data.u64 != data || !(out[0].events & EPOLLIN))
+                FAIL("round %d: epoll_wait %d, data %llu (want %llu), events %#x", r, n,
+                     n > 0 ? (unsigned long long)out[0].data.u64 : 0ULL, (unsigned long long)data,
+                     n > 0 ? out[0].events : 0);
+            ssize_t k = read(fd, m + got, sizeof m - got);
+            /* (The peer's hello may make it readable once with nothing
+             * to read yet, see readiness_server.) */
+            if (k < 0 && errno == EAGAIN) continue;
+            if (k <= 0) FAIL("round %d: read %zd %s", r, k, k < 0 ? strerror(errno) : "EOF");
+            got += (size_t)k;
+        }
+        for (int i = 0; i < MSG_LEN; i++)
+            if (m[i] != (char)pattern((uint64_t)r, (size_t)i)) FAIL("round %d: byte %d differs", r, i);
+        if (r % 4 == 0 && epoll_wait(e, out, 2, 20) != 0) FAIL("round %d: readable with nothing unread", r);
+        ev.events = EPOLLIN | EPOLLOUT;
+        if (epoll_ctl(e, EPOLL_CTL_MOD, fd, &ev)) FAIL("round %d: MOD to EPOLLOUT: %s", r, strerror(errno));
+        int n = epoll_wait(e, out, 2, 5000);
+        if (n != 1 || out[0].data.u64 != data || (out[0].events & (EPOLLIN | EPOLLOUT)) != EPOLLOUT)
+            FAIL("round %d: writable wait %d, data %llu, events %#x", r, n,
+                 n > 0 ? (unsigned long long)out[0].data.u64 : 0ULL, n > 0 ? out[0].events : 0);
+        for (int i = 0; i < MSG_LEN; i++) m[i] = (char)~m[i];
+        write_all(fd, m, sizeof m);
+    }
+    close(e);
+}
