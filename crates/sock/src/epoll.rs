@@ -244,7 +244,13 @@ pub fn closed_range(first: RawFd, last: RawFd) {
         }
         for set in map.values() {
             let mut members = lock(&set.members);
-            let out = members.take_out(|m| inside(m.fd));
+            // One descriptor (a close) is found by its number, not by a
+            // walk through every member.
+            let out = if first == last {
+                members.take(first).into_iter().collect()
+            } else {
+                members.take_out(|m| inside(m.fd))
+            };
             if !out.is_empty() {
                 old.extend(set.changed());
             }
