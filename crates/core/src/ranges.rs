@@ -39,25 +39,34 @@ pub unsafe fn scatter(ranges: &[Range], mut offset: u64, mut data: &[u8]) {
 /// # Safety
 /// Every range must be readable memory of this process.
 #[inline]
-pub unsafe fn gather(ranges: &[Range], mut offset: u64, out: &mut [u8]) -> usize {
+pub unsafe fn gather(ranges: &[Range], offset: u64, out: &mut [u8]) -> usize {
+    // SAFETY: `out` is `out.len()` writable bytes; the ranges are the
+    // caller's promise.
+    unsafe { gather_raw(ranges, offset, out.as_mut_ptr(), out.len()) }
+}
+
+/// As [`gather`], into `len` bytes at `out`, which need not be
+/// initialized (a buffer about to be filled need not be zeroed first).
+///
+/// # Safety
+/// Every range must be readable memory of this process, and `out` valid
+/// for writes of `len` bytes that overlap none of the ranges.
+#[inline]
+pub unsafe fn gather_raw(ranges: &[Range], mut offset: u64, out: *mut u8, len: usize) -> usize {
     let mut done = 0;
     for r in ranges {
-        if done == out.len() {
+        if done == len {
             break;
         }
         if offset >= r.len {
             offset -= r.len;
             continue;
         }
-        let n = ((r.len - offset) as usize).min(out.len() - done);
+        let n = ((r.len - offset) as usize).min(len - done);
         // SAFETY: the caller guarantees the range is readable; `offset + n`
-        // stays within it and `out[done..done+n]` is ours.
+        // stays within it and `out[done..done+n]` is writable.
         unsafe {
-            std::ptr::copy_nonoverlapping(
-                (r.addr + offset) as usize as *const u8,
-                out.as_mut_ptr().add(done),
-                n,
-            )
+            std::ptr::copy_nonoverlapping((r.addr + offset) as usize as *const u8, out.add(done), n)
         };
         done += n;
         offset = 0;

@@ -19,11 +19,23 @@ pub(super) fn local_data(local: &[Range], len: u64) -> Vec<u8> {
 }
 
 /// Copies the posted ranges into `buf` (a reused buffer: a fresh one
-/// per large message costs more in page faults than the copy).
+/// per large message costs more in page faults than the copy), without
+/// zeroing it first (that was a second pass over every byte: 2.5 % of
+/// viaip's sending thread).
 pub(super) fn gather_into(mut buf: Vec<u8>, local: &[Range], len: u64) -> Vec<u8> {
-    buf.resize(len as usize, 0);
-    // SAFETY: the ranges were validated against the registry at post.
-    unsafe { ranges::gather(local, 0, &mut buf) };
+    let len = len as usize;
+    buf.clear();
+    buf.reserve(len);
+    let out = buf.spare_capacity_mut().as_mut_ptr().cast::<u8>();
+    // SAFETY: the ranges were validated against the registry at post (and
+    // are the program's memory, not this fresh capacity); `out` has room
+    // for `len` bytes. Whatever the ranges lack is zeroed, so all `len`
+    // bytes are initialized before the length is set.
+    unsafe {
+        let got = ranges::gather_raw(local, 0, out, len);
+        std::ptr::write_bytes(out.add(got), 0, len - got);
+        buf.set_len(len);
+    }
     buf
 }
 
@@ -214,5 +226,35 @@ impl Sink<'_, '_> {
                 Offer::Placed
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reused buffer is filled from the ranges alone: its old bytes
+    /// never show, and what the ranges lack reads as zeros.
+    #[test]
+    fn gathering_into_a_reused_buffer_leaves_nothing_of_it() {
+        let a: Vec<u8> = (1..=5).collect();
+        let b: Vec<u8> = (10..17).collect();
+        let ranges = [
+            Range {
+                addr: a.as_ptr() as u64,
+                len: 5,
+            },
+            Range {
+                addr: b.as_ptr() as u64,
+                len: 7,
+            },
+        ];
+        let old = vec![0xEE; 64];
+        let got = gather_into(old, &ranges, 12);
+        assert_eq!(got, [1, 2, 3, 4, 5, 10, 11, 12, 13, 14, 15, 16]);
+        let got = gather_into(got, &ranges, 16);
+        assert_eq!(&got[..12], [1, 2, 3, 4, 5, 10, 11, 12, 13, 14, 15, 16]);
+        assert_eq!(&got[12..], [0, 0, 0, 0], "past the ranges: zeros");
+        assert_eq!(gather_into(got, &ranges, 3), [1, 2, 3]);
     }
 }
