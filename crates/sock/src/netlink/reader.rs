@@ -7,29 +7,36 @@
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
-use super::{bytes_in, handover, lock, nap, NetLink, State, DOORBELL_FIRST, HDR, SLICE};
+use openvia_core::spin::{Spin, Window};
+
+use super::{
+    bytes_in, handover, lock, nap, NetLink, State, DOORBELL_FIRST, HDR, SLICE, SPIN_CONTENDED_NS,
+};
 use crate::carried::{copy_out, reader_turn, Carried};
 use crate::kernel::{self, Peek};
 
 /// How long a read looks for a doorbell it knows is on its way before
-/// it sleeps for it (`doorbell_wait`).
+/// it sleeps for it (`doorbell_look`).
 const DOORBELL_LOOK: Duration = Duration::from_micros(50);
 
-/// Waits a little for a doorbell on its way to `fd`: the writer rang it
-/// right after posting its message, which travels on the VI's socket and
-/// usually wins, so the doorbell is microseconds behind. The first
-/// `DOORBELL_LOOK` of a read's waits (from `looked_since`) only looks,
-/// without giving the CPU away; then each call sleeps in poll until the
-/// socket is readable. A sleep there cost a reader a halted CPU's wake-up
-/// per message (sockperf --nonblocked between hosts, busy-polling: ~20 µs
-/// one way against the kernel's 4-6 µs).
-fn doorbell_wait(fd: RawFd, looked_since: &mut Option<Instant>) {
-    let since = *looked_since.get_or_insert_with(Instant::now);
-    if since.elapsed() < DOORBELL_LOOK {
-        std::hint::spin_loop();
-        return;
+/// The look for a doorbell on its way: the writer rang it right after
+/// posting its message, which travels on the VI's socket and usually
+/// wins, so the doorbell is microseconds behind. A read looks for it
+/// (without giving the CPU away; the spin ends early if its CPU was
+/// taken, `openvia_core::spin`) for `DOORBELL_LOOK` before it sleeps in
+/// poll: a sleep there cost a reader a halted CPU's wake-up per message
+/// (sockperf --nonblocked between hosts, busy-polling: ~20 µs one way
+/// against the kernel's 4-6 µs).
+fn doorbell_look() -> Spin {
+    Window::new(DOORBELL_LOOK, SPIN_CONTENDED_NS).start()
+}
+
+/// One wait for the doorbell `look` is for: a look, or once the look is
+/// over, a sleep until the socket is readable.
+fn doorbell_wait(fd: RawFd, look: &mut Spin) {
+    if !look.go_on_busy() {
+        kernel::wait_readable(fd)
     }
-    kernel::wait_readable(fd)
 }
 
 impl NetLink {
@@ -114,7 +121,7 @@ impl NetLink {
             return got;
         }
         let mut buf = [0u8; 64];
-        let mut looked_since = None;
+        let mut look = doorbell_look();
         while owed > 0 {
             let k = (owed as usize).min(buf.len());
             // SAFETY: up to 64 bytes into our own buffer.
@@ -126,15 +133,15 @@ impl NetLink {
                 // EOF or reset: the writer died after posting; the next read hears it.
                 0 => break,
                 _ if std::io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN) => {
-                    doorbell_wait(fd, &mut looked_since)
+                    doorbell_wait(fd, &mut look)
                 }
                 _ => break,
             }
         }
         if unread && bytes_in(fd) == 0 {
-            let mut looked_since = None;
+            let mut look = doorbell_look();
             while bytes_in(fd) == 0 && !kernel::peer_hung_up(fd) {
-                doorbell_wait(fd, &mut looked_since);
+                doorbell_wait(fd, &mut look);
             }
         }
         got
