@@ -151,7 +151,11 @@ pub fn ctl(epfd: RawFd, op: c_int, fd: RawFd, event: Option<&epoll_event>) {
         if let Some(set) = set_of(epfd) {
             let mut members = lock(&set.members);
             let gone = members.take(fd);
-            let old = gone.is_some().then(|| set.changed()).flatten();
+            let old = gone
+                .as_ref()
+                .is_some_and(Member::looked_at)
+                .then(|| set.changed())
+                .flatten();
             drop(members);
             drop(gone);
             drop(old);
@@ -179,18 +183,33 @@ pub fn ctl(epfd: RawFd, op: c_int, fd: RawFd, event: Option<&epoll_event>) {
         PollLink::NotYet | PollLink::Gone => (None, false),
     };
     let mut members = lock(&set.members);
-    let gone = members.put(Member {
+    let member = Member {
         fd,
         events: ev.events,
         data: ev.u64,
         conn: entry,
         link,
         never,
-    });
-    let old = set.changed();
+    };
+    let looked = member.looked_at();
+    let gone = members.put(member);
+    // A member no wait looks at (EPOLLOUT alone, as an event loop adds
+    // before a write and removes after it) leaves the snapshot as it is.
+    let old = (looked || gone.as_ref().is_some_and(Member::looked_at))
+        .then(|| set.changed())
+        .flatten();
     drop(members);
     drop(gone);
     drop(old);
+}
+
+impl Member {
+    /// Whether a wait looks at this member's page: registered for
+    /// EPOLLIN, not one-shot (a one-shot registration is the kernel's to
+    /// disarm). Only such members are in a set's snapshot.
+    fn looked_at(&self) -> bool {
+        self.events & libc::EPOLLIN as u32 != 0 && self.events & libc::EPOLLONESHOT as u32 == 0
+    }
 }
 
 /// The event bits a wait's look depends on (`looked_at`, `ready_event`):
@@ -251,7 +270,7 @@ pub fn closed_range(first: RawFd, last: RawFd) {
             } else {
                 members.take_out(|m| inside(m.fd))
             };
-            if !out.is_empty() {
+            if out.iter().any(Member::looked_at) {
                 old.extend(set.changed());
             }
             gone.extend(out);
@@ -341,7 +360,7 @@ fn looked_at(set: &Set) -> Arc<Vec<Looked>> {
     // Numbers are checked again only when the table of connections changed.
     let recheck = set.epoch.swap(epoch, Ordering::AcqRel) != epoch;
     members.retain_mut(|m| {
-        if m.events & libc::EPOLLIN as u32 == 0 || m.events & libc::EPOLLONESHOT as u32 != 0 {
+        if !m.looked_at() {
             return true;
         }
         if m.never {
@@ -479,12 +498,9 @@ pub fn stamp_mine() {
             // Only those its waits look at: one registered without
             // EPOLLIN, or one-shot, is not waited for (stamped, its
             // writer would put its late ring off for as long).
-            let looked = |m: &&Member| {
-                m.events & libc::EPOLLIN as u32 != 0 && m.events & libc::EPOLLONESHOT as u32 == 0
-            };
             for l in lock(&set.members)
                 .iter()
-                .filter(looked)
+                .filter(|m| m.looked_at())
                 .filter_map(|m| m.link.as_ref())
             {
                 l.stamp_looked(now);
