@@ -117,6 +117,21 @@ expect py "viarun: 100 connections over shm, 0 over kernel TCP"
 python3 "$here/subprocess_check.py" crowded
 $VS python3 "$here/subprocess_check.py" crowded 2>"$dir/py.err" || { cat "$dir/py.err"; exit 1; }
 expect py "viarun: 0 connections over shm, 1 over kernel TCP"
+# A program using nearly all of its descriptor limit (limit_check.py):
+# the library's own descriptors must not take the program's. With room
+# under the hard limit for the library's raise, every connection is
+# carried.
+(
+    ulimit -Sn 1024
+    ulimit -Hn 8192 2>/dev/null || :
+    python3 "$here/limit_check.py" 1024
+    $VS python3 "$here/limit_check.py" 1024 2>"$dir/py.err" || { cat "$dir/py.err"; exit 1; }
+    hard=$(ulimit -Hn)
+    case $hard in unlimited) hard=1048576 ;; esac
+    if [ "$hard" -ge 5184 ]; then
+        expect py "viarun: 960 connections over shm, 0 over kernel TCP"
+    fi
+)
 "$dir/echo" 3000000
 "$bin/viarun" --stats "$dir/echo" 3000000 2>"$dir/stats"
 cat "$dir/stats"

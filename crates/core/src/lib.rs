@@ -55,3 +55,4 @@ pub use connect::{
 pub use devices::rum::stats::{stats as udp_stats, StatsSnapshot as UdpStats};
 pub use error::{Result, ViaError};
 pub use openvia_wire::handshake::{Address, ViAttrs};
+pub use sys::floor::set_descriptor_floor;

@@ -154,7 +154,10 @@ fn with_marks(f: impl FnOnce() -> c_int) -> c_int {
         },
         Marks::make,
     );
+    // The new program starts from the limit it would have had.
+    let limit = crate::fdroom::original_for_exec();
     let r = f();
+    drop(limit);
     let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
     drop(marks);
     crate::set_errno(errno);

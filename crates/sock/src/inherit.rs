@@ -46,7 +46,7 @@ use take_up::{record_kind, take_up_one};
 
 use crate::conn;
 use crate::control::Side;
-use crate::kernel::{descriptor_limit, dup_high, inode};
+use crate::kernel::{dup_high, inode};
 use crate::real::real;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"viarunI1");
@@ -181,14 +181,10 @@ fn moved_high(fd: RawFd) -> RawFd {
 /// up at once at the very limit may still leave one without).
 pub fn room_for_a_record(socket: RawFd) -> bool {
     let held = HELD.load(Ordering::Relaxed);
-    if held >= MAX_HELD {
-        return false;
-    }
-    // The program's sockets in the lower half, our records' two
-    // descriptors each in the upper (`kernel::dup_high`).
-    descriptor_limit().map_or(true, |limit| {
-        (socket.max(0) as u64).saturating_mul(2) < limit && (held as u64 + 1) * 4 < limit
-    })
+    // The program's sockets below the library's floor, our records' two
+    // descriptors each (and the core's for the connection) above it
+    // (`fdroom`, `kernel::dup_high`).
+    held < MAX_HELD && crate::fdroom::room_for_one_more(socket, held)
 }
 
 /// What state a record takes a connection up in (`Record::kind`).

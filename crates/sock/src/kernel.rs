@@ -190,9 +190,10 @@ pub fn descriptor_limit() -> Option<u64> {
     (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0).then_some(r.rlim_cur)
 }
 
-/// A copy of `fd` for the library to keep (close-on-exec or not), in the
-/// upper half of the descriptor table where there is room, else at the
-/// lowest free number; -1 if none can be made. The program takes the
+/// A copy of `fd` for the library to keep (close-on-exec or not), at the
+/// library's floor (`fdroom`: the program's original limit, or the upper
+/// half of the table) where there is room, else at the lowest free
+/// number; -1 if none can be made. The program takes the
 /// lowest free numbers: the library's copies below would push its own
 /// up (past FD_SETSIZE for a program using select with a few hundred
 /// connections, where kernel TCP stays below).
@@ -202,7 +203,7 @@ pub fn dup_high(fd: RawFd, cloexec: bool) -> RawFd {
     } else {
         libc::F_DUPFD
     };
-    let base = descriptor_limit().map_or(0, |l| (l / 2).min(i32::MAX as u64));
+    let base = descriptor_limit().map_or(0, |l| crate::fdroom::floor(l).min(i32::MAX as u64));
     // SAFETY: F_DUPFD(_CLOEXEC) of a descriptor the caller holds.
     let d = unsafe { (crate::real::real().fcntl)(fd, cmd, base) };
     if d >= 0 || base == 0 {

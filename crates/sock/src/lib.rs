@@ -24,6 +24,7 @@ mod control;
 mod descriptors;
 mod epoll;
 mod exec;
+mod fdroom;
 mod holder;
 mod inherit;
 mod kernel;
@@ -745,6 +746,8 @@ extern "C" fn at_exit() {
 
 extern "C" fn init() {
     process::init();
+    // Before anything makes a descriptor of ours: where they go.
+    let _ = catch_unwind(fdroom::init);
     // The exec hooks' own calls, found now: a vfork child must not load
     // symbols.
     let _ = catch_unwind(exec::init);

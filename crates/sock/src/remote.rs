@@ -523,6 +523,19 @@ pub struct Offer {
     cport: u16,
 }
 
+/// `udp` at the library's floor (`kernel::dup_high`): an offer lives until
+/// the connection's first use, maybe long after, and must not push the
+/// program's next sockets up.
+fn lifted(udp: UdpSocket) -> UdpSocket {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let high = crate::kernel::dup_high(udp.as_raw_fd(), true);
+    if high < 0 {
+        return udp;
+    }
+    // SAFETY: a fresh descriptor of ours; `udp`'s own closes as it drops.
+    unsafe { UdpSocket::from_raw_fd(high) }
+}
+
 /// Sends `ask` until a datagram of kind `want` (for our ports) comes, for
 /// at most `limit`; Err(()) when the port is closed (ICMP refused).
 fn exchange(udp: &UdpSocket, ask: &Msg, want: u8, limit: Duration) -> Result<Option<Msg>, ()> {
@@ -580,7 +593,7 @@ impl Offer {
             SocketAddr::V4(_) => SocketAddr::from(([0, 0, 0, 0], cport)),
             SocketAddr::V6(_) => SocketAddr::from((Ipv6Addr::UNSPECIFIED, cport)),
         };
-        let udp = UdpSocket::bind(any).ok()?;
+        let udp = lifted(UdpSocket::bind(any).ok()?);
         udp.connect(dst).ok()?;
         let (lport, limit) = (dst.port(), probe_time());
         match exchange(&udp, &Msg::new(PROBE, lport, cport), HERE, limit) {

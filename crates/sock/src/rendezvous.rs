@@ -57,6 +57,19 @@ fn unix_socket() -> Option<RawFd> {
     (fd >= 0).then_some(fd)
 }
 
+/// `fd` moved to the library's floor (`kernel::dup_high`), or itself.
+fn lifted(fd: RawFd) -> RawFd {
+    let high = crate::kernel::dup_high(fd, true);
+    if high < 0 || high < fd {
+        if high >= 0 {
+            close(high);
+        }
+        return fd;
+    }
+    close(fd);
+    high
+}
+
 fn close(fd: RawFd) {
     // SAFETY: closing a descriptor this module opened.
     unsafe { (real().close)(fd) };
@@ -64,7 +77,10 @@ fn close(fd: RawFd) {
 
 /// A Unix socket listening on `kind/port`, or None (name taken, no fds).
 fn listen_on(kind: &str, port: u16) -> Option<RawFd> {
-    let fd = unix_socket()?;
+    // Held until the answer comes, maybe long after: at the library's
+    // floor, so that a client making many connections before it uses
+    // them keeps its sockets where kernel TCP would put them.
+    let fd = lifted(unix_socket()?);
     let (a, len) = unix_addr(kind, port);
     // SAFETY: `a` is a valid sockaddr_un of `len` bytes.
     let ok = unsafe {

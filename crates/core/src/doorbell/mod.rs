@@ -17,9 +17,11 @@
 //! After the page comes the NIC's notice ring (see `notice`): a peer that
 //! rings for a VI whose queues feed a CQ first says which VI.
 
+use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 pub mod notice;
@@ -103,7 +105,9 @@ impl LocalDoorbell {
     }
 
     pub fn page_fd(&self) -> &OwnedFd {
-        self.map.fd()
+        self.map
+            .fd()
+            .expect("our own doorbell page keeps its memfd (never closed)")
     }
 
     /// The notice ring peers write for our VIs.
@@ -171,10 +175,58 @@ impl LocalDoorbell {
     }
 }
 
-/// A peer's doorbell page, mapped from the descriptor it sent us.
-pub struct PeerDoorbell {
+/// A peer process's doorbell page and progress eventfd, mapped once however
+/// many connections lead to that process: each connection brings its own
+/// copies of both descriptors, and keeping them all would cost a process
+/// with hundreds of connections hundreds of descriptors (and mappings).
+struct PeerBell {
     map: SharedMapping,
     event: OwnedFd,
+}
+
+/// A doorbell page's (device, inode): a memfd's inode is not reused while
+/// our mapping keeps the file alive.
+type PageId = (u64, u64);
+
+/// The peer doorbells mapped now.
+static PEER_BELLS: Mutex<Option<HashMap<PageId, Weak<PeerBell>>>> = Mutex::new(None);
+
+impl PeerBell {
+    /// The doorbell behind `page_fd` (and its `event`), shared with other
+    /// connections to the same peer process; the descriptors are closed
+    /// when a mapping of that page exists already.
+    fn shared(page_fd: OwnedFd, event: OwnedFd) -> io::Result<Arc<Self>> {
+        // SAFETY: fstat writes into a zeroed stat struct we own.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: `page_fd` is a valid descriptor, `st` a valid out-pointer.
+        if unsafe { libc::fstat(page_fd.as_raw_fd(), &mut st) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let key = (st.st_dev, st.st_ino);
+        let mut bells = PEER_BELLS.lock().unwrap_or_else(|e| e.into_inner());
+        let bells = bells.get_or_insert_with(HashMap::new);
+        if let Some(bell) = bells.get(&key).and_then(Weak::upgrade) {
+            return Ok(bell);
+        }
+        let mut map = SharedMapping::map(page_fd, REGION_LEN)?;
+        if page(&map).magic != MAGIC {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "not a doorbell page",
+            ));
+        }
+        map.close_fd();
+        let event = crate::sys::floor::lift(event);
+        let bell = Arc::new(Self { map, event });
+        bells.retain(|_, b| b.strong_count() > 0);
+        bells.insert(key, Arc::downgrade(&bell));
+        Ok(bell)
+    }
+}
+
+/// A peer's doorbell page, mapped from the descriptor it sent us.
+pub struct PeerDoorbell {
+    bell: Arc<PeerBell>,
     notices: NoticeRing,
     /// The peer VI's notice key, in the connection region (0: its VI has
     /// no CQ, no notice needed; with [`WATCHED`]: its CQ polls it anyway).
@@ -193,17 +245,10 @@ unsafe impl Send for PeerDoorbell {}
 
 impl PeerDoorbell {
     pub fn map(page_fd: OwnedFd, event: OwnedFd) -> io::Result<Self> {
-        let map = SharedMapping::map(page_fd, REGION_LEN)?;
-        if page(&map).magic != MAGIC {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "not a doorbell page",
-            ));
-        }
-        let notices = notices_of(&map);
+        let bell = PeerBell::shared(page_fd, event)?;
+        let notices = notices_of(&bell.map);
         Ok(Self {
-            map,
-            event,
+            bell,
             notices,
             key: std::ptr::null(),
             own_key: std::ptr::null(),
@@ -253,7 +298,7 @@ impl PeerDoorbell {
                 self.notice_head.set(head);
             }
         }
-        ring(page(&self.map), self.event.as_raw_fd());
+        ring(page(&self.bell.map), self.bell.event.as_raw_fd());
     }
 }
 
@@ -273,5 +318,75 @@ fn ring_slow(p: &Page, event_fd: i32) {
     }
     if p.armed.load(Ordering::Relaxed) != 0 && p.armed.swap(0, Ordering::SeqCst) != 0 {
         signal_raw(event_fd);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn copies(local: &LocalDoorbell) -> (OwnedFd, OwnedFd) {
+        (
+            local.page_fd().try_clone().unwrap(),
+            local.event().fd().try_clone().unwrap(),
+        )
+    }
+
+    /// (device, inode) of what `fd` names, if open.
+    fn file_of(fd: i32) -> Option<PageId> {
+        // SAFETY: fstat into a zeroed struct we own; a closed number fails.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
+    }
+
+    /// Every connection to one peer process brings copies of its doorbell
+    /// page and eventfd: one mapping and one eventfd are kept for all, the
+    /// page's descriptor for none, so a process with hundreds of
+    /// connections does not hold hundreds of each.
+    #[test]
+    fn connections_to_one_peer_share_its_doorbell() {
+        let local = LocalDoorbell::new(false).unwrap();
+        let page_id = file_of(local.page_fd().as_raw_fd()).unwrap();
+        // (Other tests' threads may take a closed number again: a number
+        // counts as ours only while it still names the page.)
+        let names_page = |fd| file_of(fd) == Some(page_id);
+        let (page1, event1) = copies(&local);
+        let page1_fd = page1.as_raw_fd();
+        let first = PeerDoorbell::map(page1, event1).unwrap();
+        assert!(
+            !names_page(page1_fd),
+            "the page's descriptor is closed once mapped"
+        );
+        let (page2, event2) = copies(&local);
+        let page2_fd = page2.as_raw_fd();
+        let second = PeerDoorbell::map(page2, event2).unwrap();
+        assert!(
+            Arc::ptr_eq(&first.bell, &second.bell),
+            "one doorbell for both"
+        );
+        assert!(!names_page(page2_fd));
+        // Ringing through the shared one wakes the peer's progress thread.
+        local.arm();
+        second.ring();
+        let mut count = [0u8; 8];
+        // SAFETY: an 8-byte read from our nonblocking eventfd.
+        let n = unsafe { libc::read(local.event().fd().as_raw_fd(), count.as_mut_ptr().cast(), 8) };
+        assert_eq!(n, 8, "rung");
+        let shared = Arc::downgrade(&first.bell);
+        drop((first, second));
+        assert!(shared.upgrade().is_none(), "gone with its last connection");
+        // The next connection maps it afresh.
+        let (page3, event3) = copies(&local);
+        let third = PeerDoorbell::map(page3, event3).unwrap();
+        assert_eq!(page(&third.bell.map).magic, MAGIC);
+    }
+
+    #[test]
+    fn a_page_that_is_no_doorbell_is_refused() {
+        let other = SharedMapping::create("not-a-doorbell", REGION_LEN).unwrap();
+        let page = other.fd().unwrap().try_clone().unwrap();
+        let event = EventFd::new().unwrap().fd().try_clone().unwrap();
+        assert!(PeerDoorbell::map(page, event).is_err());
     }
 }

@@ -32,8 +32,11 @@ use crate::mem::{MemoryRegistry, PtagId, MAX_REGIONS, MAX_REGISTER_BLOCK};
 use crate::sys::poll::Epoll;
 use crate::vi::{reliability, Vi, ViAttributes, ViState, MAX_DESCRIPTORS_PER_QUEUE};
 
-/// Descriptors one connected shared-memory VI holds.
-const FDS_PER_VI: usize = 4;
+/// Descriptors one connected shared-memory VI holds: its socket, and at
+/// most one peer process's eventfd (shared by every connection to that
+/// process; the region's and the doorbell page's memfds are closed once
+/// mapped).
+const FDS_PER_VI: usize = 2;
 /// Most CQs per NIC. (Most VIs: the `OPENVIA_MAX_VI` setting.)
 pub const MAX_CQ: usize = 4096;
 pub const MAX_PTAGS: usize = 1024;
@@ -189,8 +192,8 @@ impl Nic {
             // captured state; it only touches an atomic.
             unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
         });
-        // Each connection holds a few descriptors (socket, region, the
-        // peer's doorbell and eventfd): make room for a full NIC's worth
+        // Each connection holds a descriptor or two (`FDS_PER_VI`): make
+        // room for a full NIC's worth
         // now, not in the middle of a connect (see `reserve_fds`: only
         // while the process has a single thread).
         crate::sys::reserve_fds(FDS_PER_VI * config.max_vi + 256);

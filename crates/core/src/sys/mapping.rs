@@ -1,7 +1,10 @@
 //! Shared memory that leaves no name behind: an anonymous memfd, mapped
 //! MAP_SHARED, whose file descriptor is handed to the peer over a Unix
 //! socket. When the last process holding it exits (however it exits) the
-//! kernel frees it; nothing ever appears in /dev/shm.
+//! kernel frees it; nothing ever appears in /dev/shm. A mapping whose
+//! descriptor will not be handed on closes it (`close_fd`): the mapping
+//! alone keeps the memory, and a process with hundreds of connections
+//! would otherwise hold hundreds of descriptors the program may need.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -12,7 +15,7 @@ use super::cvt;
 pub struct SharedMapping {
     ptr: *mut u8,
     len: usize,
-    fd: OwnedFd,
+    fd: Option<OwnedFd>,
 }
 
 // SAFETY: the mapping is plain memory; all concurrent access to it goes
@@ -63,7 +66,7 @@ impl SharedMapping {
         Ok(Self {
             ptr: ptr.cast(),
             len,
-            fd,
+            fd: Some(fd),
         })
     }
 
@@ -79,8 +82,14 @@ impl SharedMapping {
         self.len == 0
     }
 
-    pub fn fd(&self) -> &OwnedFd {
-        &self.fd
+    /// The memfd, unless closed (`close_fd`).
+    pub fn fd(&self) -> Option<&OwnedFd> {
+        self.fd.as_ref()
+    }
+
+    /// Closes the memfd: the mapping stays, nothing can hand it on.
+    pub fn close_fd(&mut self) {
+        self.fd = None;
     }
 }
 

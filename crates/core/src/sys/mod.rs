@@ -9,6 +9,7 @@
 
 pub mod bpf;
 pub mod cma;
+pub mod floor;
 pub mod frames;
 pub mod futex;
 pub mod mapping;

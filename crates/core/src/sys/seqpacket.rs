@@ -135,6 +135,12 @@ impl SeqPacket {
         Ok(Self(fd))
     }
 
+    /// This socket at the descriptor floor or above (`super::floor`), for
+    /// one a connection keeps for its life.
+    pub fn lifted(self) -> Self {
+        Self(super::floor::lift(self.0))
+    }
+
     pub fn peer_cred(&self) -> io::Result<PeerCred> {
         let mut cred = libc::ucred {
             pid: 0,

@@ -154,7 +154,8 @@ impl ShmChannel {
             peer: p.peer,
             peer_pid: p.peer_pid,
             cma: p.cma && Config::global().cma,
-            sock: p.sock,
+            // Kept for the connection's life: out of the program's way.
+            sock: p.sock.lifted(),
             remote: p.remote,
             next_seq: 0,
             sent: 0,

@@ -160,8 +160,12 @@ fn server_finish(
 ) -> Result<()> {
     let mut peer = PeerDoorbell::map(page, event).map_err(|_| ViaError::Rejected)?;
     let i_reach_client = probe(cred.pid, req.probe_addr, req.probe_value);
-    let region = ConnRegion::create(nic.config.ring_bytes)
+    let mut region = ConnRegion::create(nic.config.ring_bytes)
         .map_err(|_| ViaError::Resource("shared memory"))?;
+    let region_fd = region
+        .fd()
+        .ok_or(ViaError::Resource("shared memory"))?
+        .as_raw_fd();
     region.set_own_key(false, vi.notice_key());
     // SAFETY: the region moves into the channel with the doorbell and is
     // dropped after it (the mapping itself never moves).
@@ -179,12 +183,14 @@ fn server_finish(
     sock.send(
         &accept.emit(),
         &[
-            region.fd().as_raw_fd(),
+            region_fd,
             nic.doorbell.page_fd().as_raw_fd(),
             nic.doorbell.event().fd().as_raw_fd(),
         ],
     )
     .map_err(|_| ViaError::Rejected)?;
+    // The client has its own copy now: one descriptor fewer per connection.
+    region.close_fd();
     let mut buf = [0u8; 256];
     let mut fds = Vec::new();
     let client_reaches_me = match sock.recv_timeout(&mut buf, &mut fds, Some(STEP_TIMEOUT)) {

@@ -54,7 +54,9 @@ impl ConnRegion {
         if !ring_bytes.is_power_of_two() || !(4096..=1 << 28).contains(&ring_bytes) {
             return Err(bad());
         }
-        let map = SharedMapping::map(fd, region_len(ring_bytes))?;
+        let mut map = SharedMapping::map(fd, region_len(ring_bytes))?;
+        // The client never hands the region on.
+        map.close_fd();
         let r = Self { map, ring_bytes };
         if r.word(0).load(Ordering::Relaxed) != MAGIC
             || r.word(8).load(Ordering::Acquire) != ring_bytes as u64
@@ -126,8 +128,14 @@ impl ConnRegion {
         }
     }
 
-    pub fn fd(&self) -> &OwnedFd {
+    /// The memfd, for the server to send; None once closed.
+    pub fn fd(&self) -> Option<&OwnedFd> {
         self.map.fd()
+    }
+
+    /// Closes the memfd once the client has it (the mapping stays).
+    pub fn close_fd(&mut self) {
+        self.map.close_fd();
     }
 
     pub fn len(&self) -> usize {

@@ -118,8 +118,9 @@ impl UdpSock {
                 0,
             )
         })?;
-        // SAFETY: a fresh descriptor we own.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: a fresh descriptor we own. A VI's socket lives as long as
+        // its connection: at the descriptor floor where one is set.
+        let fd = crate::sys::floor::lift(unsafe { OwnedFd::from_raw_fd(fd) });
         let raw = fd.as_raw_fd();
         if reuseport {
             setsockopt_int(raw, libc::SOL_SOCKET, libc::SO_REUSEPORT, 1);
