@@ -62,13 +62,13 @@ pub fn init() {
             }
         }
     }
-    tell_core();
+    if let Some(limit) = descriptor_limit() {
+        tell_core(floor(limit));
+    }
 }
 
-fn tell_core() {
-    if let Some(limit) = descriptor_limit() {
-        openvia_core::set_descriptor_floor(floor(limit).min(i32::MAX as u64) as i32);
-    }
+fn tell_core(floor: u64) {
+    openvia_core::set_descriptor_floor(floor.min(i32::MAX as u64) as i32);
 }
 
 /// The lowest number the library keeps its descriptors at, under soft
@@ -96,7 +96,7 @@ pub fn room_for_one_more(socket: i32, held: usize) -> bool {
     };
     let floor = floor(limit);
     // The program may have changed its limit since: the core follows.
-    tell_core();
+    tell_core(floor);
     (socket.max(0) as u64) < floor && floor + PER_CONNECTION * (held as u64 + 1) + SLACK <= limit
 }
 

@@ -182,6 +182,9 @@ impl LocalDoorbell {
 struct PeerBell {
     map: SharedMapping,
     event: OwnedFd,
+    /// The last CMA probe of this peer: (pid, address, value) → reached.
+    /// Every connection to the peer probes the same word of this page.
+    probed: Mutex<Option<(i32, u64, u64, bool)>>,
 }
 
 /// A doorbell page's (device, inode): a memfd's inode is not reused while
@@ -217,7 +220,11 @@ impl PeerBell {
         }
         map.close_fd();
         let event = crate::sys::floor::lift(event);
-        let bell = Arc::new(Self { map, event });
+        let bell = Arc::new(Self {
+            map,
+            event,
+            probed: Mutex::new(None),
+        });
         bells.retain(|_, b| b.strong_count() > 0);
         bells.insert(key, Arc::downgrade(&bell));
         Ok(bell)
@@ -254,6 +261,22 @@ impl PeerDoorbell {
             own_key: std::ptr::null(),
             notice_head: std::cell::Cell::new(0),
         })
+    }
+
+    /// Whether we reach the peer's memory by CMA: `probe`'s answer for
+    /// this peer process's probe word (`pid`, `addr`, `value`), asked once
+    /// for all the connections to it (a probe is a system call and a page
+    /// walk in the middle of each handshake).
+    pub fn reaches(&self, pid: i32, addr: u64, value: u64, probe: impl FnOnce() -> bool) -> bool {
+        let mut last = self.bell.probed.lock().unwrap_or_else(|e| e.into_inner());
+        match *last {
+            Some((p, a, v, reached)) if (p, a, v) == (pid, addr, value) => reached,
+            _ => {
+                let reached = probe();
+                *last = Some((pid, addr, value, reached));
+                reached
+            }
+        }
     }
 
     /// Where the peer VI's notice key and our own lie.
@@ -380,6 +403,32 @@ mod tests {
         let (page3, event3) = copies(&local);
         let third = PeerDoorbell::map(page3, event3).unwrap();
         assert_eq!(page(&third.bell.map).magic, MAGIC);
+    }
+
+    /// The CMA probe of a peer process is asked once for all connections
+    /// to it, again for another process (pid) or probe word.
+    #[test]
+    fn a_peers_probe_is_asked_once() {
+        let local = LocalDoorbell::new(false).unwrap();
+        let (page, event) = copies(&local);
+        let peer = PeerDoorbell::map(page, event).unwrap();
+        let asked = std::cell::Cell::new(0);
+        let probe = |answer| {
+            asked.set(asked.get() + 1);
+            answer
+        };
+        assert!(peer.reaches(10, 0x1000, 7, || probe(true)));
+        assert!(
+            peer.reaches(10, 0x1000, 7, || probe(false)),
+            "the first answer holds"
+        );
+        assert_eq!(asked.get(), 1);
+        assert!(
+            !peer.reaches(11, 0x1000, 7, || probe(false)),
+            "another process"
+        );
+        assert!(peer.reaches(11, 0x2000, 7, || probe(true)), "another word");
+        assert_eq!(asked.get(), 3);
     }
 
     #[test]

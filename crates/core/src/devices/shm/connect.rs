@@ -159,7 +159,9 @@ fn server_finish(
     event: OwnedFd,
 ) -> Result<()> {
     let mut peer = PeerDoorbell::map(page, event).map_err(|_| ViaError::Rejected)?;
-    let i_reach_client = probe(cred.pid, req.probe_addr, req.probe_value);
+    let i_reach_client = peer.reaches(cred.pid, req.probe_addr, req.probe_value, || {
+        probe(cred.pid, req.probe_addr, req.probe_value)
+    });
     let mut region = ConnRegion::create(nic.config.ring_bytes)
         .map_err(|_| ViaError::Resource("shared memory"))?;
     let region_fd = region
@@ -422,7 +424,9 @@ fn client_exchange(
     region.set_own_key(true, vi.notice_key());
     // SAFETY: as in `server_finish`.
     unsafe { peer.set_notice_keys(region.peer_key(true), region.peer_key(false)) };
-    let i_reach_server = probe(cred.pid, accept.probe_addr, accept.probe_value);
+    let i_reach_server = peer.reaches(cred.pid, accept.probe_addr, accept.probe_value, || {
+        probe(cred.pid, accept.probe_addr, accept.probe_value)
+    });
     sock.send(
         &Message::Ready {
             peer_cma: i_reach_server,
