@@ -15,8 +15,11 @@ which must read the peer's next 5 bytes (`world`), sent as soon as the
 peer had its answer: they may lie unread in the first program's VI when
 it exits. Before, the second program got ECONNRESET between hosts.
 
-  hosts_subprocess.py server ADDR [sibling|sibling-accept]   (prints its port: the readiness signal)
-  hosts_subprocess.py client ADDR PORT [sibling|sibling-accept]
+  hosts_subprocess.py server ADDR [sibling|sibling-accept|spawn-close]   (prints its port: the readiness signal)
+  hosts_subprocess.py client ADDR PORT [sibling|sibling-accept|spawn-close]
+
+With `spawn-close`, a client that ran a program closes its 20 used
+connections: the server must read EOF on each (see spawn_close_server).
 """
 import socket
 import subprocess
@@ -104,6 +107,46 @@ def sibling_client(addr, port, mode):
     c.close()
 
 
+SPAWN_CLOSE_N = 20
+
+
+def spawn_close_server(addr):
+    """`spawn-close`: 20 connections, each answered, then each must read
+    EOF as the client closes them, as over kernel TCP. The client ran a
+    program before closing, so each connection was handed to the kernel
+    at its close; closed at once, the client's socket met this end's
+    answer to the hand-over and the kernel reset the connection: this
+    read got ECONNRESET in 5 of 6 runs."""
+    l = socket.socket()
+    l.bind((addr, 0))
+    l.listen(SPAWN_CLOSE_N)
+    print(l.getsockname()[1], flush=True)
+    cs = [l.accept()[0] for _ in range(SPAWN_CLOSE_N)]
+    for c in cs:
+        if read_exactly(c, 5) != b"hello":
+            sys.exit("server: no hello")
+        c.sendall(b"world")
+    for i, c in enumerate(cs):
+        try:
+            got = c.recv(1)
+        except ConnectionResetError:
+            sys.exit(f"server: connection {i} reset at the client's close, not ended")
+        if got != b"":
+            sys.exit(f"server: connection {i} gave {got!r}, not EOF")
+        c.close()
+
+
+def spawn_close_client(addr, port):
+    cs = [socket.create_connection((addr, port)) for _ in range(SPAWN_CLOSE_N)]
+    for c in cs:
+        c.sendall(b"hello")
+        if read_exactly(c, 5) != b"world":
+            sys.exit("client: no world")
+    subprocess.run(["true"], check=True, timeout=10)
+    for c in cs:
+        c.close()
+
+
 def client(addr, port):
     c = socket.create_connection((addr, port))
     c.sendall(b"x")
@@ -120,10 +163,14 @@ def client(addr, port):
 
 if __name__ == "__main__":
     if sys.argv[1] == "server":
-        if len(sys.argv) > 3:
+        if sys.argv[3:] == ["spawn-close"]:
+            spawn_close_server(sys.argv[2])
+        elif len(sys.argv) > 3:
             sibling_server(sys.argv[2], sys.argv[3])
         else:
             server(sys.argv[2])
+    elif sys.argv[4:] == ["spawn-close"]:
+        spawn_close_client(sys.argv[2], int(sys.argv[3]))
     elif len(sys.argv) > 4:
         sibling_client(sys.argv[2], int(sys.argv[3]), sys.argv[4])
     else:

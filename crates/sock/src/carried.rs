@@ -108,6 +108,10 @@ pub trait Carried: Send + Sync {
     /// the socket (`always`: an exec, whose new program may), so that the
     /// peer does not lose it with our VI.
     fn hand_over(&self, _fd: RawFd, _always: bool) {}
+    /// At the last close, after `hand_over`: what the peer still sends
+    /// for the hand-over is taken off the socket (`netlink::linger`), so
+    /// that closing does not reset the connection.
+    fn linger(&self, _fd: RawFd) {}
     /// For the process that made the link: if a process without it asked
     /// for the connection (between hosts), hand it over now. Whether one
     /// asked.

@@ -217,6 +217,7 @@ fn finish(conn: &Conn, fd: RawFd) {
         Setup::Via(link) => {
             if link.owner_pid() == crate::process::id() {
                 link.hand_over(fd, false);
+                link.linger(fd);
                 link.flush();
                 link.shut();
                 drop(link);
@@ -460,6 +461,7 @@ pub fn flush_all() {
         if let Setup::Via(link) = &*g {
             if link.owner_pid() == crate::process::id() {
                 link.hand_over(fd, false);
+                link.linger(fd);
                 link.flush();
             }
         }

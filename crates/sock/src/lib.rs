@@ -742,6 +742,7 @@ extern "C" fn at_exit() {
         unsafe { libc::fflush(std::ptr::null_mut()) };
     }
     let _ = catch_unwind(conn::flush_all);
+    let _ = catch_unwind(netlink::wait_lingering);
 }
 
 extern "C" fn init() {

@@ -61,6 +61,7 @@ use crate::link::{meet, process_nic, HandshakeEnd, Medium, HELLO};
 use crate::region::{Region, DESC_BYTES};
 
 mod handover;
+mod linger;
 pub mod page;
 mod reader;
 pub mod switched;
@@ -707,6 +708,11 @@ impl crate::carried::Carried for NetLink {
             s.hand_over(fd, always);
         }
     }
+    fn linger(&self, fd: RawFd) {
+        if let Some(s) = self.handed.get() {
+            linger::hold(fd, s.clone());
+        }
+    }
     fn serve_request(&self, fd: RawFd) -> bool {
         let asked = self
             .page
@@ -717,6 +723,12 @@ impl crate::carried::Carried for NetLink {
         }
         asked
     }
+}
+
+/// At exit: waits (bounded) for the connections this process let go
+/// after a fork to take their peers' hand-over answers (`linger`).
+pub fn wait_lingering() {
+    linger::wait_all(Duration::from_millis(500));
 }
 
 impl Drop for NetLink {

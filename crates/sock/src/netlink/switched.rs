@@ -139,8 +139,27 @@ impl NetSwitched {
                 sent = super::handover::send_all(fd, p);
             }
         }
+        super::handover::push_now(fd);
         self.page.publish_dead();
         sent
+    }
+
+    /// For a socket this process lets go (`linger`): takes the peer's
+    /// switch prefix off as far as it has come. Some(true) once done (plain
+    /// data next, EOF or an error), Some(false) if more is to come, None
+    /// if another process holds the page's lock (look again).
+    pub fn settle_for_close(&self, fd: RawFd) -> Option<bool> {
+        let _lock = self.page.lock(true)?;
+        loop {
+            if self.page.plain() {
+                return Some(true);
+            }
+            match self.settle_stream(fd) {
+                Ok(Settled::Look) => continue,
+                Ok(Settled::Wait) => return Some(false),
+                Ok(Settled::Raw) | Err(_) => return Some(true),
+            }
+        }
     }
 
     /// A write from `at` (segment, offset) of `data` on: straight to the
