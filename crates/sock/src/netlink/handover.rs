@@ -67,6 +67,7 @@ pub fn after_fork() {
 /// In a child just forked: the watcher was our parent's.
 pub fn forked_child() {
     WATCHING.store(false, Ordering::Release);
+    super::linger::forked_child();
     after_fork();
 }
 

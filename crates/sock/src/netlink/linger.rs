@@ -115,6 +115,19 @@ fn watch() {
     }
 }
 
+/// In a child just forked: its copies of our lingering sockets would keep
+/// the connections open (no EOF at the peer) for as long as it lives.
+pub fn forked_child() {
+    // The parent's thread may have held the lock at the fork: then the
+    // copies stay (closed at exec, they are close-on-exec).
+    if let Ok(mut held) = HELD.try_lock() {
+        for l in held.list.drain(..) {
+            close(l.fd);
+        }
+        held.pid = 0;
+    }
+}
+
 /// At exit: the lingering sockets would close with the process; waits
 /// for them (their peers' prefixes usually come within a round trip) for
 /// at most `limit`.
