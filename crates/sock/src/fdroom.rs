@@ -79,12 +79,19 @@ pub fn floor(limit: u64) -> u64 {
     floor_for(limit, ORIGINAL.load(Ordering::Relaxed))
 }
 
+/// The highest floor above the program's original limit: half of a
+/// limit of a million (a container's default) would put our descriptors
+/// past 500,000, and the kernel would grow the process's descriptor
+/// table to match (4 MiB of pointers, copied at every fork).
+const FLOOR_CAP: u64 = 1 << 16;
+
 fn floor_for(limit: u64, original: u64) -> u64 {
-    if original != 0 && limit >= original.saturating_add(EXTRA) {
+    let floor = if original != 0 && limit >= original.saturating_add(EXTRA) {
         original.max(limit - EXTRA)
     } else {
         limit / 2
-    }
+    };
+    floor.min(FLOOR_CAP.max(original))
 }
 
 /// Whether the library has room for one more carried connection's
@@ -137,9 +144,15 @@ mod tests {
         assert_eq!(floor_for(1024 + EXTRA, 1024), 1024);
         // Raised less than asked (hard limit): the upper half.
         assert_eq!(floor_for(2048, 1024), 1024);
-        // The program raised it further: the library's room at the top.
-        assert_eq!(floor_for(100_000, 1024), 100_000 - EXTRA);
+        // The program raised it further: the library's room at the top,
+        // or the cap.
+        assert_eq!(floor_for(20_000, 1024), 20_000 - EXTRA);
+        assert_eq!(floor_for(100_000, 1024), FLOOR_CAP);
         // The program lowered it below the original: the upper half.
         assert_eq!(floor_for(256, 1024), 128);
+        // A limit of a million, not raised (soft = hard): not half of it.
+        assert_eq!(floor_for(1 << 20, 0), 1 << 16);
+        // Raised from a large original: that original.
+        assert_eq!(floor_for(100_000 + EXTRA, 100_000), 100_000);
     }
 }
