@@ -15,11 +15,13 @@ which must read the peer's next 5 bytes (`world`), sent as soon as the
 peer had its answer: they may lie unread in the first program's VI when
 it exits. Before, the second program got ECONNRESET between hosts.
 
-  hosts_subprocess.py server ADDR [sibling|sibling-accept|spawn-close]   (prints its port: the readiness signal)
-  hosts_subprocess.py client ADDR PORT [sibling|sibling-accept|spawn-close]
+  hosts_subprocess.py server ADDR [sibling|sibling-accept|spawn-close|forking]   (prints its port: the readiness signal)
+  hosts_subprocess.py client ADDR PORT [sibling|sibling-accept|spawn-close|forking]
 
 With `spawn-close`, a client that ran a program closes its 20 used
 connections: the server must read EOF on each (see spawn_close_server).
+With `forking`, a forking server (a child per connection) echoes 20
+requests, each ending in EOF at the client.
 """
 import socket
 import subprocess
@@ -107,6 +109,17 @@ def sibling_client(addr, port, mode):
     c.close()
 
 
+def expect_end(c, who):
+    """The peer closed: EOF on `c`, never a reset; then closes it."""
+    try:
+        got = c.recv(1)
+    except ConnectionResetError:
+        sys.exit(f"{who} reset at the peer's close, not ended")
+    if got != b"":
+        sys.exit(f"{who} gave {got!r}, not EOF")
+    c.close()
+
+
 SPAWN_CLOSE_N = 20
 
 
@@ -127,13 +140,7 @@ def spawn_close_server(addr):
             sys.exit("server: no hello")
         c.sendall(b"world")
     for i, c in enumerate(cs):
-        try:
-            got = c.recv(1)
-        except ConnectionResetError:
-            sys.exit(f"server: connection {i} reset at the client's close, not ended")
-        if got != b"":
-            sys.exit(f"server: connection {i} gave {got!r}, not EOF")
-        c.close()
+        expect_end(c, f"server: connection {i}")
 
 
 def spawn_close_client(addr, port):
@@ -145,6 +152,44 @@ def spawn_close_client(addr, port):
     subprocess.run(["true"], check=True, timeout=10)
     for c in cs:
         c.close()
+
+
+FORKING_N = 20
+
+
+def forking_server(addr):
+    """`forking`: socketserver's ForkingTCPServer, a child per
+    connection (the child uses it first, the parent closes its copy
+    unused); each child echoes a line and ends."""
+    import socketserver
+
+    class Echo(socketserver.StreamRequestHandler):
+        def handle(self):
+            self.wfile.write(b"echo:" + self.rfile.readline())
+
+    server = socketserver.ForkingTCPServer((addr, 0), Echo)
+    print(server.server_address[1], flush=True)
+    for _ in range(FORKING_N):
+        server.handle_request()
+    server.server_close()
+
+
+def forking_client(addr, port):
+    """Each of 20 requests: a line out, its echo back, then EOF (never a
+    reset)."""
+    for i in range(FORKING_N):
+        c = socket.create_connection((addr, port))
+        line = b"request %d\n" % i
+        c.sendall(line)
+        got = b""
+        while not got.endswith(b"\n"):
+            part = c.recv(100)
+            if not part:
+                break
+            got += part
+        if got != b"echo:" + line:
+            sys.exit(f"client: request {i} answered {got!r}")
+        expect_end(c, f"client: request {i}")
 
 
 def client(addr, port):
@@ -165,12 +210,16 @@ if __name__ == "__main__":
     if sys.argv[1] == "server":
         if sys.argv[3:] == ["spawn-close"]:
             spawn_close_server(sys.argv[2])
+        elif sys.argv[3:] == ["forking"]:
+            forking_server(sys.argv[2])
         elif len(sys.argv) > 3:
             sibling_server(sys.argv[2], sys.argv[3])
         else:
             server(sys.argv[2])
     elif sys.argv[4:] == ["spawn-close"]:
         spawn_close_client(sys.argv[2], int(sys.argv[3]))
+    elif sys.argv[4:] == ["forking"]:
+        forking_client(sys.argv[2], int(sys.argv[3]))
     elif len(sys.argv) > 4:
         sibling_client(sys.argv[2], int(sys.argv[3]), sys.argv[4])
     else:
