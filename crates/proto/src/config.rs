@@ -49,6 +49,8 @@ impl Reliability {
 pub const DEFAULT_ACK_EVERY: u32 = 64;
 /// See [`Config::ack_delay`].
 pub const DEFAULT_ACK_DELAY: Duration = Duration::from_micros(50);
+/// See [`Config::handshake_resend`].
+pub const DEFAULT_HANDSHAKE_RESEND: Duration = Duration::from_millis(2);
 
 /// Settings of one connection (one VI).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,6 +85,15 @@ pub struct Config {
     pub dead_peer_timeout: Duration,
     /// Give up connecting after this long.
     pub connect_timeout: Duration,
+    /// Client: the connect request goes again this long after the first
+    /// send, then after twice as long each time (at most 1 s apart).
+    /// Short, not the data path's initial RTO: the acceptor is often a
+    /// process just starting to listen (a forked child opening its NIC),
+    /// whose request went to no one; a forking server under viarun lost
+    /// 20 ms per connection waiting for the second. (A request sent more
+    /// than once gives no RTT sample: on a path slower than this, data
+    /// starts from `initial_rto`.)
+    pub handshake_resend: Duration,
     /// Unreliable level: how long a hole may wait for a reordered segment
     /// before the message it belongs to is dropped.
     pub reorder_tolerance: Duration,
@@ -119,6 +130,7 @@ impl Default for Config {
             keepalive_interval: Duration::from_millis(500),
             dead_peer_timeout: Duration::from_secs(3),
             connect_timeout: Duration::from_secs(3),
+            handshake_resend: DEFAULT_HANDSHAKE_RESEND,
             reorder_tolerance: Duration::from_millis(2),
             ack_every: DEFAULT_ACK_EVERY,
             ack_delay: DEFAULT_ACK_DELAY,
@@ -165,6 +177,7 @@ impl Config {
         if self.min_rto.is_zero()
             || self.min_rto > self.initial_rto
             || self.initial_rto > self.max_rto
+            || self.handshake_resend.is_zero()
         {
             return Err(ConfigError::Rto);
         }

@@ -53,7 +53,7 @@ impl Connection {
         let mut c = Self::new(config, Role::Client, local_cid, now);
         c.user_data = user_data.to_vec();
         c.handshake_due = true;
-        c.handshake_deadline = Some(now + c.rtt.rto());
+        c.handshake_deadline = Some(now + c.config.handshake_resend);
         Ok(c)
     }
 
@@ -164,9 +164,9 @@ impl Connection {
         if self.handshake_deadline.is_some_and(|d| now >= d) {
             self.handshake_due = true;
             let backoff = self
-                .rtt
-                .rto()
-                .saturating_mul(1 << self.handshake_attempts.min(6));
+                .config
+                .handshake_resend
+                .saturating_mul(1 << self.handshake_attempts.min(10));
             self.handshake_deadline = Some(now + backoff.min(Duration::from_secs(1)));
         }
     }

@@ -298,3 +298,26 @@ fn forged_message_id_does_not_inflate_drops_unreliable() {
     assert_eq!(forged, 0, "{c:?}");
     assert!(c.messages_dropped <= 4, "{c:?}");
 }
+
+/// A connect request that reached no one (the acceptor not listening
+/// yet) goes again after `handshake_resend` (2 ms), then after twice as
+/// long each time: not after the data path's initial RTO (20 ms), which
+/// a forking server under viarun paid on every connection.
+#[test]
+fn the_connect_request_goes_again_soon_then_backs_off() {
+    let cfg = Config::default();
+    assert_eq!(cfg.handshake_resend, Duration::from_millis(2));
+    let mut client = Connection::connect(cfg, 7, b"d", Time::ZERO).unwrap();
+    let mut buf = vec![0u8; client.max_datagram_len()];
+    let mut sent_at = Vec::new();
+    let mut now = Time::ZERO;
+    while now < Time::ZERO + Duration::from_millis(40) {
+        while client.poll_transmit(now, &mut buf).is_some() {
+            sent_at.push(now.saturating_since(Time::ZERO).as_micros());
+        }
+        let next = client.poll_timeout().expect("a resend is due");
+        now = next.max(now);
+        client.handle_timeout(now);
+    }
+    assert_eq!(sent_at, [0, 2_000, 6_000, 14_000, 30_000]);
+}
