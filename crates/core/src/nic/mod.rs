@@ -369,13 +369,27 @@ impl Nic {
         rdma_write: bool,
         rdma_read: bool,
     ) -> Result<u32> {
+        self.register_mem_locking(addr, len, ptag, rdma_write, rdma_read, true)
+    }
+
+    /// `VipRegisterMem` with `lock`: whether the pages are also mlocked
+    /// (see `MemoryRegistry::register_locking`).
+    pub fn register_mem_locking(
+        &self,
+        addr: u64,
+        len: u64,
+        ptag: PtagId,
+        rdma_write: bool,
+        rdma_read: bool,
+        lock: bool,
+    ) -> Result<u32> {
         self.shared.check_owner()?;
         if !self.shared.ptag_valid(ptag) {
             return Err(ViaError::InvalidPtag);
         }
         self.shared
             .registry
-            .register(addr, len, ptag, rdma_write, rdma_read)
+            .register_locking(addr, len, ptag, rdma_write, rdma_read, lock)
     }
 
     /// `VipDeregisterMem`: refused (`InvalidState`) while a posted
