@@ -136,14 +136,13 @@ impl Region {
         // locking populated all of it (3 MiB, ~2 ms at each end of every
         // connection between hosts, whose memory is not kept for the next
         // link; a forking server paid it per request).
-        let handle =
-            match nic.register_mem_locking(base as u64, len as u64, ptag, false, false, false) {
-                Ok(h) => h,
-                Err(e) => {
-                    unmap();
-                    return Err(e);
-                }
-            };
+        let handle = match nic.register_mem_unlocked(base as u64, len as u64, ptag) {
+            Ok(h) => h,
+            Err(e) => {
+                unmap();
+                return Err(e);
+            }
+        };
         match nic.create_vi(Region::attributes(reliability, buf_bytes, ptag), None, None) {
             Ok(vi) => Ok((
                 Region {

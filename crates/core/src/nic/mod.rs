@@ -369,27 +369,25 @@ impl Nic {
         rdma_write: bool,
         rdma_read: bool,
     ) -> Result<u32> {
-        self.register_mem_locking(addr, len, ptag, rdma_write, rdma_read, true)
-    }
-
-    /// `VipRegisterMem` with `lock`: whether the pages are also mlocked
-    /// (see `MemoryRegistry::register_locking`).
-    pub fn register_mem_locking(
-        &self,
-        addr: u64,
-        len: u64,
-        ptag: PtagId,
-        rdma_write: bool,
-        rdma_read: bool,
-        lock: bool,
-    ) -> Result<u32> {
         self.shared.check_owner()?;
         if !self.shared.ptag_valid(ptag) {
             return Err(ViaError::InvalidPtag);
         }
         self.shared
             .registry
-            .register_locking(addr, len, ptag, rdma_write, rdma_read, lock)
+            .register(addr, len, ptag, rdma_write, rdma_read)
+    }
+
+    /// Registers memory that only local descriptors name (no RDMA)
+    /// without locking its pages (see `MemoryRegistry::register_locking`):
+    /// for a client that registers memory per short connection.
+    pub fn register_mem_unlocked(&self, addr: u64, len: u64, ptag: PtagId) -> Result<u32> {
+        self.shared.check_owner()?;
+        if !self.shared.ptag_valid(ptag) {
+            return Err(ViaError::InvalidPtag);
+        }
+        let registry = &self.shared.registry;
+        registry.register_locking(addr, len, ptag, false, false, false)
     }
 
     /// `VipDeregisterMem`: refused (`InvalidState`) while a posted
