@@ -94,10 +94,17 @@ ip netns exec "$OV_NS_A" $VS python3 "$here/hosts_subprocess.py" client 10.77.0.
 wait "$spid" || { cat "$dir/server.err"; exit 1; }
 expect server "$UDP1"
 expect client "$UDP1"
-# A second program on a connection a first one used and took away with it
-# (hosts_subprocess.py sibling: the connecting end; sibling-accept: the
-# accepting end): it reads what the first one's VI left unread.
-for mode in sibling sibling-accept; do
+# hosts_subprocess.py, each mode without viarun and under it:
+# - sibling (the connecting end), sibling-accept (the accepting end): a
+#   second program on a connection a first one used and took away with
+#   it reads what the first one's VI left unread;
+# - spawn-close: a client that ran a program closes its used connections
+#   (each handed to the kernel at its close): the server reads EOF on
+#   each, never a reset;
+# - forking: a forking server, a child per connection, answers 20
+#   requests, each ending in EOF.
+UDP20="viarun: 20 connections over udp, 0 over kernel TCP"
+for mode in sibling sibling-accept spawn-close forking; do
     for pre in "" "$VS"; do
         rm -f "$dir/port"
         mkfifo "$dir/port"
@@ -108,28 +115,12 @@ for mode in sibling sibling-accept; do
             { cat "$dir/client.err" "$dir/server.err"; exit 1; }
         wait "$spid" || { cat "$dir/server.err"; exit 1; }
     done
-    expect server "$UDP1"
-    expect client "$UDP1"
-done
-# A client that ran a program closes its used connections (each handed
-# to the kernel at its close): the server reads EOF on each, never a
-# reset (hosts_subprocess.py spawn-close); a forking server, a child per
-# connection, answers 20 requests, each ending in EOF (forking).
-for mode in spawn-close forking; do
-for pre in "" "$VS"; do
-    rm -f "$dir/port"
-    mkfifo "$dir/port"
-    ip netns exec "$OV_NS_B" $pre python3 "$here/hosts_subprocess.py" server 10.77.0.2 "$mode" >"$dir/port" 2>"$dir/server.err" &
-    spid=$!
-    read -r port <"$dir/port"
-    ip netns exec "$OV_NS_A" $pre python3 "$here/hosts_subprocess.py" client 10.77.0.2 "$port" "$mode" 2>"$dir/client.err" ||
-        { cat "$dir/client.err" "$dir/server.err"; exit 1; }
-    wait "$spid" || { cat "$dir/server.err"; exit 1; }
-done
-expect client "viarun: 20 connections over udp, 0 over kernel TCP"
-if [ "$mode" = spawn-close ]; then
-    expect server "viarun: 20 connections over udp, 0 over kernel TCP"
-fi
+    case $mode in
+    sibling*) expect server "$UDP1"; expect client "$UDP1" ;;
+    spawn-close) expect server "$UDP20"; expect client "$UDP20" ;;
+    # The forking server's connections are its children's.
+    forking) expect client "$UDP20" ;;
+    esac
 done
 # A client using nearly all of its descriptor limit (limit_check.py): the
 # library's descriptors (the offer's and the VI's UDP sockets, the

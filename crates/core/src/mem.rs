@@ -9,7 +9,7 @@
 //! Registered pages get MADV_DONTFORK (a child of fork() must not share
 //! pages a peer may be writing into) and are mlocked when RLIMIT_MEMLOCK
 //! allows (VipRegisterMem; a client of the core may ask for no lock,
-//! `register_locking`); both are reference counted per page, so
+//! `register_unlocked`); both are reference counted per page, so
 //! overlapping registrations undo correctly.
 //!
 //! Once deregistration returns, openvia never touches the region again.
@@ -147,8 +147,8 @@ impl MemoryRegistry {
         }
     }
 
-    /// Registers [addr, addr+len). Fails for a null, empty, wrapping or
-    /// unmapped range.
+    /// Registers [addr, addr+len), its pages locked where RLIMIT_MEMLOCK
+    /// allows. Fails for a null, empty, wrapping or unmapped range.
     pub fn register(
         &self,
         addr: u64,
@@ -157,24 +157,24 @@ impl MemoryRegistry {
         rdma_write: bool,
         rdma_read: bool,
     ) -> Result<u32> {
-        self.register_locking(addr, len, ptag, rdma_write, rdma_read, true)
+        let attrs = ptag.0 as u64
+            | if rdma_write { ATTR_RDMA_WRITE } else { 0 }
+            | if rdma_read { ATTR_RDMA_READ } else { 0 };
+        self.add(addr, len, attrs, true)
     }
 
-    /// As [`MemoryRegistry::register`], with `lock`: whether the pages are
-    /// mlocked too (where RLIMIT_MEMLOCK allows). Nothing here needs them
-    /// resident — the devices reach registered memory through system
-    /// calls (send, recv, CMA), which fault pages in — so a client that
-    /// registers memory per short connection may leave them unlocked:
-    /// locking populates every page (3 MiB: ~2 ms on the 2-vCPU box).
-    pub fn register_locking(
-        &self,
-        addr: u64,
-        len: u64,
-        ptag: PtagId,
-        rdma_write: bool,
-        rdma_read: bool,
-        lock: bool,
-    ) -> Result<u32> {
+    /// As [`MemoryRegistry::register`] for memory no RDMA names, its pages
+    /// not locked. Nothing here needs them resident — the devices reach
+    /// registered memory through system calls (send, recv, CMA), which
+    /// fault pages in — so a client that registers memory per short
+    /// connection leaves them unlocked: locking populates every page
+    /// (3 MiB: ~2 ms on the 2-vCPU box).
+    pub fn register_unlocked(&self, addr: u64, len: u64, ptag: PtagId) -> Result<u32> {
+        self.add(addr, len, ptag.0 as u64, false)
+    }
+
+    /// A registration with attribute word `attrs`; `lock`: mlock its pages.
+    fn add(&self, addr: u64, len: u64, attrs: u64, lock: bool) -> Result<u32> {
         if addr == 0 || len == 0 || len > MAX_REGISTER_BLOCK || addr.checked_add(len).is_none() {
             return Err(ViaError::InvalidParameter("memory range"));
         }
@@ -196,9 +196,6 @@ impl MemoryRegistry {
         slot.previous.store(handle, Ordering::Relaxed);
         slot.addr.store(addr, Ordering::Relaxed);
         slot.len.store(len, Ordering::Relaxed);
-        let attrs = ptag.0 as u64
-            | if rdma_write { ATTR_RDMA_WRITE } else { 0 }
-            | if rdma_read { ATTR_RDMA_READ } else { 0 };
         slot.attrs.store(attrs, Ordering::Relaxed);
         // Clear only the flag: the count is zero (deregistration succeeds
         // only then), except after the NIC's forced clear, whose late
@@ -616,8 +613,7 @@ mod tests {
         let reg = MemoryRegistry::new();
         let buf = vec![0u8; 64 * 1024];
         let a = buf.as_ptr() as u64;
-        reg.register_locking(a, 64 * 1024, PtagId(1), false, false, false)
-            .unwrap();
+        reg.register_unlocked(a, 64 * 1024, PtagId(1)).unwrap();
         assert_eq!(reg.book.lock().unwrap().locked_bytes, 0);
         let other = vec![0u8; 64 * 1024];
         let b = other.as_ptr() as u64;

@@ -523,17 +523,11 @@ pub struct Offer {
     cport: u16,
 }
 
-/// `udp` at the library's floor (`kernel::dup_high`): an offer lives until
-/// the connection's first use, maybe long after, and must not push the
-/// program's next sockets up.
+/// `udp` at the library's descriptor floor (`fdroom`, through the core's
+/// `sys::floor`): an offer lives until the connection's first use, maybe
+/// long after, and must not push the program's next sockets up.
 fn lifted(udp: UdpSocket) -> UdpSocket {
-    use std::os::fd::{AsRawFd, FromRawFd};
-    let high = crate::kernel::dup_high(udp.as_raw_fd(), true);
-    if high < 0 {
-        return udp;
-    }
-    // SAFETY: a fresh descriptor of ours; `udp`'s own closes as it drops.
-    unsafe { UdpSocket::from_raw_fd(high) }
+    UdpSocket::from(openvia_core::sys::floor::lift(udp.into()))
 }
 
 /// Sends `ask` until a datagram of kind `want` (for our ports) comes, for

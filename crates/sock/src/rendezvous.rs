@@ -57,17 +57,13 @@ fn unix_socket() -> Option<RawFd> {
     (fd >= 0).then_some(fd)
 }
 
-/// `fd` moved to the library's floor (`kernel::dup_high`), or itself.
+/// `fd` moved to the library's descriptor floor (`fdroom`, through the
+/// core's `sys::floor`), or itself.
 fn lifted(fd: RawFd) -> RawFd {
-    let high = crate::kernel::dup_high(fd, true);
-    if high < 0 || high < fd {
-        if high >= 0 {
-            close(high);
-        }
-        return fd;
-    }
-    close(fd);
-    high
+    use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
+    // SAFETY: a fresh descriptor of this module's, owned from here on and
+    // handed back as the raw number the caller keeps.
+    openvia_core::sys::floor::lift(unsafe { OwnedFd::from_raw_fd(fd) }).into_raw_fd()
 }
 
 fn close(fd: RawFd) {

@@ -379,15 +379,14 @@ impl Nic {
     }
 
     /// Registers memory that only local descriptors name (no RDMA)
-    /// without locking its pages (see `MemoryRegistry::register_locking`):
+    /// without locking its pages (see `MemoryRegistry::register_unlocked`):
     /// for a client that registers memory per short connection.
     pub fn register_mem_unlocked(&self, addr: u64, len: u64, ptag: PtagId) -> Result<u32> {
         self.shared.check_owner()?;
         if !self.shared.ptag_valid(ptag) {
             return Err(ViaError::InvalidPtag);
         }
-        let registry = &self.shared.registry;
-        registry.register_locking(addr, len, ptag, false, false, false)
+        self.shared.registry.register_unlocked(addr, len, ptag)
     }
 
     /// `VipDeregisterMem`: refused (`InvalidState`) while a posted

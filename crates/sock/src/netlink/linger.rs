@@ -82,7 +82,8 @@ pub fn hold(fd: RawFd, switched: Arc<NetSwitched>) {
 }
 
 /// The thread: waits for any lingering socket to become readable, settles
-/// what came, lets go of those done.
+/// what came, lets go of those done; ends when none is left (the next
+/// `hold` starts another), so an idle process has no thread waking.
 fn watch() {
     let me = crate::process::id();
     loop {
@@ -99,6 +100,11 @@ fn watch() {
                 }
                 !done
             });
+            if held.list.is_empty() {
+                // Done: the next hold starts a thread again.
+                held.pid = 0;
+                return;
+            }
             held.list
                 .iter()
                 .map(|l| libc::pollfd {
@@ -108,10 +114,9 @@ fn watch() {
                 })
                 .collect()
         };
-        let ms = if fds.is_empty() { 100 } else { 20 };
         // SAFETY: `fds` is our own array of pollfds (descriptors this
-        // module holds; an empty array just sleeps).
-        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        // module holds); the C library's poll, not this library's hook.
+        unsafe { (real().poll)(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 20) };
     }
 }
 
