@@ -445,6 +445,7 @@ impl Connection {
         d: &DataRepr<'_>,
         placer: Option<&mut dyn SegmentPlacer>,
     ) {
+        self.counters.data_segments_received += 1;
         let seq = expand(self.recv.expected(), h.seq);
         if d.total_len > self.max_transfer_size || d.payload.len() > self.peer_segment_limit() {
             self.counters.protocol_violations += 1;

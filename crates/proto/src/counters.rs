@@ -6,6 +6,9 @@
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counters {
     pub datagrams_received: u64,
+    /// Datagrams that carried a data segment (new, repeated or refused
+    /// alike): the rest were acknowledgements, probes and the like.
+    pub data_segments_received: u64,
     /// Failed [`openvia_wire::rum::Packet::new_checked`].
     pub parse_errors: u64,
     /// Carried a connection id that is not ours.

@@ -17,6 +17,9 @@ use crate::devices::rum::rx::RX_BATCH;
 use crate::devices::rum::stats::STATS;
 use crate::vi::placement::Placement;
 
+/// Datagrams without data after which a lone read stops reading on.
+const LONE_READ_ON: u8 = 4;
+
 impl<L: DatagramLink> RumChannel<L> {
     /// Reads what the socket holds; the clock is read only once a datagram
     /// came (an idle poll needs no time). Data that arrives in order goes
@@ -42,8 +45,10 @@ impl<L: DatagramLink> RumChannel<L> {
     fn receive_into(&mut self, arrivals: &mut Option<Arrivals<'_, '_, '_>>) -> Option<Time> {
         let mut at = None;
         let mut gone_reported = false;
+        let mut read_on = 0u8;
         loop {
             let want = self.rx_want;
+            let data_before = self.conn.counters().data_segments_received;
             let n = match self.link.recv_batch(&mut self.rx, want) {
                 Ok(0) => {
                     if let Some(u) = self.unreachable.as_mut() {
@@ -123,7 +128,24 @@ impl<L: DatagramLink> RumChannel<L> {
             if accepted && answers {
                 self.unreachable = None;
             }
-            if n < want || want == 1 {
+            if n < want {
+                break;
+            }
+            if want == 1 {
+                // A lone datagram without data (an acknowledgement, a probe)
+                // is often the first of two sent back to back: the peer's
+                // acknowledgement, held for a reply that did not come in
+                // time, goes out just before its next message. Read on for
+                // that message, one datagram at a time, rather than leave it
+                // queued behind a call that found nothing to deliver.
+                if self.conn.counters().data_segments_received == data_before
+                    && read_on < LONE_READ_ON
+                {
+                    read_on += 1;
+                    self.rx_want = 1;
+                    self.rx_streak = false;
+                    continue;
+                }
                 break;
             }
         }

@@ -291,3 +291,61 @@ fn an_acknowledgement_waits_for_a_reply_only_where_one_may_come() {
     );
     assert!(acked_next, "sent by the next call");
 }
+
+/// The peer's acknowledgement, held for a reply that did not come in
+/// time, leaves just before its next message, and the two arrive back to
+/// back while datagrams come alone (one read a call). The call that reads
+/// the acknowledgement reads on and delivers the message: stopping after
+/// a datagram without data left the message queued behind a call that
+/// found nothing, and a reader told "readable" by the message's doorbell
+/// then slept on the socket for it (viarun between hosts: six system
+/// calls more for one request in four of an event-loop server's).
+#[test]
+fn a_lone_acknowledgement_does_not_hold_back_the_message_behind_it() {
+    use crate::descriptor::{DescPtr, Descriptor};
+    use crate::mem::HeldUses;
+    use crate::ranges::Range;
+    use crate::vi::queues::RecvEntry;
+
+    let (mut ch, mut server, script) = connected();
+    ch.send_message(message()).unwrap();
+    ch.flush(now());
+    let t = now();
+    for d in std::mem::take(&mut script.lock().unwrap().sent) {
+        server.handle_datagram(t, &d);
+    }
+    assert!(server.poll_message(&mut TakeAll).is_some(), "delivered");
+    // The acknowledgement, once the peer's delay has passed; then a message.
+    let late = Time::from_nanos(t.as_nanos() + 10_000_000);
+    let mut buf = vec![0u8; server.max_datagram_len()];
+    let n = server
+        .poll_transmit(late, &mut buf)
+        .expect("an acknowledgement");
+    assert!(matches!(Repr::parse(&buf[..n]).unwrap().body, Body::Ack(_)));
+    let mut inbound = VecDeque::from([Ok(buf[..n].to_vec())]);
+    server.send_message(message()).unwrap();
+    while let Some(n) = server.poll_transmit(late, &mut buf) {
+        inbound.push_back(Ok(buf[..n].to_vec()));
+    }
+    assert_eq!(inbound.len(), 2, "the acknowledgement, then the message");
+    script.lock().unwrap().inbound = inbound;
+    assert_eq!(ch.rx_want, 1, "reading one datagram a call");
+
+    let mut desc = Box::new(Descriptor::default());
+    let mut data = vec![0u8; 256];
+    let mut rq = RecvQueue::default();
+    rq.entries.push_back(RecvEntry {
+        desc: DescPtr(&mut *desc),
+        ranges: vec![Range {
+            addr: data.as_mut_ptr() as u64,
+            len: data.len() as u64,
+        }],
+        capacity: data.len() as u64,
+        error: 0,
+        uses: HeldUses::default(),
+    });
+    assert_eq!(progress_into(&mut ch, &mut rq), Ok(true));
+    assert_eq!(rq.completed, 1, "the message behind the acknowledgement");
+    assert_eq!(data[99], 7);
+    assert!(script.lock().unwrap().inbound.is_empty());
+}
