@@ -63,3 +63,8 @@ fn descriptor_checks() {
 fn completes_without_the_program_calling_in() {
     scenarios::completes_without_the_program_calling_in(SHM, "t-progress");
 }
+
+#[test]
+fn recv_done_at_hand_takes_only_what_completed() {
+    scenarios::recv_done_at_hand_takes_only_what_completed(SHM, "t-at-hand");
+}

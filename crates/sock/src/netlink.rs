@@ -485,10 +485,20 @@ impl NetLink {
 
     /// Takes what arrived until `need` bytes are unread: the look that
     /// finds nothing more costs a system call, which a read already
-    /// satisfied does without.
+    /// satisfied does without. Once something is unread it takes only what
+    /// the VI holds already (a read returns what is there, as TCP's does):
+    /// after a lone message — a request, a reply — the network has nothing
+    /// more, and looking cost each such read a second system call. A
+    /// stream's messages come in batches, which the first look completes
+    /// together.
     fn pump_for(&self, st: &mut State, need: usize) {
         while st.unread() < need {
-            let Ok(d) = self.vi.recv_done() else { break };
+            let d = if st.unread() == 0 {
+                self.vi.recv_done()
+            } else {
+                self.vi.recv_done_at_hand()
+            };
+            let Ok(d) = d else { break };
             self.received(st, d);
         }
         if self.vi.state() == ViState::Error {

@@ -114,3 +114,8 @@ fn in_place_send_reused_at_completion_unreliable() {
 fn in_place_send_reused_at_completion_reliable_delivery() {
     scenarios::in_place_send_reused_at_completion(UDP, reliability::RELIABLE_DELIVERY, "t-ip-rd");
 }
+
+#[test]
+fn recv_done_at_hand_takes_only_what_completed() {
+    scenarios::recv_done_at_hand_takes_only_what_completed(UDP, "t-at-hand");
+}

@@ -578,6 +578,21 @@ impl Vi {
         self.done(true).ok_or(ViaError::NotDone)
     }
 
+    /// `recv_done` without driving the device: a receive that completed
+    /// already, or that the channel completes from memory it holds. For a
+    /// reader that has data and wants only what else is at hand: a look at
+    /// the network after a lone message finds nothing most times, and each
+    /// look is a system call.
+    pub fn recv_done_at_hand(&self) -> Result<DescPtr> {
+        self.nic.check_owner()?;
+        let mut g = self.lock();
+        let inner = &mut *g;
+        if inner.rq.completed == 0 && !self.complete_simple_recv(inner) {
+            return Err(ViaError::NotDone);
+        }
+        inner.rq.pop_completed().ok_or(ViaError::NotDone)
+    }
+
     /// `VipSendWait`: spins for the NIC's budget, then blocks.
     pub fn send_wait(&self, timeout: Option<Duration>) -> Result<DescPtr> {
         self.nic.check_owner()?;
