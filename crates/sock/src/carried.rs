@@ -64,6 +64,13 @@ pub trait Carried: Send + Sync {
     fn takes_poll_tokens(&self) -> bool {
         false
     }
+    /// Whether the peer is on another host and rings a doorbell on the
+    /// kernel socket for every message (none is taken by a token): a
+    /// kernel wait on the socket is then exact, and an epoll waiter may
+    /// look at the kernel for a while before it sleeps (`epoll::wait`).
+    fn rung_from_another_host(&self) -> bool {
+        false
+    }
     /// For epoll and poll (`spinwait`): whether a message is unread that
     /// the page shows (arrived or announced). Ends, and everything once
     /// the connection went back to the kernel, show in the kernel.

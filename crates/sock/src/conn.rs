@@ -299,7 +299,8 @@ pub fn entry_id(fd: RawFd) -> Option<usize> {
 
 /// What epoll may do with a connection (`epoll`).
 pub enum PollLink {
-    /// Carried by this process: its page can be looked at.
+    /// Carried by this process: its page can be looked at (one host), or
+    /// its kernel socket is rung for every message (between hosts).
     Carried(Arc<dyn Carried>),
     /// Not settled yet (or being settled): ask again later.
     NotYet,
@@ -322,7 +323,7 @@ pub fn poll_link(fd: RawFd, id: usize) -> PollLink {
     };
     match &*g {
         Setup::Via(link) if link.owner_pid() == crate::process::id() => {
-            if link.takes_poll_tokens() {
+            if link.takes_poll_tokens() || link.rung_from_another_host() {
                 PollLink::Carried(link.clone())
             } else {
                 PollLink::Never

@@ -39,7 +39,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use libc::{c_int, epoll_event};
+use openvia_core::spin::Window;
 
+mod between_hosts;
 mod members;
 
 use members::Members;
@@ -91,6 +93,9 @@ struct Set {
     snapshot: Mutex<Option<Snapshot>>,
     /// When a wait last stamped its connections as looked at (µs).
     stamped: AtomicU64,
+    /// How long a wait on connections between hosts looks at the kernel
+    /// before it sleeps (adapts, see `wait_between_hosts`).
+    net_spin: Mutex<Window>,
 }
 
 struct Snapshot {
@@ -109,6 +114,7 @@ impl Set {
             generation: AtomicU64::new(0),
             snapshot: Mutex::new(None),
             stamped: AtomicU64::new(0),
+            net_spin: Mutex::new(crate::netlink::spin_window()),
         }
     }
 
@@ -522,7 +528,13 @@ pub fn wait(
     let all = looked_at(&set);
     // Once handed back to the kernel, a connection takes no token.
     let looked: Vec<&Looked> = all.iter().filter(|l| l.link.takes_poll_tokens()).collect();
-    if looked.is_empty() || out.is_empty() {
+    if out.is_empty() {
+        return None;
+    }
+    if looked.is_empty() {
+        if all.iter().any(|l| l.link.rung_from_another_host()) {
+            return Some(between_hosts::wait(&set, out, limit, kernel_wait));
+        }
         return None;
     }
     let timeout_ms = spinwait::millis(limit);

@@ -15,7 +15,8 @@
 //! per write call (on its last message, or on one after which the call
 //! may stop or wait for a free send slot), taken by the reader once it has
 //! used that message up. A blocking read with nothing unread spins on the
-//! VI for up to `VIARUN_NET_SPIN_US` (default 50, adaptive, see `spin_time`), then sleeps
+//! VI for up to `VIARUN_NET_SPIN_US` (default 50, adaptive, see `spin_time`; an epoll
+//! wait on such connections looks at the kernel as long, `epoll::between_hosts`), then sleeps
 //! in poll on the kernel socket, which the doorbell wakes: one wake-up
 //! per message, by the kernel, as for kernel TCP.
 //!
@@ -201,6 +202,17 @@ fn hung_up_both(fd: RawFd) -> bool {
 /// A pause between two looks longer than this means another process
 /// held the reader's CPU: the spin stops (its peer is on another host).
 const SPIN_CONTENDED_NS: u64 = 30_000;
+
+/// A spin window by the rule of a blocking read's (`spin_time`,
+/// `SPIN_CONTENDED_NS`), for an epoll waiter on connections between hosts.
+pub(crate) fn spin_window() -> Window {
+    Window::new(spin_time(), SPIN_CONTENDED_NS)
+}
+
+/// A window that does not spin (for a second waiter on a set).
+pub(crate) fn spin_window_closed() -> Window {
+    Window::new(Duration::ZERO, SPIN_CONTENDED_NS)
+}
 
 fn spin_time() -> Duration {
     static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
@@ -691,6 +703,10 @@ impl crate::carried::Carried for NetLink {
     }
     fn owner_pid(&self) -> u32 {
         self.owner_pid
+    }
+    fn rung_from_another_host(&self) -> bool {
+        // Handed to the kernel, the connection is plain TCP: no spin.
+        self.handed.get().is_none()
     }
     fn writable(&self) -> bool {
         if self.handed.get().is_some() {
