@@ -349,6 +349,20 @@ pub fn carried_now(fd: RawFd) -> Option<Arc<dyn Carried>> {
     }
 }
 
+/// Whether `fd` is a connection this process carries to another host,
+/// its kernel socket rung for every message (for poll: `netwait`),
+/// without waiting for any lock.
+pub fn rung_from_another_host(fd: RawFd) -> bool {
+    let Some(conn) = lookup(fd) else {
+        return false;
+    };
+    let Ok(g) = conn.setup.try_lock() else {
+        return false;
+    };
+    matches!(&*g, Setup::Via(link)
+        if link.owner_pid() == crate::process::id() && link.rung_from_another_host())
+}
+
 /// The link of a connection already carried by this process, without
 /// settling one that is not yet (for calls that only change its state).
 pub fn carried(fd: RawFd) -> Option<Arc<dyn Carried>> {

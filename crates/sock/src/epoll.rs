@@ -41,7 +41,6 @@ use std::time::{Duration, Instant};
 use libc::{c_int, epoll_event};
 use openvia_core::spin::Window;
 
-mod between_hosts;
 mod members;
 
 use members::Members;
@@ -49,7 +48,7 @@ use members::Members;
 use crate::carried::Carried;
 use crate::conn::{self, PollLink};
 use crate::real::real;
-use crate::spinwait;
+use crate::spinwait::{self, limit_of_ms, ms_of};
 use crate::unrung;
 
 /// Sets with at least one connection (so a wait on any other set pays
@@ -94,7 +93,7 @@ struct Set {
     /// When a wait last stamped its connections as looked at (µs).
     stamped: AtomicU64,
     /// How long a wait on connections between hosts looks at the kernel
-    /// before it sleeps (adapts, see `wait_between_hosts`).
+    /// before it sleeps (adapts, see `netwait`).
     net_spin: Mutex<Window>,
 }
 
@@ -533,7 +532,17 @@ pub fn wait(
     }
     if looked.is_empty() {
         if all.iter().any(|l| l.link.rung_from_another_host()) {
-            return Some(between_hosts::wait(&set, out, limit, kernel_wait));
+            let spinner = !set.spinning.swap(true, Ordering::AcqRel);
+            return Some(crate::netwait::look_then_sleep(
+                spinner.then_some(&set.net_spin),
+                limit,
+                |l| kernel_wait(out, l),
+                || {
+                    if spinner {
+                        set.spinning.store(false, Ordering::Release);
+                    }
+                },
+            ));
         }
         return None;
     }
@@ -610,18 +619,6 @@ fn events<'a>(events: *mut epoll_event, max: c_int) -> &'a mut [epoll_event] {
     }
     // SAFETY: the program's array of `max` events, ours for the call.
     unsafe { std::slice::from_raw_parts_mut(events, max as usize) }
-}
-
-/// A C timeout in milliseconds as a limit (negative: None, no limit).
-fn limit_of_ms(ms: c_int) -> Option<Duration> {
-    (ms >= 0).then(|| Duration::from_millis(ms as u64))
-}
-
-/// A limit as a C timeout in milliseconds, rounded up (None: -1).
-fn ms_of(limit: Option<Duration>) -> c_int {
-    limit.map_or(-1, |d| {
-        d.as_nanos().div_ceil(1_000_000).min(c_int::MAX as u128) as c_int
-    })
 }
 
 /// epoll_pwait for `wait`: the program's set, array and signal mask.

@@ -30,6 +30,7 @@ mod inherit;
 mod kernel;
 mod link;
 mod netlink;
+mod netwait;
 mod poll;
 mod process;
 mod reader;

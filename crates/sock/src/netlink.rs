@@ -16,7 +16,7 @@
 //! may stop or wait for a free send slot), taken by the reader once it has
 //! used that message up. A blocking read with nothing unread spins on the
 //! VI for up to `VIARUN_NET_SPIN_US` (default 50, adaptive, see `spin_time`; an epoll
-//! wait on such connections looks at the kernel as long, `epoll::between_hosts`), then sleeps
+//! wait on such connections looks at the kernel as long, `netwait`), then sleeps
 //! in poll on the kernel socket, which the doorbell wakes: one wake-up
 //! per message, by the kernel, as for kernel TCP.
 //!

@@ -12,6 +12,8 @@ use std::time::Instant;
 use libc::{c_int, nfds_t, pollfd};
 
 use crate::carried::Carried;
+use crate::conn;
+use crate::netwait;
 use crate::real::real;
 use crate::spinwait::{self, Outcome};
 use crate::unrung;
@@ -68,6 +70,14 @@ fn look(
     }
 }
 
+/// Whether `fds` asks to read a connection carried to another host (and
+/// none that takes tokens, which `look` serves): the call looks at the
+/// kernel for a while before it sleeps (`netwait`).
+fn reads_between_hosts(fds: &[pollfd]) -> bool {
+    fds.iter()
+        .any(|p| p.fd >= 0 && p.events & READ_EVENTS != 0 && conn::rung_from_another_host(p.fd))
+}
+
 /// The program's array as a slice (empty if it gave none).
 fn array<'a>(fds: *mut pollfd, nfds: nfds_t) -> &'a mut [pollfd] {
     if fds.is_null() || nfds == 0 {
@@ -85,6 +95,11 @@ fn poll_with(fds: *mut pollfd, nfds: nfds_t, timeout: c_int) -> c_int {
     };
     let fds_now = array(fds, nfds);
     match look(fds_now, timeout.into(), |f| kernel(f, 0)) {
+        None if reads_between_hosts(array(fds, nfds)) => {
+            netwait::poll_look_then_sleep(spinwait::limit_of_ms(timeout), |l| {
+                kernel(array(fds, nfds), spinwait::ms_of(l))
+            })
+        }
         // SAFETY: the program's arguments, passed on as they came (the
         // timeout perhaps in two parts).
         None => unrung::sleep_ms(timeout.into(), |ms| unsafe { (real().poll)(fds, nfds, ms) }),
@@ -139,6 +154,12 @@ fn ppoll_with(
         tv_nsec: 0,
     };
     match look(array(fds, nfds), timeout_ms, |f| kernel(f, &zero)) {
+        None if reads_between_hosts(array(fds, nfds)) => {
+            netwait::poll_look_then_sleep(limit, |l| {
+                let t = l.map(spinwait::timespec);
+                kernel(array(fds, nfds), t.as_ref().map_or(std::ptr::null(), |t| t))
+            })
+        }
         None => unrung::sleep(limit, |l| {
             let t = l.map(spinwait::timespec);
             kernel(array(fds, nfds), t.as_ref().map_or(std::ptr::null(), |t| t))

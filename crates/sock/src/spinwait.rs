@@ -209,3 +209,15 @@ fn take_back(links: &[&dyn Carried], offered: &[bool]) -> Vec<usize> {
     }
     ready
 }
+
+/// A C timeout in milliseconds as a limit (negative: None, no limit).
+pub fn limit_of_ms(ms: c_int) -> Option<Duration> {
+    (ms >= 0).then(|| Duration::from_millis(ms as u64))
+}
+
+/// A limit as a C timeout in milliseconds, rounded up (None: -1).
+pub fn ms_of(limit: Option<Duration>) -> c_int {
+    limit.map_or(-1, |d| {
+        d.as_nanos().div_ceil(1_000_000).min(c_int::MAX as u128) as c_int
+    })
+}

@@ -1,64 +1,62 @@
-//! An epoll wait on connections carried to other hosts: each message
-//! rings its doorbell on the kernel socket (no token spares it), so the
-//! kernel's answer is exact; what the library adds is a look at the
-//! kernel, without sleeping, for a while before the wait sleeps, as a
-//! blocking read spins on its VI (`netlink`).
+//! Waits on connections carried to other hosts (epoll, poll): each
+//! message rings its doorbell on the kernel socket (no token spares it),
+//! so the kernel's answer is exact; but a waiter asleep pays an idle
+//! CPU's wake-up per message (tens of microseconds on a virtual machine),
+//! where a blocking read spins on its VI first (`netlink`). So such a wait
+//! asks the kernel without sleeping for a spin window
+//! (`VIARUN_NET_SPIN_US`, adapting as a read's does: it halves when a
+//! wait outlasted it or the spin found its CPU taken, so an idle server
+//! soon sleeps at once), one system call a look however many descriptors
+//! it names, then sleeps in the kernel. An epoll set keeps its window
+//! (one thread of a set spins, others sleep at once); poll keeps one per
+//! thread.
 
-use std::sync::atomic::Ordering;
+use std::cell::Cell;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use libc::{c_int, epoll_event};
+use libc::c_int;
+use openvia_core::spin::Window;
 
-use super::{lock, KernelWait, Set};
 use crate::unrung;
 
-/// A wait on a set whose connections are carried to other hosts (and no
-/// one-host connection takes tokens): each message rings its doorbell on
-/// the kernel socket, so the kernel's answer is exact, but a waiter asleep
-/// pays an idle CPU's wake-up per message (tens of microseconds on a
-/// virtual machine), where a blocking read spins on its VI first. So the
-/// wait asks the kernel without sleeping for the set's spin window
-/// (`VIARUN_NET_SPIN_US`, adapting as a read's does: it shrinks while
-/// waits outlast it or the CPU was taken, so an idle server soon sleeps
-/// at once), one system call a look however many connections the set
-/// holds, then sleeps in the kernel. One thread of a set spins; others
-/// sleep at once.
-pub(super) fn wait(
-    set: &Set,
-    out: &mut [epoll_event],
+/// Asks `kernel` without sleeping (`Some(0)`; non-zero ends the wait) for
+/// `window`'s spin, runs `spun`, then sleeps in it (through `unrung`, for
+/// what is left of `limit`) and settles the window. None for `window`:
+/// another thread spins, this one looks once and sleeps.
+pub fn look_then_sleep(
+    window: Option<&Mutex<Window>>,
     limit: Option<Duration>,
-    kernel_wait: KernelWait<'_>,
+    mut kernel: impl FnMut(Option<Duration>) -> c_int,
+    spun: impl FnOnce(),
 ) -> c_int {
-    let n = kernel_wait(out, Some(Duration::ZERO));
+    let n = kernel(Some(Duration::ZERO));
     if n != 0 || limit == Some(Duration::ZERO) {
+        spun();
         return n;
     }
     let start = Instant::now();
-    let spinner = !set.spinning.swap(true, Ordering::AcqRel);
-    let mut spin = if spinner {
-        lock(&set.net_spin).start()
-    } else {
-        crate::netlink::spin_window_closed().start()
+    let mut spin = match window {
+        Some(w) => w.lock().unwrap_or_else(|e| e.into_inner()).start(),
+        None => crate::netlink::spin_window_closed().start(),
     };
     let mut n = 0;
     while spin.go_on_busy() {
         if limit.is_some_and(|l| start.elapsed() >= l) {
             break;
         }
-        n = kernel_wait(out, Some(Duration::ZERO));
+        n = kernel(Some(Duration::ZERO));
         if n != 0 {
             break;
         }
     }
-    if spinner {
-        set.spinning.store(false, Ordering::Release);
-    }
+    spun();
     if n == 0 {
         let rest = limit.map(|d| d.saturating_sub(start.elapsed()));
-        n = unrung::sleep(rest, |l| kernel_wait(out, l));
+        n = unrung::sleep(rest, &mut kernel);
     }
-    if spinner {
-        let mut w = lock(&set.net_spin);
+    if let Some(w) = window {
+        let mut w = w.lock().unwrap_or_else(|e| e.into_inner());
         if n > 0 {
             w.settle(&spin);
         } else if n == 0 {
@@ -69,11 +67,33 @@ pub(super) fn wait(
     n
 }
 
+std::thread_local! {
+    /// This thread's window for its poll calls.
+    static POLL_WINDOW: Cell<Option<Window>> = const { Cell::new(None) };
+}
+
+/// `look_then_sleep` with this thread's poll window.
+pub fn poll_look_then_sleep(
+    limit: Option<Duration>,
+    kernel: impl FnMut(Option<Duration>) -> c_int,
+) -> c_int {
+    let w = Mutex::new(
+        POLL_WINDOW
+            .with(|c| c.get())
+            .unwrap_or_else(crate::netlink::spin_window),
+    );
+    let n = look_then_sleep(Some(&w), limit, kernel, || {});
+    let w = w.into_inner().unwrap_or_else(|e| e.into_inner());
+    POLL_WINDOW.with(|c| c.set(Some(w)));
+    n
+}
+
 #[cfg(test)]
 mod tests {
     use std::cell::Cell;
 
     use super::*;
+    use libc::epoll_event;
 
     /// A kernel that has an event ready from its `ready_at`th look on
     /// (counting every call), and whose sleeping calls take `sleep` and
@@ -109,13 +129,18 @@ mod tests {
         vec![epoll_event { events: 0, u64: 0 }; 4]
     }
 
+    /// One wait with `window` on the scripted kernel `k`.
+    fn run(window: &Mutex<Window>, k: &Kernel, limit: Option<Duration>) -> c_int {
+        look_then_sleep(Some(window), limit, |l| k.wait(&mut events(), l), || {})
+    }
+
     /// An event that comes a few looks after the wait began is reported
     /// without a sleep in the kernel.
     #[test]
     fn a_wait_looks_again_before_it_sleeps() {
-        let set = Set::new(Vec::new());
+        let set = Mutex::new(crate::netlink::spin_window());
         let k = Kernel::new(5, Duration::from_millis(1));
-        let n = wait(&set, &mut events(), None, &|o, l| k.wait(o, l));
+        let n = run(&set, &k, None);
         assert_eq!(n, 1);
         assert_eq!(k.calls.get(), 5, "looked five times");
         assert_eq!(k.sleeps.get(), 0, "never slept");
@@ -125,11 +150,11 @@ mod tests {
     /// shrink the window: the waits soon sleep after a single look.
     #[test]
     fn waits_that_the_spin_does_not_serve_soon_sleep_at_once() {
-        let set = Set::new(Vec::new());
+        let set = Mutex::new(crate::netlink::spin_window());
         let mut looks = Vec::new();
         for _ in 0..12 {
             let k = Kernel::new(usize::MAX, Duration::from_millis(1));
-            assert_eq!(wait(&set, &mut events(), None, &|o, l| k.wait(o, l)), 1);
+            assert_eq!(run(&set, &k, None), 1);
             assert_eq!(k.sleeps.get(), 1);
             looks.push(k.calls.get() - 1);
         }
@@ -141,25 +166,16 @@ mod tests {
     /// a wait with no time at all makes one look.
     #[test]
     fn a_wait_keeps_its_limit() {
-        let set = Set::new(Vec::new());
+        let set = Mutex::new(crate::netlink::spin_window());
         let k = Kernel::new(usize::MAX, Duration::from_millis(50));
         let start = Instant::now();
-        let n = wait(
-            &set,
-            &mut events(),
-            Some(Duration::from_millis(5)),
-            &|o, l| k.wait(o, l),
-        );
+        let n = run(&set, &k, Some(Duration::from_millis(5)));
         let took = start.elapsed();
         assert_eq!(n, 0);
         assert!(took >= Duration::from_millis(5), "{took:?}");
         assert!(took < Duration::from_millis(40), "{took:?}");
         let k = Kernel::new(usize::MAX, Duration::from_millis(50));
-        assert_eq!(
-            wait(&set, &mut events(), Some(Duration::ZERO), &|o, l| k
-                .wait(o, l)),
-            0
-        );
+        assert_eq!(run(&set, &k, Some(Duration::ZERO)), 0);
         assert_eq!((k.calls.get(), k.sleeps.get()), (1, 0));
     }
 }
