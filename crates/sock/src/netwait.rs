@@ -1,4 +1,4 @@
-//! Waits on connections carried to other hosts (epoll, poll): each
+//! Waits on connections carried to other hosts (epoll, poll, select): each
 //! message rings its doorbell on the kernel socket (no token spares it),
 //! so the kernel's answer is exact; but a waiter asleep pays an idle
 //! CPU's wake-up per message (tens of microseconds on a virtual machine),
@@ -8,8 +8,8 @@
 //! wait outlasted it or the spin found its CPU taken, so an idle server
 //! soon sleeps at once), one system call a look however many descriptors
 //! it names, then sleeps in the kernel. An epoll set keeps its window
-//! (one thread of a set spins, others sleep at once); poll keeps one per
-//! thread.
+//! (one thread of a set spins, others sleep at once); poll and select
+//! keep one per thread.
 
 use std::cell::Cell;
 use std::sync::Mutex;
@@ -68,11 +68,11 @@ pub fn look_then_sleep(
 }
 
 std::thread_local! {
-    /// This thread's window for its poll calls.
+    /// This thread's window for its poll and select calls.
     static POLL_WINDOW: Cell<Option<Window>> = const { Cell::new(None) };
 }
 
-/// `look_then_sleep` with this thread's poll window.
+/// `look_then_sleep` with this thread's window (poll, select).
 pub fn poll_look_then_sleep(
     limit: Option<Duration>,
     kernel: impl FnMut(Option<Duration>) -> c_int,

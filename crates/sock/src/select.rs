@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use libc::{c_int, fd_set};
 
 use crate::carried::Carried;
+use crate::conn;
+use crate::netwait;
 use crate::real::real;
 use crate::spinwait::{self, Outcome};
 use crate::unrung;
@@ -154,21 +156,19 @@ unsafe fn look(
     Some(Outcome::Done(n))
 }
 
-/// The rest of the select in the kernel, through `unrung::sleep`, for at
-/// most `limit`: the program's sets are kept, so that a second part of the
-/// sleep waits for the same ones. `call` is select or pselect on the
-/// program's sets with the time given.
-fn sleep_on_sets(
+/// `call` (select or pselect on the program's sets with the time given)
+/// made callable again: the program's sets are kept, and put back before
+/// every call after the first, so that each waits for the same ones.
+fn on_kept_sets(
     read: *mut fd_set,
     write: *mut fd_set,
     except: *mut fd_set,
-    limit: Option<Duration>,
     call: impl Fn(Option<Duration>) -> c_int,
-) -> c_int {
+) -> impl FnMut(Option<Duration>) -> c_int {
     // SAFETY: the program's sets, valid where non-null.
     let kept = unsafe { [read, write, except].map(|p| p.as_ref().copied()) };
     let mut again = false;
-    unrung::sleep(limit, |l| {
+    move |l| {
         if again {
             for (p, k) in [read, write, except].into_iter().zip(kept) {
                 if let Some(k) = k {
@@ -179,7 +179,43 @@ fn sleep_on_sets(
         }
         again = true;
         call(l)
-    })
+    }
+}
+
+/// The rest of the select in the kernel, through `unrung::sleep`, for at
+/// most `limit`, on the program's sets as it gave them (`on_kept_sets`).
+/// A read set that names a connection carried to another host (and none
+/// that takes tokens: then `look` was None) looks at the kernel for a
+/// while first (`netwait`).
+fn sleep_on_sets(
+    nfds: c_int,
+    read: *mut fd_set,
+    write: *mut fd_set,
+    except: *mut fd_set,
+    limit: Option<Duration>,
+    call: impl Fn(Option<Duration>) -> c_int,
+) -> c_int {
+    let call = on_kept_sets(read, write, except, call);
+    // SAFETY: the program's read set, valid where non-null.
+    if unsafe { reads_between_hosts(nfds, read) } {
+        return netwait::poll_look_then_sleep(limit, call);
+    }
+    unrung::sleep(limit, call)
+}
+
+/// Whether the read set names a connection carried to another host.
+///
+/// # Safety
+/// `read` is the program's (null or valid for the call).
+unsafe fn reads_between_hosts(nfds: c_int, read: *const fd_set) -> bool {
+    // SAFETY: the caller's word.
+    let Some(read) = (unsafe { read.as_ref() }) else {
+        return false;
+    };
+    if nfds <= 0 || nfds > libc::FD_SETSIZE as c_int {
+        return false;
+    }
+    (0..nfds).any(|fd| has(read, fd) && conn::rung_from_another_host(fd))
 }
 
 fn select_with(
@@ -206,11 +242,11 @@ fn select_with(
     };
     // SAFETY: the program's arguments.
     let r = match unsafe { look(nfds, read, write, except, spinwait::millis(limit)) } {
-        None => sleep_on_sets(read, write, except, limit, kernel),
+        None => sleep_on_sets(nfds, read, write, except, limit, kernel),
         Some(Outcome::Done(n)) => n,
         Some(Outcome::Sleep) => {
             let rest = limit.map(|d| d.saturating_sub(start.elapsed()));
-            sleep_on_sets(read, write, except, rest, kernel)
+            unrung::sleep(rest, on_kept_sets(read, write, except, kernel))
         }
     };
     // Linux leaves the time not slept in the program's timeout.
@@ -259,11 +295,11 @@ pub unsafe extern "C" fn pselect(
         };
         // SAFETY: the program's arguments.
         match unsafe { look(nfds, read, write, except, spinwait::millis(limit)) } {
-            None => sleep_on_sets(read, write, except, limit, kernel),
+            None => sleep_on_sets(nfds, read, write, except, limit, kernel),
             Some(Outcome::Done(n)) => n,
             Some(Outcome::Sleep) => {
                 let rest = limit.map(|d| d.saturating_sub(start.elapsed()));
-                sleep_on_sets(read, write, except, rest, kernel)
+                unrung::sleep(rest, on_kept_sets(read, write, except, kernel))
             }
         }
     })
