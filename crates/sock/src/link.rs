@@ -34,7 +34,7 @@ mod carried;
 mod meet;
 mod tx;
 
-pub(crate) use meet::meet;
+pub(crate) use meet::{meet, Hello};
 use tx::Tx;
 
 /// Most bytes of one message (of a write cut into messages).
@@ -206,7 +206,8 @@ impl Link {
         link.set_nonblocking(kernel::is_nonblocking(fd));
         let control = link.control.clone();
         let switched = move || control.rx(side).seen().switched || control.tx(side).seen().switched;
-        meet(fd, &link.nic, &link.vi, side, token, None, &switched)?;
+        let (nic, vi) = (&link.nic, &link.vi);
+        meet(fd, nic, vi, side, token, None, &switched, Hello::Sent)?;
         kernel::no_delay(fd);
         if let Some(page) = link.control.take_fd() {
             link.record = match record {

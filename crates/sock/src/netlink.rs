@@ -58,7 +58,7 @@ use openvia_core::ViaError;
 
 use crate::control::Side;
 use crate::kernel;
-use crate::link::{meet, process_nic, HandshakeEnd, Medium, HELLO};
+use crate::link::{meet, process_nic, HandshakeEnd, Hello, Medium, HELLO};
 use crate::region::{Region, DESC_BYTES};
 
 mod handover;
@@ -288,11 +288,15 @@ impl NetLink {
         peer_host: Option<&[u8]>,
         record: Option<Arc<crate::inherit::Inherit>>,
     ) -> Result<NetLink, HandshakeEnd> {
-        kernel::send_byte(fd, HELLO).map_err(|_| HandshakeEnd::Broken)?;
+        // The acceptor says hello once it listens (`Hello::WhenListening`).
+        if matches!(side, Side::Connector) {
+            kernel::send_byte(fd, HELLO).map_err(|_| HandshakeEnd::Broken)?;
+        }
         let mut link = NetLink::create(record).map_err(|_| HandshakeEnd::Broken)?;
         link.nonblocking
             .store(kernel::is_nonblocking(fd), Ordering::Relaxed);
-        meet(fd, &link.nic, &link.vi, side, token, peer_host, &|| false)?;
+        let (nic, vi, hello) = (&link.nic, &link.vi, Hello::WhenListening);
+        meet(fd, nic, vi, side, token, peer_host, &|| false, hello)?;
         if link.record.is_some() {
             return Ok(link);
         }

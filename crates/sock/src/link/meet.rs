@@ -5,6 +5,7 @@
 
 use std::os::fd::RawFd;
 use std::sync::Arc;
+use std::time::Duration;
 
 use openvia_core::nic::Nic;
 use openvia_core::vi::Vi;
@@ -18,10 +19,26 @@ fn disc(role_char: char, token: u64) -> Vec<u8> {
     format!("viarun-{role_char}-{token:016x}").into_bytes()
 }
 
+/// When an end says hello on the kernel socket.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Hello {
+    /// Both ends said it before `meet`, first thing (one host: the
+    /// shared-memory device's connector retries within microseconds).
+    Sent,
+    /// The connector said it first thing; the acceptor says it once it
+    /// listens, and the connector asks only after it came (between
+    /// hosts: a request that reaches no listener yet is sent again by
+    /// the network device only after milliseconds, and an acceptor
+    /// opening its NIC, a forked child's first use, takes about one).
+    WhenListening,
+}
+
 /// Connects `vi` to the peer's VI of the connection named by `token`, the
 /// connector at the acceptor's `peer_host` (None: this host), while the
 /// kernel socket shows the peer coming (its hello) or gone; then takes the
-/// peer's hello, which heads our kernel stream. Our own hello is sent.
+/// peer's hello, which heads our kernel stream. Our own hello is sent
+/// (`Hello::Sent`), or by the acceptor here (`Hello::WhenListening`).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn meet(
     fd: RawFd,
     nic: &Nic,
@@ -30,6 +47,7 @@ pub(crate) fn meet(
     token: u64,
     peer_host: Option<&[u8]>,
     switched: &dyn Fn() -> bool,
+    hello: Hello,
 ) -> Result<(), HandshakeEnd> {
     let host = nic.query().address.to_vec();
     let (mine, theirs) = match side {
@@ -44,13 +62,34 @@ pub(crate) fn meet(
         host: peer_host.map_or(host, <[u8]>::to_vec),
         discriminator: disc(theirs, token),
     };
-    let met = loop {
+    let mut early = None;
+    let ready = match (hello, side) {
+        (Hello::Sent, _) => Ok(()),
+        (Hello::WhenListening, Side::Acceptor) => {
+            // A wait with no time puts the listener up (it stays until
+            // `connect_wait_end` below); then the hello tells the peer.
+            match openvia_core::connect_wait(nic.shared(), &local, Some(Duration::ZERO)) {
+                Ok(req) => {
+                    early = Some(req);
+                    Ok(())
+                }
+                Err(ViaError::Timeout) => Ok(()),
+                Err(_) => Err(HandshakeEnd::Broken),
+            }
+            .and_then(|()| kernel::send_byte(fd, HELLO).map_err(|_| HandshakeEnd::Broken))
+        }
+        (Hello::WhenListening, Side::Connector) => peer_hello_came(fd, switched),
+    };
+    let met = ready.and_then(|()| loop {
         let r = match side {
             Side::Connector => {
                 openvia_core::connect_request(vi, &local, &remote, Some(SLICE)).map(|_| ())
             }
-            Side::Acceptor => openvia_core::connect_wait(nic.shared(), &local, Some(SLICE))
-                .and_then(|req| req.accept(vi)),
+            Side::Acceptor => match early.take() {
+                Some(req) => req.accept(vi),
+                None => openvia_core::connect_wait(nic.shared(), &local, Some(SLICE))
+                    .and_then(|req| req.accept(vi)),
+            },
         };
         match r {
             Ok(()) => break Ok(()),
@@ -68,7 +107,7 @@ pub(crate) fn meet(
             },
             Err(_) => break Err(HandshakeEnd::Broken),
         }
-    };
+    });
     if matches!(side, Side::Acceptor) {
         // The discriminator is this connection's alone: no wait on it
         // follows, and the device would keep its listener (a socket)
@@ -90,5 +129,116 @@ pub(crate) fn meet(
     match kernel::take_byte(fd) {
         Ok(HELLO) => Ok(()),
         _ => Err(HandshakeEnd::Broken),
+    }
+}
+
+/// Waits until the peer's hello heads the kernel stream (left there for
+/// `meet`'s end to take), or the peer is gone or switched.
+fn peer_hello_came(fd: RawFd, switched: &dyn Fn() -> bool) -> Result<(), HandshakeEnd> {
+    loop {
+        match kernel::peek_state(fd) {
+            kernel::Peek::Byte(HELLO) => return Ok(()),
+            kernel::Peek::Empty if switched() => return Err(HandshakeEnd::Switched),
+            kernel::Peek::Empty => kernel::wait_readable(fd),
+            kernel::Peek::Eof => return Err(HandshakeEnd::PeerNeverCame),
+            _ => return Err(HandshakeEnd::Broken),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixStream;
+    use std::time::Duration;
+
+    use openvia_core::nic::Nic;
+    use openvia_core::vi::{reliability, ViAttributes};
+
+    use super::*;
+
+    /// Two network NICs of this process on loopback, with an agent port
+    /// of this test process's own.
+    fn network_nics() -> (Nic, Nic) {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            std::env::set_var("OPENVIA_UDP_BIND", "127.0.0.1");
+            let port = 20000 + (std::process::id() % 30000);
+            std::env::set_var("OPENVIA_AGENT_PORT", port.to_string());
+        });
+        let open = || Nic::open(Some("/dev/via_udp")).expect("the network device");
+        (open(), open())
+    }
+
+    fn vi_of(nic: &Nic) -> Arc<Vi> {
+        let ptag = nic.create_ptag().unwrap();
+        let attrs = ViAttributes {
+            reliability: reliability::RELIABLE_RECEPTION,
+            max_transfer: 1 << 16,
+            ptag,
+            rdma_write: false,
+            rdma_read: false,
+        };
+        nic.create_vi(attrs, None, None).unwrap()
+    }
+
+    /// Between hosts the connector asks only once the acceptor listens:
+    /// an acceptor that comes late (a forked child opening its NIC first)
+    /// loses no connect request to an agent with no listener to give it
+    /// to (each such request cost the connector the network device's
+    /// resend, 2 ms and more). The two ends meet over a socket pair that
+    /// stands for the kernel's TCP stream.
+    #[test]
+    fn a_late_acceptor_loses_no_connect_request() {
+        let (nic_a, nic_c) = network_nics();
+        let (vi_a, vi_c) = (vi_of(&nic_a), vi_of(&nic_c));
+        let host = nic_a.query().address.to_vec();
+        let (stream_a, stream_c) = UnixStream::pair().unwrap();
+        let token = 0x5eed_0000_0000_0001 ^ u64::from(std::process::id());
+        // The acceptor's process has its agent already (as a server that
+        // answered connections before has): a request that comes before
+        // the listener is then dropped there, and counted.
+        let earlier = Address {
+            host: host.clone(),
+            discriminator: b"viarun-a-earlier".to_vec(),
+        };
+        let _ = openvia_core::connect_wait(nic_a.shared(), &earlier, Some(Duration::ZERO));
+        openvia_core::connect_wait_end(nic_a.shared(), &earlier);
+        let lost_before = openvia_core::udp_stats().agent_no_listener;
+        let acceptor = std::thread::spawn(move || {
+            // Comes late: the connector has said hello and is waiting.
+            std::thread::sleep(Duration::from_millis(30));
+            let fd = stream_a.as_raw_fd();
+            let r = meet(
+                fd,
+                &nic_a,
+                &vi_a,
+                Side::Acceptor,
+                token,
+                None,
+                &|| false,
+                Hello::WhenListening,
+            );
+            (r, nic_a, vi_a, stream_a)
+        });
+        let fd = stream_c.as_raw_fd();
+        kernel::send_byte(fd, HELLO).unwrap();
+        let met = meet(
+            fd,
+            &nic_c,
+            &vi_c,
+            Side::Connector,
+            token,
+            Some(&host),
+            &|| false,
+            Hello::WhenListening,
+        );
+        let (accepted, _nic_a, _vi_a, _stream_a) = acceptor.join().unwrap();
+        assert!(met.is_ok() && accepted.is_ok(), "the two ends met");
+        assert_eq!(
+            openvia_core::udp_stats().agent_no_listener - lost_before,
+            0,
+            "a connect request reached no listener"
+        );
     }
 }
