@@ -51,6 +51,8 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::process::alive;
+
 /// The words (first 4 KiB), then the message tables (one per direction).
 const HEADER: usize = 8192;
 const TABLES: usize = 4096;
@@ -354,13 +356,6 @@ pub fn peer_of(side: Side) -> Side {
         Side::Connector => Side::Acceptor,
         Side::Acceptor => Side::Connector,
     }
-}
-
-/// Whether process `pid` still runs (a lock it holds is then its).
-fn alive(pid: u32) -> bool {
-    // SAFETY: signal 0 checks existence only.
-    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
 /// A held reader lock (`Control::lock_reader`).

@@ -401,11 +401,7 @@ impl Page {
     }
 }
 
-/// Whether process `pid` still exists.
-pub fn alive(pid: u32) -> bool {
-    // SAFETY: signal 0 only checks that the process exists.
-    unsafe { libc::kill(pid as libc::pid_t, 0) == 0 || crate::kernel::errno() == libc::EPERM }
-}
+pub use crate::process::alive;
 
 pub struct PageLock<'a> {
     page: &'a Page,
