@@ -17,6 +17,7 @@ pub mod membarrier;
 pub mod net;
 pub mod packet;
 pub mod poll;
+pub mod process;
 pub mod seqpacket;
 pub mod xdp;
 mod xsk_ring;

@@ -51,15 +51,15 @@ fn my_pid() -> u32 {
     p
 }
 
+/// Whether the lock's holder can still act: a holder that exited and is
+/// not yet reaped (a zombie, which signal 0 still finds) is gone too.
 fn pid_alive(pid: u32) -> bool {
-    // SAFETY: signal 0 only checks that the process exists.
-    let r = unsafe { libc::kill(pid as i32, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+    openvia_core::sys::process::alive(pid)
 }
 
 impl Pool {
-    /// Takes the pool lock. A holder that died is detected with kill(pid,0)
-    /// and its lock taken over; the page map is then rebuilt.
+    /// Takes the pool lock. A holder that died (exited, reaped or not) is
+    /// detected and its lock taken over; the page map is then rebuilt.
     pub(crate) fn lock(&self) -> Locked<'_> {
         let me = my_pid();
         let word = &self.header().lock;
