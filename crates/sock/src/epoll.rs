@@ -532,9 +532,11 @@ pub fn wait(
     }
     if looked.is_empty() {
         if all.iter().any(|l| l.link.rung_from_another_host()) {
+            // Only the set's spinner uses its window: a copy for the wait.
             let spinner = !set.spinning.swap(true, Ordering::AcqRel);
-            return Some(crate::netwait::look_then_sleep(
-                spinner.then_some(&set.net_spin),
+            let mut window = spinner.then(|| *lock(&set.net_spin));
+            let n = crate::netwait::look_then_sleep(
+                window.as_mut(),
                 limit,
                 |l| kernel_wait(out, l),
                 || {
@@ -542,7 +544,11 @@ pub fn wait(
                         set.spinning.store(false, Ordering::Release);
                     }
                 },
-            ));
+            );
+            if let Some(w) = window {
+                *lock(&set.net_spin) = w;
+            }
+            return Some(n);
         }
         return None;
     }

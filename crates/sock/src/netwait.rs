@@ -12,7 +12,6 @@
 //! keep one per thread.
 
 use std::cell::Cell;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use libc::c_int;
@@ -25,7 +24,7 @@ use crate::unrung;
 /// what is left of `limit`) and settles the window. None for `window`:
 /// another thread spins, this one looks once and sleeps.
 pub fn look_then_sleep(
-    window: Option<&Mutex<Window>>,
+    window: Option<&mut Window>,
     limit: Option<Duration>,
     mut kernel: impl FnMut(Option<Duration>) -> c_int,
     spun: impl FnOnce(),
@@ -36,8 +35,8 @@ pub fn look_then_sleep(
         return n;
     }
     let start = Instant::now();
-    let mut spin = match window {
-        Some(w) => w.lock().unwrap_or_else(|e| e.into_inner()).start(),
+    let mut spin = match window.as_deref() {
+        Some(w) => w.start(),
         None => crate::netlink::spin_window_closed().start(),
     };
     let mut n = 0;
@@ -56,7 +55,6 @@ pub fn look_then_sleep(
         n = unrung::sleep(rest, &mut kernel);
     }
     if let Some(w) = window {
-        let mut w = w.lock().unwrap_or_else(|e| e.into_inner());
         if n > 0 {
             w.settle(&spin);
         } else if n == 0 {
@@ -77,13 +75,10 @@ pub fn poll_look_then_sleep(
     limit: Option<Duration>,
     kernel: impl FnMut(Option<Duration>) -> c_int,
 ) -> c_int {
-    let w = Mutex::new(
-        POLL_WINDOW
-            .with(|c| c.get())
-            .unwrap_or_else(crate::netlink::spin_window),
-    );
-    let n = look_then_sleep(Some(&w), limit, kernel, || {});
-    let w = w.into_inner().unwrap_or_else(|e| e.into_inner());
+    let mut w = POLL_WINDOW
+        .with(|c| c.get())
+        .unwrap_or_else(crate::netlink::spin_window);
+    let n = look_then_sleep(Some(&mut w), limit, kernel, || {});
     POLL_WINDOW.with(|c| c.set(Some(w)));
     n
 }
@@ -130,7 +125,7 @@ mod tests {
     }
 
     /// One wait with `window` on the scripted kernel `k`.
-    fn run(window: &Mutex<Window>, k: &Kernel, limit: Option<Duration>) -> c_int {
+    fn run(window: &mut Window, k: &Kernel, limit: Option<Duration>) -> c_int {
         look_then_sleep(Some(window), limit, |l| k.wait(&mut events(), l), || {})
     }
 
@@ -138,9 +133,9 @@ mod tests {
     /// without a sleep in the kernel.
     #[test]
     fn a_wait_looks_again_before_it_sleeps() {
-        let set = Mutex::new(crate::netlink::spin_window());
+        let mut set = crate::netlink::spin_window();
         let k = Kernel::new(5, Duration::from_millis(1));
-        let n = run(&set, &k, None);
+        let n = run(&mut set, &k, None);
         assert_eq!(n, 1);
         assert_eq!(k.calls.get(), 5, "looked five times");
         assert_eq!(k.sleeps.get(), 0, "never slept");
@@ -150,11 +145,11 @@ mod tests {
     /// shrink the window: the waits soon sleep after a single look.
     #[test]
     fn waits_that_the_spin_does_not_serve_soon_sleep_at_once() {
-        let set = Mutex::new(crate::netlink::spin_window());
+        let mut set = crate::netlink::spin_window();
         let mut looks = Vec::new();
         for _ in 0..12 {
             let k = Kernel::new(usize::MAX, Duration::from_millis(1));
-            assert_eq!(run(&set, &k, None), 1);
+            assert_eq!(run(&mut set, &k, None), 1);
             assert_eq!(k.sleeps.get(), 1);
             looks.push(k.calls.get() - 1);
         }
@@ -166,16 +161,16 @@ mod tests {
     /// a wait with no time at all makes one look.
     #[test]
     fn a_wait_keeps_its_limit() {
-        let set = Mutex::new(crate::netlink::spin_window());
+        let mut set = crate::netlink::spin_window();
         let k = Kernel::new(usize::MAX, Duration::from_millis(50));
         let start = Instant::now();
-        let n = run(&set, &k, Some(Duration::from_millis(5)));
+        let n = run(&mut set, &k, Some(Duration::from_millis(5)));
         let took = start.elapsed();
         assert_eq!(n, 0);
         assert!(took >= Duration::from_millis(5), "{took:?}");
         assert!(took < Duration::from_millis(40), "{took:?}");
         let k = Kernel::new(usize::MAX, Duration::from_millis(50));
-        assert_eq!(run(&set, &k, Some(Duration::ZERO)), 0);
+        assert_eq!(run(&mut set, &k, Some(Duration::ZERO)), 0);
         assert_eq!((k.calls.get(), k.sleeps.get()), (1, 0));
     }
 }

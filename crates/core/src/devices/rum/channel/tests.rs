@@ -221,16 +221,34 @@ fn a_disconnect_read_with_a_flush_owed_still_completes_what_it_acknowledges() {
     assert!(progress(&mut ch).is_err());
 }
 
+/// A receive queue with one receive posted: `desc` over all of `data`.
+fn one_receive(desc: &mut crate::descriptor::Descriptor, data: &mut [u8]) -> RecvQueue {
+    use crate::descriptor::DescPtr;
+    use crate::mem::HeldUses;
+    use crate::ranges::Range;
+    use crate::vi::queues::RecvEntry;
+
+    let mut rq = RecvQueue::default();
+    rq.entries.push_back(RecvEntry {
+        desc: DescPtr(desc),
+        ranges: vec![Range {
+            addr: data.as_mut_ptr() as u64,
+            len: data.len() as u64,
+        }],
+        capacity: data.len() as u64,
+        error: 0,
+        uses: HeldUses::default(),
+    });
+    rq
+}
+
 /// The peer sends a small message into a posted receive. Returns
 /// whether this channel's acknowledgement left in the progress call that
 /// delivered it, the channel's next timer after that call with the clock
 /// before and after the call, and whether the next call (nothing new
 /// arriving) sent it.
 fn deliver_one(no_replies: bool) -> (bool, Option<u64>, u64, u64, bool) {
-    use crate::descriptor::{DescPtr, Descriptor};
-    use crate::mem::HeldUses;
-    use crate::ranges::Range;
-    use crate::vi::queues::RecvEntry;
+    use crate::descriptor::Descriptor;
 
     let (mut ch, mut server, script) = connected();
     ch.set_no_replies(no_replies);
@@ -246,17 +264,7 @@ fn deliver_one(no_replies: bool) -> (bool, Option<u64>, u64, u64, bool) {
     }
     let mut desc = Box::new(Descriptor::default());
     let mut data = vec![0u8; 256];
-    let mut rq = RecvQueue::default();
-    rq.entries.push_back(RecvEntry {
-        desc: DescPtr(&mut *desc),
-        ranges: vec![Range {
-            addr: data.as_mut_ptr() as u64,
-            len: data.len() as u64,
-        }],
-        capacity: data.len() as u64,
-        error: 0,
-        uses: HeldUses::default(),
-    });
+    let mut rq = one_receive(&mut desc, &mut data);
     script.lock().unwrap().sent.clear();
     let before = now().as_nanos();
     assert_eq!(progress_into(&mut ch, &mut rq), Ok(true));
@@ -302,10 +310,7 @@ fn an_acknowledgement_waits_for_a_reply_only_where_one_may_come() {
 /// calls more for one request in four of an event-loop server's).
 #[test]
 fn a_lone_acknowledgement_does_not_hold_back_the_message_behind_it() {
-    use crate::descriptor::{DescPtr, Descriptor};
-    use crate::mem::HeldUses;
-    use crate::ranges::Range;
-    use crate::vi::queues::RecvEntry;
+    use crate::descriptor::Descriptor;
 
     let (mut ch, mut server, script) = connected();
     ch.send_message(message()).unwrap();
@@ -333,17 +338,7 @@ fn a_lone_acknowledgement_does_not_hold_back_the_message_behind_it() {
 
     let mut desc = Box::new(Descriptor::default());
     let mut data = vec![0u8; 256];
-    let mut rq = RecvQueue::default();
-    rq.entries.push_back(RecvEntry {
-        desc: DescPtr(&mut *desc),
-        ranges: vec![Range {
-            addr: data.as_mut_ptr() as u64,
-            len: data.len() as u64,
-        }],
-        capacity: data.len() as u64,
-        error: 0,
-        uses: HeldUses::default(),
-    });
+    let mut rq = one_receive(&mut desc, &mut data);
     assert_eq!(progress_into(&mut ch, &mut rq), Ok(true));
     assert_eq!(rq.completed, 1, "the message behind the acknowledgement");
     assert_eq!(data[99], 7);
