@@ -125,18 +125,20 @@ done
 # A client using nearly all of its descriptor limit (limit_check.py): the
 # library's descriptors (the offer's and the VI's UDP sockets, the
 # records) must not take the program's; with room under the hard limit,
-# every connection is carried.
+# every connection is carried. The server accepts only once the client
+# has made all 960 (LIMIT_LATE_FIFO): each must still be carried.
 (
     ulimit -Sn 1024
     ulimit -Hn 8192 2>/dev/null || :
     for pre in "" "$VS"; do
-        rm -f "$dir/port"
-        mkfifo "$dir/port"
+        rm -f "$dir/port" "$dir/late"
+        mkfifo "$dir/port" "$dir/late"
+        export LIMIT_LATE_FIFO="$dir/late"
         ip netns exec "$OV_NS_B" $pre python3 "$here/limit_check.py" 1024 serve 10.77.0.2 >"$dir/port" 2>"$dir/server.err" &
         spid=$!
         read -r port <"$dir/port"
         ip netns exec "$OV_NS_A" $pre python3 "$here/limit_check.py" 1024 connect 10.77.0.2 "$port" 2>"$dir/client.err" ||
-            { cat "$dir/client.err" "$dir/server.err"; exit 1; }
+            { kill "$spid" 2>/dev/null; cat "$dir/client.err" "$dir/server.err"; exit 1; }
         wait "$spid" || { cat "$dir/server.err"; exit 1; }
     done
     hard=$(ulimit -Hn)

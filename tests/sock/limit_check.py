@@ -12,6 +12,12 @@ losing its descriptors), where kernel TCP serves all 960.
   limit_check.py LIMIT                      (server forked, one host)
   limit_check.py LIMIT serve ADDR           (prints its port: the readiness signal)
   limit_check.py LIMIT connect ADDR PORT
+
+With LIMIT_LATE_FIFO=PATH (a fifo) the server accepts only after the
+client has made every connection (the client writes a line there): a
+late acceptor, with all 960 connections waiting in its listen queue. Its
+agent once kept notes for only 256 connections and gave the oldest
+away, so most of them went to the kernel.
 """
 import os
 import socket
@@ -32,6 +38,10 @@ def listen(addr):
 
 
 def serve(l):
+    late = os.environ.get("LIMIT_LATE_FIFO")
+    if late:
+        with open(late) as f:
+            f.readline()
     conns = [l.accept()[0] for _ in range(N)]
     for s in conns:
         s.sendall(zlib.crc32(s.recv(8, socket.MSG_WAITALL)).to_bytes(4, "little"))
@@ -41,6 +51,10 @@ def serve(l):
 
 def connect(addr, port, soft):
     cs = [socket.create_connection((addr, port)) for _ in range(N)]
+    late = os.environ.get("LIMIT_LATE_FIFO")
+    if late:
+        with open(late, "w") as f:
+            f.write("connected\n")
     for i, c in enumerate(cs):
         word = os.urandom(8)
         c.sendall(word)

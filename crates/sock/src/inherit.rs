@@ -260,6 +260,8 @@ pub enum Offered<'a> {
         udp: RawFd,
         lport: u16,
         cport: u16,
+        /// The offer's number for the agent (kept in the record's token).
+        nonce: u64,
     },
     /// A connection in use (carried over this process's VI).
     Switchable {
@@ -318,10 +320,15 @@ impl Inherit {
                 [dst_port, 0],
                 &[][..],
             ),
-            Offered::AwaitNet { udp, lport, cport } => (
+            Offered::AwaitNet {
+                udp,
+                lport,
+                cport,
+                nonce,
+            } => (
                 AWAIT_NET,
                 Side::Connector,
-                0,
+                nonce,
                 Some(udp),
                 [lport, cport],
                 &[][..],

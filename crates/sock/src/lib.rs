@@ -424,7 +424,7 @@ pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
                 .as_ref()
                 .and_then(remote::socket_addr)
                 .filter(reachable_from_afar)
-                .and_then(remote::Registry::start);
+                .and_then(|a| remote::Registry::start(a, backlog));
             if local.is_some() || remote.is_some() {
                 conn::add_listener(fd, conn::Listener { local, remote });
             }
@@ -711,8 +711,13 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, alen: socklen
                 (real().close)(listener);
             }
             (None, Some(offer)) if started => {
-                let (udp, lport, cport) = offer.parts();
-                let what = inherit::Offered::AwaitNet { udp, lport, cport };
+                let (udp, lport, cport, nonce) = offer.parts();
+                let what = inherit::Offered::AwaitNet {
+                    udp,
+                    lport,
+                    cport,
+                    nonce,
+                };
                 let inherit = inherit::Inherit::offer(fd, what);
                 conn::insert(
                     fd,

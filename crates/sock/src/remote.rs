@@ -38,7 +38,7 @@ use std::collections::HashMap;
 use std::io::ErrorKind;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -53,6 +53,10 @@ const ANSWER: u8 = 6;
 /// no for the connection from (host: the connector's address as 16
 /// bytes, connector port).
 const DECLINE: u8 = 7;
+/// To a probe: the agent has no room to note the connection now (every
+/// note it could take waits for its acceptor); stay on the kernel, and
+/// ask again next time.
+const BUSY: u8 = 8;
 /// Bytes of every datagram of this protocol.
 const MSG_LEN: usize = 64;
 /// Most bytes of a network address carried in an answer.
@@ -61,12 +65,12 @@ const HOST_MAX: usize = 32;
 const NEGATIVE_FOR: Duration = Duration::from_secs(5);
 /// Resend interval of probes, commits and queries.
 const RESEND: Duration = Duration::from_millis(10);
-/// Notes older than this may be reused.
-const NOTE_LIFE_MS: u64 = 30_000;
-const ENTRIES: usize = 256;
 /// How old an undecided note is before a query makes the agent look who
 /// accepted its connection (`holder`).
 const HOLDER_AFTER_MS: u64 = 100;
+
+mod notes;
+use notes::{Notes, DECIDED, FREE, NOTED_COMMIT, PROBED};
 
 /// How long a probe waits for an answer before it says no (default 200 ms;
 /// a closed port answers at once).
@@ -158,125 +162,6 @@ fn now_ms() -> u64 {
     }
 }
 
-const FREE: u32 = 0;
-const PROBED: u32 = 1;
-const NOTED_COMMIT: u32 = 2;
-const DECIDED: u32 = 3;
-
-/// One connection's note.
-#[repr(C)]
-struct Note {
-    state: u32,
-    lport: u16,
-    cport: u16,
-    ip: [u8; 16],
-    stamp_ms: u64,
-    answer: [u8; MSG_LEN],
-}
-
-#[repr(C)]
-struct Table {
-    lock: AtomicU32,
-    notes: [Note; ENTRIES],
-}
-
-/// The notes of one listener, in a shared anonymous mapping (forked
-/// acceptors share it), behind a spin lock held for a few loads and stores.
-struct Notes {
-    table: *mut Table,
-}
-
-// SAFETY: the mapping is only touched with its lock held (or its lock word,
-// atomically).
-unsafe impl Send for Notes {}
-// SAFETY: as above.
-unsafe impl Sync for Notes {}
-
-struct Locked<'a> {
-    notes: &'a mut [Note; ENTRIES],
-    lock: &'a AtomicU32,
-}
-
-impl Drop for Locked<'_> {
-    fn drop(&mut self) {
-        self.lock.store(0, Ordering::Release);
-    }
-}
-
-impl Locked<'_> {
-    fn find(&mut self, ip: &[u8; 16], cport: u16, lport: u16) -> Option<&mut Note> {
-        self.notes
-            .iter_mut()
-            .find(|n| n.state != FREE && n.ip == *ip && n.cport == cport && n.lport == lport)
-    }
-
-    /// A note for the key: the existing one, a free or stale one, else the
-    /// oldest.
-    fn claim(&mut self, ip: &[u8; 16], cport: u16, lport: u16) -> &mut Note {
-        let now = now_ms();
-        let i = self
-            .notes
-            .iter()
-            .position(|n| n.state != FREE && n.ip == *ip && n.cport == cport && n.lport == lport)
-            .or_else(|| {
-                self.notes
-                    .iter()
-                    .position(|n| n.state == FREE || now.saturating_sub(n.stamp_ms) > NOTE_LIFE_MS)
-            })
-            .unwrap_or_else(|| {
-                (0..ENTRIES)
-                    .min_by_key(|&i| self.notes[i].stamp_ms)
-                    .unwrap_or(0)
-            });
-        let n = &mut self.notes[i];
-        n.ip = *ip;
-        n.cport = cport;
-        n.lport = lport;
-        n.stamp_ms = now;
-        n
-    }
-}
-
-impl Notes {
-    fn new() -> Option<Notes> {
-        // SAFETY: a fresh shared anonymous mapping (zeroed: every note
-        // FREE, lock open), owned by the Notes until Drop.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                std::mem::size_of::<Table>(),
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        (p != libc::MAP_FAILED).then(|| Notes { table: p.cast() })
-    }
-
-    fn lock(&self) -> Locked<'_> {
-        // SAFETY: the lock word lies in our mapping and is used atomically.
-        let lock = unsafe { &(*self.table).lock };
-        while lock
-            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            std::hint::spin_loop();
-        }
-        // SAFETY: the lock is ours: no other thread or process touches the
-        // notes until `Locked` drops it.
-        let notes = unsafe { &mut (*self.table).notes };
-        Locked { notes, lock }
-    }
-}
-
-impl Drop for Notes {
-    fn drop(&mut self) {
-        // SAFETY: unmapping the mapping made in `new`.
-        unsafe { libc::munmap(self.table.cast(), std::mem::size_of::<Table>()) };
-    }
-}
-
 /// A listener's registration for peers on other hosts: its UDP socket
 /// (shared with forked children), its notes and its agent thread.
 pub struct Registry {
@@ -287,14 +172,15 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// Registers a TCP listener bound to `addr` (its port included); None
-    /// if that UDP port is taken or no thread can be made.
-    pub fn start(addr: SocketAddr) -> Option<Arc<Registry>> {
+    /// Registers a TCP listener bound to `addr` (its port included) whose
+    /// listen queue is `backlog` long; None if that UDP port is taken or
+    /// no thread can be made.
+    pub fn start(addr: SocketAddr, backlog: i32) -> Option<Arc<Registry>> {
         let udp = UdpSocket::bind(addr).ok()?;
         // The agent polls, then reads until nothing is left.
         udp.set_nonblocking(true).ok()?;
         let port = udp.local_addr().ok()?.port();
-        let notes = Notes::new()?;
+        let notes = Notes::new(notes::slots_for(backlog))?;
         let reg = Arc::new(Registry {
             udp,
             notes,
@@ -344,18 +230,30 @@ impl Registry {
         let reply = {
             let mut t = self.notes.lock();
             match m.kind {
-                PROBE => {
-                    t.claim(&ip, m.cport, m.lport).state = PROBED;
-                    Some(Msg::new(HERE, m.lport, m.cport).encode())
-                }
+                PROBE => match t.claim(&ip, m.cport, m.lport) {
+                    Some(n) => {
+                        // A resent probe (same nonce) leaves the note as it
+                        // is; another connection on the same ports starts
+                        // anew.
+                        if n.state == FREE || n.nonce != m.token {
+                            n.state = PROBED;
+                            n.nonce = m.token;
+                            n.stamp_ms = now_ms();
+                        }
+                        Some(Msg::new(HERE, m.lport, m.cport).encode())
+                    }
+                    None => Some(Msg::new(BUSY, m.lport, m.cport).encode()),
+                },
                 COMMIT => match t.find(&ip, m.cport, m.lport) {
-                    Some(n) if n.state == PROBED || n.state == NOTED_COMMIT => {
+                    Some(n)
+                        if n.nonce == m.token && (n.state == PROBED || n.state == NOTED_COMMIT) =>
+                    {
                         n.state = NOTED_COMMIT;
                         Some(Msg::new(COMMITTED, m.lport, m.cport).encode())
                     }
                     _ => None,
                 },
-                QUERY => match t.find(&ip, m.cport, m.lport) {
+                QUERY => match t.find(&ip, m.cport, m.lport).filter(|n| n.nonce == m.token) {
                     Some(n) if n.state == DECIDED => Some(n.answer),
                     Some(n) => {
                         // Not accepted yet; a query is a commit too.
@@ -369,11 +267,15 @@ impl Registry {
                         None
                     }
                     None => {
-                        // Unknown: no, and kept so, for an acceptor to come.
+                        // Unknown: no, and kept so (where there is room),
+                        // for an acceptor to come; one that finds no note
+                        // says no as well.
                         let no = Msg::new(ANSWER, m.lport, m.cport).encode();
-                        let n = t.claim(&ip, m.cport, m.lport);
-                        n.state = DECIDED;
-                        n.answer = no;
+                        if let Some(n) = t.claim(&ip, m.cport, m.lport) {
+                            n.state = DECIDED;
+                            n.nonce = m.token;
+                            n.answer = no;
+                        }
                         Some(no)
                     }
                 },
@@ -418,12 +320,18 @@ impl Registry {
         ip.copy_from_slice(&m.host[..16]);
         let answer = {
             let mut t = self.notes.lock();
-            let n = t.claim(&ip, m.cport, m.lport);
-            if n.state != DECIDED {
-                n.answer = Msg::new(ANSWER, m.lport, m.cport).encode();
-                n.state = DECIDED;
+            match t.claim(&ip, m.cport, m.lport) {
+                Some(n) => {
+                    if n.state != DECIDED {
+                        n.answer = Msg::new(ANSWER, m.lport, m.cport).encode();
+                        n.state = DECIDED;
+                    }
+                    n.answer
+                }
+                // No room to keep it: the connector hears no all the same,
+                // and an unknown connection is answered no.
+                None => Msg::new(ANSWER, m.lport, m.cport).encode(),
             }
-            n.answer
         };
         let v6 = Ipv6Addr::from(ip);
         let peer = v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4);
@@ -521,6 +429,9 @@ pub struct Offer {
     udp: UdpSocket,
     lport: u16,
     cport: u16,
+    /// This connection's number in every message to the agent (`Note`'s
+    /// nonce).
+    nonce: u64,
 }
 
 /// `udp` at the library's descriptor floor (`fdroom`, through the core's
@@ -530,9 +441,9 @@ fn lifted(udp: UdpSocket) -> UdpSocket {
     UdpSocket::from(openvia_core::sys::floor::lift(udp.into()))
 }
 
-/// Sends `ask` until a datagram of kind `want` (for our ports) comes, for
-/// at most `limit`; Err(()) when the port is closed (ICMP refused).
-fn exchange(udp: &UdpSocket, ask: &Msg, want: u8, limit: Duration) -> Result<Option<Msg>, ()> {
+/// Sends `ask` until a datagram of a kind in `want` (for our ports) comes,
+/// for at most `limit`; Err(()) when the port is closed (ICMP refused).
+fn exchange(udp: &UdpSocket, ask: &Msg, want: &[u8], limit: Duration) -> Result<Option<Msg>, ()> {
     let start = Instant::now();
     let mut buf = [0u8; 256];
     while start.elapsed() < limit {
@@ -550,9 +461,9 @@ fn exchange(udp: &UdpSocket, ask: &Msg, want: u8, limit: Duration) -> Result<Opt
             ));
             match udp.recv(&mut buf) {
                 Ok(n) => {
-                    if let Some(m) = Msg::decode(&buf[..n])
-                        .filter(|m| m.kind == want && m.lport == ask.lport && m.cport == ask.cport)
-                    {
+                    if let Some(m) = Msg::decode(&buf[..n]).filter(|m| {
+                        want.contains(&m.kind) && m.lport == ask.lport && m.cport == ask.cport
+                    }) {
                         return Ok(Some(m));
                     }
                 }
@@ -565,15 +476,27 @@ fn exchange(udp: &UdpSocket, ask: &Msg, want: u8, limit: Duration) -> Result<Opt
 }
 
 impl Offer {
-    /// Its UDP socket's descriptor and its ports (listener's, connector's).
-    pub fn parts(&self) -> (std::os::fd::RawFd, u16, u16) {
+    /// Its UDP socket's descriptor, its ports (listener's, connector's)
+    /// and its nonce.
+    pub fn parts(&self) -> (std::os::fd::RawFd, u16, u16, u64) {
         use std::os::fd::AsRawFd;
-        (self.udp.as_raw_fd(), self.lport, self.cport)
+        (self.udp.as_raw_fd(), self.lport, self.cport, self.nonce)
     }
 
     /// An offer made by the program that exec'd this one (`inherit`).
-    pub fn adopt(udp: UdpSocket, lport: u16, cport: u16) -> Offer {
-        Offer { udp, lport, cport }
+    pub fn adopt(udp: UdpSocket, lport: u16, cport: u16, nonce: u64) -> Offer {
+        Offer {
+            udp,
+            lport,
+            cport,
+            nonce,
+        }
+    }
+
+    fn ask(&self, kind: u8) -> Msg {
+        let mut m = Msg::new(kind, self.lport, self.cport);
+        m.token = self.nonce;
+        m
     }
 
     /// Connector of TCP socket `fd` (bound to port `cport`) to `dst`:
@@ -589,9 +512,17 @@ impl Offer {
         };
         let udp = lifted(UdpSocket::bind(any).ok()?);
         udp.connect(dst).ok()?;
-        let (lport, limit) = (dst.port(), probe_time());
-        match exchange(&udp, &Msg::new(PROBE, lport, cport), HERE, limit) {
-            Ok(Some(_)) => {}
+        let offer = Offer {
+            udp,
+            lport: dst.port(),
+            cport,
+            nonce: openvia_core::sys::random_u64(),
+        };
+        let limit = probe_time();
+        match exchange(&offer.udp, &offer.ask(PROBE), &[HERE, BUSY], limit) {
+            Ok(Some(m)) if m.kind == HERE => {}
+            // Room for the note another time: nothing to remember.
+            Ok(Some(_)) => return None,
             _ => {
                 note_plain(dst);
                 return None;
@@ -599,16 +530,20 @@ impl Offer {
         }
         // Committed from here on, heard or not (a lost COMMIT costs a
         // "no"; QUERY commits again).
-        let _ = exchange(&udp, &Msg::new(COMMIT, lport, cport), COMMITTED, limit);
-        Some(Offer { udp, lport, cport })
+        let _ = exchange(&offer.udp, &offer.ask(COMMIT), &[COMMITTED], limit);
+        Some(offer)
     }
 
     /// Waits for the acceptor's decision (asking again every few ms) while
     /// TCP socket `tcp` lives; Some(answer) for yes.
     pub fn decision(&self, tcp: RawFd) -> Option<Msg> {
         loop {
-            let q = Msg::new(QUERY, self.lport, self.cport);
-            match exchange(&self.udp, &q, ANSWER, Duration::from_millis(50)) {
+            match exchange(
+                &self.udp,
+                &self.ask(QUERY),
+                &[ANSWER],
+                Duration::from_millis(50),
+            ) {
                 Ok(Some(a)) => return a.yes.then_some(a),
                 Err(()) => return None,
                 Ok(None) => {}
@@ -671,7 +606,7 @@ mod tests {
     /// An agent on loopback and a connector committed to it: (registry,
     /// the agent's address, the offer, the connector's address).
     fn committed_pair() -> (Arc<Registry>, SocketAddr, Offer, SocketAddr) {
-        let reg = Registry::start(SocketAddr::from(([127, 0, 0, 1], 0))).expect("registry");
+        let reg = Registry::start(SocketAddr::from(([127, 0, 0, 1], 0)), 16).expect("registry");
         let dst = SocketAddr::from(([127, 0, 0, 1], reg.port));
         let cport = UdpSocket::bind("127.0.0.1:0")
             .and_then(|s| s.local_addr())
@@ -681,6 +616,38 @@ mod tests {
         let peer = SocketAddr::from(([127, 0, 0, 1], cport));
         assert!(reg.committed(peer));
         (reg, dst, offer, peer)
+    }
+
+    /// A server that accepts late: more connectors committed and
+    /// undecided at once than the agent's table once held (256, and the
+    /// oldest was given away) each get the acceptor's yes when it comes
+    /// to them.
+    #[test]
+    fn every_connector_of_a_late_acceptor_gets_yes() {
+        const N: usize = 300;
+        let reg =
+            Registry::start(SocketAddr::from(([127, 0, 0, 1], 0)), N as i32).expect("registry");
+        let dst = SocketAddr::from(([127, 0, 0, 1], reg.port));
+        let offers: Vec<(Offer, SocketAddr)> = (0..N)
+            .map(|_| {
+                let cport = UdpSocket::bind("127.0.0.1:0")
+                    .and_then(|s| s.local_addr())
+                    .expect("a free port")
+                    .port();
+                let offer = Offer::make(dst, cport).expect("the agent answers");
+                (offer, SocketAddr::from(([127, 0, 0, 1], cport)))
+            })
+            .collect();
+        for (i, (offer, peer)) in offers.iter().enumerate() {
+            let token = i as u64 + 1;
+            assert_eq!(
+                reg.decide(*peer, Some((token, &[1]))),
+                Some(token),
+                "connection {i} still noted"
+            );
+            assert_eq!(offer.decision(-1).map(|a| a.token), Some(token));
+        }
+        reg.stop();
     }
 
     #[test]

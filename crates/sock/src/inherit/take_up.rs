@@ -326,7 +326,7 @@ pub(super) fn take_up_one(record_fd: RawFd, sockets: &[(RawFd, u64)]) {
             // SAFETY: our own copy of the offer's UDP socket.
             let udp = unsafe { std::net::UdpSocket::from_raw_fd(udp) };
             Setup::AwaitNet {
-                offer: remote::Offer::adopt(udp, ports[0], ports[1]),
+                offer: remote::Offer::adopt(udp, ports[0], ports[1], token),
                 dst: dst(),
                 inherit,
             }
