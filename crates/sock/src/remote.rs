@@ -38,7 +38,7 @@ use std::collections::HashMap;
 use std::io::ErrorKind;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -65,6 +65,8 @@ const HOST_MAX: usize = 32;
 const NEGATIVE_FOR: Duration = Duration::from_secs(5);
 /// Resend interval of probes, commits and queries.
 const RESEND: Duration = Duration::from_millis(10);
+/// Longest gap between a waiting connector's queries.
+const QUERY_EVERY_MAX: Duration = Duration::from_millis(200);
 /// How old an undecided note is before a query makes the agent look who
 /// accepted its connection (`holder`).
 const HOLDER_AFTER_MS: u64 = 100;
@@ -169,6 +171,10 @@ pub struct Registry {
     notes: Notes,
     port: u16,
     stop: AtomicBool,
+    /// Times the agent looked who holds a connection, and queries it had
+    /// (tests).
+    holder_looks: AtomicU32,
+    queries: AtomicU32,
 }
 
 impl Registry {
@@ -186,6 +192,8 @@ impl Registry {
             notes,
             port,
             stop: AtomicBool::new(false),
+            holder_looks: AtomicU32::new(0),
+            queries: AtomicU32::new(0),
         });
         let agent = reg.clone();
         std::thread::Builder::new()
@@ -225,6 +233,9 @@ impl Registry {
             self.declined(m, from);
             return;
         }
+        if m.kind == QUERY {
+            self.queries.fetch_add(1, Ordering::Relaxed);
+        }
         let ip = ip16(from.ip());
         let mut plain_check = false;
         let reply = {
@@ -239,6 +250,7 @@ impl Registry {
                             n.state = PROBED;
                             n.nonce = m.token;
                             n.stamp_ms = now_ms();
+                            n.checked_ms = 0;
                         }
                         Some(Msg::new(HERE, m.lport, m.cport).encode())
                     }
@@ -263,7 +275,20 @@ impl Registry {
                         // answers: looked at below, without the lock,
                         // once the note is as old as a connector on this
                         // host waits before it looks.
-                        plain_check = now_ms().saturating_sub(n.stamp_ms) >= HOLDER_AFTER_MS;
+                        // Then again at ever longer gaps (half the note's
+                        // age): a server slow to accept keeps its
+                        // connectors asking, and each look reads /proc
+                        // (milliseconds with many sockets; at every query
+                        // one waiting connector cost the agent 40 % of a
+                        // CPU).
+                        let now = now_ms();
+                        let age = now.saturating_sub(n.stamp_ms);
+                        plain_check =
+                            age >= HOLDER_AFTER_MS && now.saturating_sub(n.checked_ms) >= age / 2;
+                        if plain_check {
+                            n.checked_ms = now;
+                            self.holder_looks.fetch_add(1, Ordering::Relaxed);
+                        }
                         None
                     }
                     None => {
@@ -444,6 +469,17 @@ fn lifted(udp: UdpSocket) -> UdpSocket {
 /// Sends `ask` until a datagram of a kind in `want` (for our ports) comes,
 /// for at most `limit`; Err(()) when the port is closed (ICMP refused).
 fn exchange(udp: &UdpSocket, ask: &Msg, want: &[u8], limit: Duration) -> Result<Option<Msg>, ()> {
+    exchange_every(udp, ask, want, limit, RESEND)
+}
+
+/// [`exchange`], sending `ask` again every `every`.
+fn exchange_every(
+    udp: &UdpSocket,
+    ask: &Msg,
+    want: &[u8],
+    limit: Duration,
+    every: Duration,
+) -> Result<Option<Msg>, ()> {
     let start = Instant::now();
     let mut buf = [0u8; 256];
     while start.elapsed() < limit {
@@ -451,7 +487,7 @@ fn exchange(udp: &UdpSocket, ask: &Msg, want: &[u8], limit: Duration) -> Result<
             Err(e) if e.kind() == ErrorKind::ConnectionRefused => return Err(()),
             _ => {}
         }
-        let slice = RESEND.min(limit.saturating_sub(start.elapsed()));
+        let slice = every.min(limit.saturating_sub(start.elapsed()));
         let until = Instant::now() + slice;
         while Instant::now() < until {
             let _ = udp.set_read_timeout(Some(
@@ -534,16 +570,18 @@ impl Offer {
         Some(offer)
     }
 
-    /// Waits for the acceptor's decision (asking again every few ms) while
-    /// TCP socket `tcp` lives; Some(answer) for yes.
+    /// Waits for the acceptor's decision while TCP socket `tcp` lives;
+    /// Some(answer) for yes. The acceptor sends its answer when it
+    /// decides; a query only makes up for a lost one, so they go out at
+    /// growing gaps (10 ms doubling to 200 ms): a server slow to accept
+    /// is not asked a hundred times a second by each connector.
     pub fn decision(&self, tcp: RawFd) -> Option<Msg> {
+        let mut every = RESEND;
         loop {
-            match exchange(
-                &self.udp,
-                &self.ask(QUERY),
-                &[ANSWER],
-                Duration::from_millis(50),
-            ) {
+            let limit = every.max(Duration::from_millis(50));
+            let r = exchange_every(&self.udp, &self.ask(QUERY), &[ANSWER], limit, every);
+            every = (every * 2).min(QUERY_EVERY_MAX);
+            match r {
                 Ok(Some(a)) => return a.yes.then_some(a),
                 Err(()) => return None,
                 Ok(None) => {}
@@ -647,6 +685,28 @@ mod tests {
             );
             assert_eq!(offer.decision(-1).map(|a| a.token), Some(token));
         }
+        reg.stop();
+    }
+
+    /// A connector kept waiting (its server does not accept): its queries
+    /// come at growing gaps, and the agent looks who holds the connection
+    /// (reading /proc) at growing gaps too, not at every query: at ~100,
+    /// 200, 400 and 800 ms of a second's wait, where it looked ~90 times
+    /// (40 % of a CPU for one waiting connector, with many sockets).
+    #[test]
+    fn a_connector_kept_waiting_is_looked_after_at_growing_gaps() {
+        use std::os::fd::AsRawFd;
+        let (reg, _, offer, _) = committed_pair();
+        let (tcp, peer) = std::os::unix::net::UnixStream::pair().expect("socketpair");
+        let waiter = std::thread::spawn(move || offer.decision(tcp.as_raw_fd()).is_none());
+        // How long the connector waits: the span the gaps are counted in.
+        std::thread::sleep(Duration::from_millis(1000));
+        let looks = reg.holder_looks.load(Ordering::Relaxed);
+        let queries = reg.queries.load(Ordering::Relaxed);
+        drop(peer);
+        assert!(waiter.join().expect("waiter"), "no answer came");
+        assert!((2..=5).contains(&looks), "{looks} looks in a second");
+        assert!((5..=25).contains(&queries), "{queries} queries in a second");
         reg.stop();
     }
 

@@ -325,6 +325,7 @@ pub fn unstash_page(listener: RawFd) -> Option<RawFd> {
 /// Some((token, control page fd)) for yes; None for no (or nonsense).
 /// A TCP connection that fails meanwhile (`tcp` shows an error) gives no.
 pub fn await_answer(listener: RawFd, dst_port: u16, tcp: RawFd) -> Option<(u64, RawFd)> {
+    let mut gap = ASK_HOLDER_MS;
     loop {
         let mut p = [
             libc::pollfd {
@@ -339,11 +340,12 @@ pub fn await_answer(listener: RawFd, dst_port: u16, tcp: RawFd) -> Option<(u64, 
             },
         ];
         // SAFETY: two pollfds of ours.
-        let ready = unsafe { (crate::real::real().poll)(p.as_mut_ptr(), 2, ASK_HOLDER_MS) };
+        let ready = unsafe { (crate::real::real().poll)(p.as_mut_ptr(), 2, gap) };
         if ready == 0 {
             if accepted_by_a_plain_process(tcp) && !answer_waiting(listener) {
                 return None;
             }
+            gap = (gap * 2).min(ASK_HOLDER_MAX_MS);
             continue;
         }
         if p[1].revents & libc::POLLERR != 0 && p[0].revents & libc::POLLIN == 0 {
@@ -402,8 +404,12 @@ pub fn await_answer(listener: RawFd, dst_port: u16, tcp: RawFd) -> Option<(u64, 
 }
 
 /// How long a connector waits for an answer before it looks who took
-/// its connection (holder.rs), and again between looks.
+/// its connection (holder.rs); the gap to the next look doubles up to
+/// `ASK_HOLDER_MAX_MS`, since a look reads /proc (milliseconds where
+/// many sockets are open) and a server slow to accept keeps many
+/// connectors waiting.
 const ASK_HOLDER_MS: c_int = 100;
+const ASK_HOLDER_MAX_MS: c_int = 800;
 
 /// Whether the other end of `tcp` was accepted by a process on this host
 /// that does not run under viarun (a second listener on the port): it

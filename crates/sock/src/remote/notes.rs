@@ -38,6 +38,8 @@ pub(super) struct Note {
     /// starts a new one.
     pub nonce: u64,
     pub stamp_ms: u64,
+    /// When the agent last looked who holds the connection (`holder`).
+    pub checked_ms: u64,
     pub answer: [u8; super::MSG_LEN],
 }
 
@@ -136,6 +138,7 @@ impl Locked<'_> {
                     n.lport = lport;
                     n.nonce = 0;
                     n.stamp_ms = now;
+                    n.checked_ms = 0;
                 })
         })?;
         Some(&mut self.notes[i])
