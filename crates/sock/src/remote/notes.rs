@@ -23,7 +23,9 @@ const NOTE_LIFE_MS: u64 = 30_000;
 /// Slots a key may lie in, from its hash on.
 const WINDOW: usize = 64;
 /// Fewest and most slots of a table (a power of two).
-const MIN_SLOTS: usize = 256;
+/// (A small listen queue does not bound the notes: connectors it has no
+/// room for wait in the kernel's SYN retries, noted and undecided.)
+const MIN_SLOTS: usize = 1024;
 const MAX_SLOTS: usize = 16_384;
 
 /// One connection's note.
@@ -87,7 +89,8 @@ fn home(ip: &[u8; 16], cport: u16, lport: u16, slots: usize) -> usize {
 }
 
 /// Slots for a listen queue of `backlog`: room for every connection the
-/// kernel may hold unaccepted, twice over, so windows stay sparse.
+/// kernel may hold unaccepted, twice over, so windows stay sparse; at
+/// least `MIN_SLOTS` (112 KiB).
 pub(super) fn slots_for(backlog: i32) -> usize {
     let queue = usize::try_from(backlog).unwrap_or(0).max(1);
     (queue * 2).next_power_of_two().clamp(MIN_SLOTS, MAX_SLOTS)
