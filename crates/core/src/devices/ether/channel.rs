@@ -133,6 +133,7 @@ impl DatagramLink for FrameLink {
     fn recv_batch(&mut self, rx: &mut RxBatch, max: usize) -> io::Result<usize> {
         let (peer, id) = (self.peer, self.claim.id());
         let mut k = 0;
+        rx.ready(max);
         let max = max.min(rx.bufs.len());
         // Frames refused below are taken from the medium all the same, so
         // ask for as many as could fill the batch and stop when it is full.

@@ -327,6 +327,7 @@ impl UdpSock {
     /// through the socket's receive path on every reply of a ping-pong.
     pub fn recv_batch(&self, rx: &mut RxBatch, max: usize) -> io::Result<usize> {
         let max = max.clamp(1, RX_BATCH);
+        rx.ready(max);
         let cmsg_space = {
             // SAFETY: pure computation.
             unsafe { libc::CMSG_SPACE(size_of::<libc::c_int>() as u32) as usize }
