@@ -48,6 +48,8 @@ pub struct UdpNic {
     pub ifname: Option<String>,
     pub mtu: usize,
     pub settings: UdpSettings,
+    /// Held open while the NIC is: see [`socket::gro_keeper`].
+    _gro_keeper: Option<std::sync::Arc<std::os::fd::OwnedFd>>,
 }
 
 impl UdpNic {
@@ -81,11 +83,17 @@ impl UdpNic {
                 .and_then(socket::interface_mtu)
                 .unwrap_or(1500)
         });
+        let _gro_keeper = settings
+            .gro
+            .then(socket::gro_keeper)
+            .flatten()
+            .map(std::sync::Arc::new);
         Ok(Self {
             ip,
             ifname,
             mtu,
             settings,
+            _gro_keeper,
         })
     }
 
