@@ -34,7 +34,7 @@ mod carried;
 mod meet;
 mod tx;
 
-pub(crate) use meet::{meet, Hello};
+pub(crate) use meet::{meet, Hello, Listening};
 use tx::Tx;
 
 /// Most bytes of one message (of a write cut into messages).
@@ -207,7 +207,7 @@ impl Link {
         let control = link.control.clone();
         let switched = move || control.rx(side).seen().switched || control.tx(side).seen().switched;
         let (nic, vi) = (&link.nic, &link.vi);
-        meet(fd, nic, vi, side, token, None, &switched, Hello::Sent)?;
+        meet(fd, nic, vi, side, token, None, &switched, Hello::Sent, None)?;
         kernel::no_delay(fd);
         if let Some(page) = link.control.take_fd() {
             link.record = match record {

@@ -58,7 +58,7 @@ use openvia_core::ViaError;
 
 use crate::control::Side;
 use crate::kernel;
-use crate::link::{meet, process_nic, HandshakeEnd, Hello, Medium, HELLO};
+use crate::link::{meet, process_nic, HandshakeEnd, Hello, Listening, Medium, HELLO};
 use crate::region::{Region, DESC_BYTES};
 
 mod handover;
@@ -292,15 +292,43 @@ impl NetLink {
         peer_host: Option<&[u8]>,
         record: Option<Arc<crate::inherit::Inherit>>,
     ) -> Result<NetLink, HandshakeEnd> {
-        // The acceptor says hello once it listens (`Hello::WhenListening`).
-        if matches!(side, Side::Connector) {
-            kernel::send_byte(fd, HELLO).map_err(|_| HandshakeEnd::Broken)?;
-        }
-        let mut link = NetLink::create(record).map_err(|_| HandshakeEnd::Broken)?;
+        // The acceptor says hello once it listens (`Hello::WhenListening`),
+        // and listens before it makes the link's memory and VI: the
+        // connector's request travels meanwhile.
+        let listening = match side {
+            Side::Connector => {
+                kernel::send_byte(fd, HELLO).map_err(|_| HandshakeEnd::Broken)?;
+                None
+            }
+            Side::Acceptor => {
+                let (nic, _) = process_nic(Medium::Network).map_err(|_| HandshakeEnd::Broken)?;
+                Some((Listening::announce(fd, &nic, token)?, nic))
+            }
+        };
+        let mut link = match NetLink::create(record) {
+            Ok(link) => link,
+            Err(_) => {
+                if let Some((l, nic)) = listening {
+                    l.stop(&nic, token);
+                }
+                return Err(HandshakeEnd::Broken);
+            }
+        };
+        let listening = listening.map(|(l, _)| l);
         link.nonblocking
             .store(kernel::is_nonblocking(fd), Ordering::Relaxed);
         let (nic, vi, hello) = (&link.nic, &link.vi, Hello::WhenListening);
-        meet(fd, nic, vi, side, token, peer_host, &|| false, hello)?;
+        meet(
+            fd,
+            nic,
+            vi,
+            side,
+            token,
+            peer_host,
+            &|| false,
+            hello,
+            listening,
+        )?;
         if link.record.is_some() {
             return Ok(link);
         }

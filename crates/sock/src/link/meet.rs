@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use openvia_core::nic::Nic;
 use openvia_core::vi::Vi;
-use openvia_core::{Address, ViaError};
+use openvia_core::{Address, ConnRequest, ViaError};
 
 use super::{HandshakeEnd, HELLO, SLICE};
 use crate::control::{Side, SWITCH_BYTE};
@@ -33,11 +33,58 @@ pub(crate) enum Hello {
     WhenListening,
 }
 
+/// An acceptor's listener for the connection, up and announced by its
+/// hello (`Hello::WhenListening`), with the peer's request if one came
+/// already. It stays up until `meet` ends, or `stop` if the acceptor
+/// gives up before.
+pub(crate) struct Listening {
+    early: Option<ConnRequest>,
+}
+
+fn local_address(nic: &Nic, side: Side, token: u64) -> Address {
+    let mine = match side {
+        Side::Connector => 'c',
+        Side::Acceptor => 'a',
+    };
+    Address {
+        host: nic.query().address.to_vec(),
+        discriminator: disc(mine, token),
+    }
+}
+
+impl Listening {
+    /// Puts the acceptor's listener up (a wait with no time does) and
+    /// then says hello on the kernel socket. Done before the link's
+    /// memory and VI are made (`NetLink::handshake`), so the connector's
+    /// request is on its way while they are.
+    pub(crate) fn announce(fd: RawFd, nic: &Nic, token: u64) -> Result<Listening, HandshakeEnd> {
+        let local = local_address(nic, Side::Acceptor, token);
+        let early = match openvia_core::connect_wait(nic.shared(), &local, Some(Duration::ZERO)) {
+            Ok(req) => Some(req),
+            Err(ViaError::Timeout) => None,
+            Err(_) => return Err(HandshakeEnd::Broken),
+        };
+        let listening = Listening { early };
+        if kernel::send_byte(fd, HELLO).is_err() {
+            listening.stop(nic, token);
+            return Err(HandshakeEnd::Broken);
+        }
+        Ok(listening)
+    }
+
+    /// Takes the listener down without meeting (the acceptor failed).
+    pub(crate) fn stop(self, nic: &Nic, token: u64) {
+        openvia_core::connect_wait_end(nic.shared(), &local_address(nic, Side::Acceptor, token));
+    }
+}
+
 /// Connects `vi` to the peer's VI of the connection named by `token`, the
 /// connector at the acceptor's `peer_host` (None: this host), while the
 /// kernel socket shows the peer coming (its hello) or gone; then takes the
 /// peer's hello, which heads our kernel stream. Our own hello is sent
-/// (`Hello::Sent`), or by the acceptor here (`Hello::WhenListening`).
+/// (`Hello::Sent`), or by the acceptor once it listens
+/// (`Hello::WhenListening`: `listening` if it announced itself already,
+/// else here).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn meet(
     fd: RawFd,
@@ -48,36 +95,27 @@ pub(crate) fn meet(
     peer_host: Option<&[u8]>,
     switched: &dyn Fn() -> bool,
     hello: Hello,
+    listening: Option<Listening>,
 ) -> Result<(), HandshakeEnd> {
-    let host = nic.query().address.to_vec();
-    let (mine, theirs) = match side {
-        Side::Connector => ('c', 'a'),
-        Side::Acceptor => ('a', 'c'),
+    let theirs = match side {
+        Side::Connector => 'a',
+        Side::Acceptor => 'c',
     };
-    let local = Address {
-        host: host.clone(),
-        discriminator: disc(mine, token),
-    };
+    let local = local_address(nic, side, token);
     let remote = Address {
-        host: peer_host.map_or(host, <[u8]>::to_vec),
+        host: peer_host.map_or_else(|| local.host.clone(), <[u8]>::to_vec),
         discriminator: disc(theirs, token),
     };
     let mut early = None;
     let ready = match (hello, side) {
         (Hello::Sent, _) => Ok(()),
-        (Hello::WhenListening, Side::Acceptor) => {
-            // A wait with no time puts the listener up (it stays until
-            // `connect_wait_end` below); then the hello tells the peer.
-            match openvia_core::connect_wait(nic.shared(), &local, Some(Duration::ZERO)) {
-                Ok(req) => {
-                    early = Some(req);
-                    Ok(())
-                }
-                Err(ViaError::Timeout) => Ok(()),
-                Err(_) => Err(HandshakeEnd::Broken),
+        (Hello::WhenListening, Side::Acceptor) => match listening {
+            Some(l) => {
+                early = l.early;
+                Ok(())
             }
-            .and_then(|()| kernel::send_byte(fd, HELLO).map_err(|_| HandshakeEnd::Broken))
-        }
+            None => Listening::announce(fd, nic, token).map(|l| early = l.early),
+        },
         (Hello::WhenListening, Side::Connector) => peer_hello_came(fd, switched),
     };
     let met = ready.and_then(|()| loop {
@@ -218,6 +256,7 @@ mod tests {
                 None,
                 &|| false,
                 Hello::WhenListening,
+                None,
             );
             (r, nic_a, vi_a, stream_a)
         });
@@ -232,6 +271,7 @@ mod tests {
             Some(&host),
             &|| false,
             Hello::WhenListening,
+            None,
         );
         let (accepted, _nic_a, _vi_a, _stream_a) = acceptor.join().unwrap();
         assert!(met.is_ok() && accepted.is_ok(), "the two ends met");
