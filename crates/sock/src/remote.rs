@@ -11,10 +11,13 @@
 //!   trip (or, where ICMP is filtered, after `VIARUN_PROBE_MS`), and
 //!   remembers it for that address for a while (`NEGATIVE`);
 //! - the connector binds its TCP socket (learning its port `P'`), binds
-//!   UDP on `P'` too and sends `PROBE`; the agent notes (connector address,
-//!   `P'`, `P`) in a table shared with the processes that accept (a shared
+//!   UDP on `P'` too and sends `PROBE` with a random nonce that its later
+//!   messages repeat; the agent notes (connector address, `P'`, `P`,
+//!   nonce) in a table shared with the processes that accept (a shared
 //!   mapping made at listen, so a server that forks after listen shares
-//!   it) and answers `HERE`. The connector then sends `COMMIT`: from then
+//!   it; `notes`) and answers `HERE`, or `BUSY` when it has no room for a
+//!   note without giving away one still undecided (the connector then
+//!   stays on the kernel). The connector then sends `COMMIT`: from then
 //!   on it follows whatever the acceptor decides. `COMMITTED` back lets it
 //!   connect knowing the note is there;
 //! - whichever process accepts the TCP connection from `P'` decides: yes
@@ -63,7 +66,7 @@ const MSG_LEN: usize = 64;
 const HOST_MAX: usize = 32;
 /// How long a "no viarun there" is remembered per address and port.
 const NEGATIVE_FOR: Duration = Duration::from_secs(5);
-/// Resend interval of probes, commits and queries.
+/// Resend interval of probes and commits, and a query's first.
 const RESEND: Duration = Duration::from_millis(10);
 /// Longest gap between a waiting connector's queries.
 const QUERY_EVERY_MAX: Duration = Duration::from_millis(200);
