@@ -13,6 +13,8 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use openvia_core::sys::mapping::SharedMapping;
+
 pub(super) const FREE: u32 = 0;
 pub(super) const PROBED: u32 = 1;
 pub(super) const NOTED_COMMIT: u32 = 2;
@@ -50,18 +52,17 @@ struct Header {
     lock: AtomicU32,
 }
 
-/// The table: a header, then its notes.
+/// The table: a header, then its notes, in a shared mapping of a memfd
+/// (the project's `SharedMapping`; its descriptor closed at once, the
+/// mapping alone keeps the memory and a fork shares it).
 pub(super) struct Notes {
-    base: *mut u8,
+    map: SharedMapping,
     slots: usize,
-    len: usize,
 }
 
-// SAFETY: the notes are only touched with the lock held (or the lock word,
-// atomically).
-unsafe impl Send for Notes {}
-// SAFETY: as above.
-unsafe impl Sync for Notes {}
+/// Where the notes begin, past the header.
+const NOTES_AT: usize = 64;
+const _: () = assert!(std::mem::size_of::<Header>() <= NOTES_AT);
 
 pub(super) struct Locked<'a> {
     notes: &'a mut [Note],
@@ -149,37 +150,20 @@ impl Locked<'_> {
 }
 
 impl Notes {
-    /// A zeroed table (every note FREE, lock open) of `slots` notes.
+    /// A zeroed table (every note FREE, lock open) of `slots` notes, a
+    /// power of two from [`slots_for`].
     pub fn new(slots: usize) -> Option<Notes> {
-        let slots = slots.next_power_of_two().clamp(MIN_SLOTS, MAX_SLOTS);
-        let len = std::mem::size_of::<Header>().next_multiple_of(64)
-            + slots * std::mem::size_of::<Note>();
-        // SAFETY: a fresh shared anonymous mapping, zeroed by the kernel
-        // (pages made as touched), owned by the Notes until Drop.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return None;
-        }
-        Some(Notes {
-            base: p.cast(),
-            slots,
-            len,
-        })
+        assert!(slots.is_power_of_two(), "windows wrap by mask");
+        let len = NOTES_AT + slots * std::mem::size_of::<Note>();
+        let mut map = SharedMapping::create("viarun-notes", len).ok()?;
+        map.close_fd();
+        Some(Notes { map, slots })
     }
 
     fn header(&self) -> &Header {
         // SAFETY: the header heads our mapping, page-aligned, and its
         // fields are used atomically.
-        unsafe { &*self.base.cast::<Header>() }
+        unsafe { &*self.map.as_ptr().cast::<Header>() }
     }
 
     pub fn lock(&self) -> Locked<'_> {
@@ -190,22 +174,17 @@ impl Notes {
         {
             std::hint::spin_loop();
         }
-        let offset = std::mem::size_of::<Header>().next_multiple_of(64);
-        // SAFETY: the notes follow the header inside our mapping (`len`
-        // covers `slots` of them, 64-byte aligned; all-zero bytes are a
-        // valid Note), and the lock is ours: no other thread or process
-        // touches them until `Locked` drops it.
+        // SAFETY: the notes follow the header inside our mapping (its
+        // length covers `slots` of them from NOTES_AT, 64-byte aligned;
+        // all-zero bytes are a valid Note), and the lock is ours: no other
+        // thread or process touches them until `Locked` drops it.
         let notes = unsafe {
-            std::slice::from_raw_parts_mut(self.base.add(offset).cast::<Note>(), self.slots)
+            std::slice::from_raw_parts_mut(
+                self.map.as_ptr().add(NOTES_AT).cast::<Note>(),
+                self.slots,
+            )
         };
         Locked { notes, lock }
-    }
-}
-
-impl Drop for Notes {
-    fn drop(&mut self) {
-        // SAFETY: unmapping the mapping made in `new`.
-        unsafe { libc::munmap(self.base.cast(), self.len) };
     }
 }
 
@@ -244,7 +223,7 @@ mod tests {
     /// evict one; decided notes make room, oldest first.
     #[test]
     fn only_decided_notes_are_evicted() {
-        let notes = Notes::new(MIN_SLOTS).expect("mapping");
+        let notes = Notes::new(slots_for(1)).expect("mapping");
         let mut keys = Vec::new();
         let mut i = 0u32;
         // Fill one window: keys whose home is slot 0 or just before it
