@@ -34,6 +34,18 @@ mod carried;
 mod meet;
 mod tx;
 
+/// For tests: the network device on loopback, with an agent port of this
+/// test process's own (set once, the same for every test that asks).
+#[cfg(test)]
+pub(crate) fn loopback_network_for_tests() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        std::env::set_var("OPENVIA_UDP_BIND", "127.0.0.1");
+        let port = 20000 + (std::process::id() % 30000);
+        std::env::set_var("OPENVIA_AGENT_PORT", port.to_string());
+    });
+}
+
 pub(crate) use meet::{meet, Hello, Listening};
 use tx::Tx;
 

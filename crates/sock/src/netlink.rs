@@ -524,6 +524,21 @@ impl NetLink {
         }
     }
 
+    /// Takes back the sends already known to be done, without a look at
+    /// the network: an event loop's requests are acknowledged by the
+    /// replies it read, and driving the device for them cost each fourth
+    /// write a receive that found nothing and a bare acknowledgement sent
+    /// just ahead of the message that would have carried it. Whether it
+    /// freed any.
+    fn reap_at_hand(&self, st: &mut State) -> bool {
+        let mut any = false;
+        while let Ok(d) = self.vi.send_done_at_hand() {
+            self.sent_done(st, d);
+            any = true;
+        }
+        any
+    }
+
     /// Takes what arrived. (Each look at the VI is a system call on the
     /// network device: a reader does not look for send completions, nor a
     /// writer that has a free slot for them.)
@@ -597,8 +612,9 @@ impl NetLink {
             // before its doorbell (a writer that looked only when out of
             // slots had its message held while the doorbell went). A
             // writer with few messages in flight (a request, a reply) has
-            // an open window and skips that system call.
-            if st.in_flight >= SEND_SLOTS / 4 {
+            // an open window and skips that system call; so does one whose
+            // sends the replies it read already acknowledged (`reap_at_hand`).
+            if st.in_flight >= SEND_SLOTS / 4 && !self.reap_at_hand(&mut st) {
                 self.reap(&mut st);
             } else if self.vi.state() == ViState::Error {
                 st.broken = true;
@@ -821,14 +837,4 @@ impl Drop for NetLink {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::after;
-
-    #[test]
-    fn message_numbers_compare_across_the_wrap() {
-        assert!(after(2, 1));
-        assert!(!after(1, 1));
-        assert!(!after(1, 2));
-        assert!(after(0, u32::MAX), "0 follows the last number");
-    }
-}
+mod tests;

@@ -593,6 +593,23 @@ impl Vi {
         inner.rq.pop_completed().ok_or(ViaError::NotDone)
     }
 
+    /// `send_done` without driving the device: a send already completed,
+    /// or one that what the channel already took in completes (an
+    /// acknowledgement that came with a reply). For a writer that only
+    /// wants its finished sends back while it has room to post: driving
+    /// the network device for them is a system call that finds nothing
+    /// most times, and it sends a bare acknowledgement that the message
+    /// about to be posted would have carried.
+    pub fn send_done_at_hand(&self) -> Result<DescPtr> {
+        self.nic.check_owner()?;
+        let mut g = self.lock();
+        let inner = &mut *g;
+        if inner.sq.completed == 0 {
+            self.reap_sends(inner, None);
+        }
+        inner.sq.pop_completed().ok_or(ViaError::NotDone)
+    }
+
     /// `VipSendWait`: spins for the NIC's budget, then blocks.
     pub fn send_wait(&self, timeout: Option<Duration>) -> Result<DescPtr> {
         self.nic.check_owner()?;

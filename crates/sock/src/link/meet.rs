@@ -198,12 +198,7 @@ mod tests {
     /// Two network NICs of this process on loopback, with an agent port
     /// of this test process's own.
     fn network_nics() -> (Nic, Nic) {
-        static ONCE: std::sync::Once = std::sync::Once::new();
-        ONCE.call_once(|| {
-            std::env::set_var("OPENVIA_UDP_BIND", "127.0.0.1");
-            let port = 20000 + (std::process::id() % 30000);
-            std::env::set_var("OPENVIA_AGENT_PORT", port.to_string());
-        });
+        crate::link::loopback_network_for_tests();
         let open = || Nic::open(Some("/dev/via_udp")).expect("the network device");
         (open(), open())
     }

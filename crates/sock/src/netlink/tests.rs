@@ -1,0 +1,127 @@
+//! The link between two ends of this process over loopback: what a
+//! writer and reader send on the network device.
+
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+
+use super::*;
+use crate::carried::Carried;
+
+/// A link's two ends in this process, the kernel's TCP stream stood
+/// for by a socket pair.
+fn link_pair() -> ((NetLink, UnixStream), (NetLink, UnixStream)) {
+    crate::link::loopback_network_for_tests();
+    let (nic, _) = process_nic(Medium::Network).unwrap();
+    let host = nic.query().address.to_vec();
+    let (stream_a, stream_c) = UnixStream::pair().unwrap();
+    let token = 0x11ab_0000_0000_0001 ^ u64::from(std::process::id());
+    let acceptor = std::thread::spawn(move || {
+        let link = NetLink::handshake(stream_a.as_raw_fd(), Side::Acceptor, token, None, None);
+        (link.ok().expect("the acceptor's end"), stream_a)
+    });
+    let link = NetLink::handshake(
+        stream_c.as_raw_fd(),
+        Side::Connector,
+        token,
+        Some(&host),
+        None,
+    );
+    let connector = (link.ok().expect("the connector's end"), stream_c);
+    (acceptor.join().unwrap(), connector)
+}
+
+/// An event loop's work between two of its reads and writes: longer
+/// than the protocol holds an acknowledgement (then due at the next
+/// look at the device).
+fn work() {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_micros(200) {
+        std::hint::spin_loop();
+    }
+}
+
+/// Reads `buf` whole as an event loop does: waits for the kernel
+/// socket to be readable (the doorbell), then reads without waiting
+/// until the read says EAGAIN.
+fn read_as_event_loop(link: &NetLink, fd: RawFd, buf: &mut [u8]) {
+    let mut got = 0;
+    while got < buf.len() {
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd of ours.
+        unsafe { libc::poll(&mut p, 1, 5000) };
+        loop {
+            match link.read(fd, &mut [&mut buf[got..]], true, false, false) {
+                Ok(n) => got += n,
+                Err(libc::EAGAIN) => break,
+                Err(e) => panic!("read: errno {e}"),
+            }
+            if got == buf.len() {
+                // The event loop's next read, which finds nothing.
+                let mut more = [0u8; 1];
+                let r = link.read(fd, &mut [&mut more[..]], true, false, false);
+                assert_eq!(r, Err(libc::EAGAIN));
+                break;
+            }
+        }
+    }
+}
+
+/// A ping-pong's sends are acknowledged by the replies: the writer
+/// takes them back without a look at the network, and no bare
+/// acknowledgement goes ahead of its next message (before, every
+/// fourth write of each end drove the device and sent one: half a
+/// datagram more per round trip).
+#[test]
+fn a_ping_pong_sends_no_bare_acknowledgements() {
+    let ((server, stream_s), (client, stream_c)) = link_pair();
+    const ROUNDS: usize = 400;
+    let before = openvia_core::udp_stats().datagrams_received;
+    let answering = std::thread::spawn(move || {
+        let mut buf = [0u8; 100];
+        for _ in 0..ROUNDS {
+            read_as_event_loop(&server, stream_s.as_raw_fd(), &mut buf);
+            work();
+            buf[0] = buf[0].wrapping_add(1);
+            assert_eq!(
+                server.write(stream_s.as_raw_fd(), &[&buf], false, true),
+                Ok(100)
+            );
+        }
+        (server, stream_s)
+    });
+    let mut back = [0u8; 100];
+    for i in 0..ROUNDS {
+        let out = [i as u8; 100];
+        assert_eq!(
+            client.write(stream_c.as_raw_fd(), &[&out], false, true),
+            Ok(100)
+        );
+        read_as_event_loop(&client, stream_c.as_raw_fd(), &mut back);
+        work();
+        assert_eq!(back[0], (i as u8).wrapping_add(1), "round {i}'s answer");
+        assert_eq!(&back[1..], &out[1..]);
+    }
+    let (server, stream_s) = answering.join().unwrap();
+    // The counters of a connection are summed when it closes.
+    drop((server, client, stream_s, stream_c));
+    let received = openvia_core::udp_stats().datagrams_received - before;
+    let data = 2 * ROUNDS as u64;
+    assert!(received >= data, "{received} datagrams for {data} messages");
+    assert!(
+        received - data <= ROUNDS as u64 / 4,
+        "{} datagrams beyond the {data} messages of {ROUNDS} round trips",
+        received - data
+    );
+}
+
+#[test]
+fn message_numbers_compare_across_the_wrap() {
+    assert!(after(2, 1));
+    assert!(!after(1, 1));
+    assert!(!after(1, 2));
+    assert!(after(0, u32::MAX), "0 follows the last number");
+}
