@@ -130,6 +130,12 @@ pub trait Channel: Send {
     /// may stop (or must resume) telling it which VI has work.
     fn set_watched(&mut self, _on: bool) {}
 
+    /// The next `progress` call reads the clock and runs the protocol
+    /// timers that are due, even if it finds nothing to receive: the
+    /// progress thread drives a VI because a timer of its is due, where a
+    /// busy-polling program's idle polls run timers only now and then.
+    fn clock_next_progress(&mut self) {}
+
     /// No reply will be posted on this connection (its owner answers on
     /// another): acknowledge a delivered message on the next call that
     /// drives the connection (the program takes the message first) rather

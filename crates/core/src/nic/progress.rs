@@ -43,8 +43,9 @@ impl NicShared {
     /// One round over every VI; returns whether anything moved.
     fn progress_round(&self) -> bool {
         let mut did = false;
+        let now = crate::sys::now_ns();
         for vi in self.live_vis() {
-            did |= vi.poke(true);
+            did |= vi.poke_timers(true, now);
         }
         self.finish_round(did)
     }
@@ -81,7 +82,7 @@ impl NicShared {
                         .and_then(|c| c.timer_deadline_ns())
                         .is_some_and(|t| t + BUSY_TIMER_SLACK_NS <= now)));
             if due {
-                did |= vi.poke(true);
+                did |= vi.poke_timers(true, now);
             }
         }
         self.finish_round(did)

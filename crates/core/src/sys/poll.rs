@@ -112,12 +112,35 @@ impl Epoll {
     /// Waits for events; returns the tokens that fired.
     pub fn wait(&self, timeout: Option<Duration>, out: &mut Vec<u64>) {
         let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 32];
-        let ms = timeout.map_or(-1, |d| d.as_millis().clamp(0, i32::MAX as u128) as i32);
+        let ms = timeout.map_or(-1, wait_ms);
         // SAFETY: `evs` has room for 32 events.
         let n = unsafe { libc::epoll_wait(self.0.as_raw_fd(), evs.as_mut_ptr(), 32, ms) };
         out.clear();
         for ev in evs.iter().take(n.max(0) as usize) {
             out.push(ev.u64);
         }
+    }
+}
+
+/// epoll_wait's timeout for `d`, in whole milliseconds rounded up: cut
+/// down, a timer due in 0.6 ms became a wait of 0, and the progress thread
+/// looped without sleeping until the timer was due (every 50 ms keepalive
+/// of an idle connection cost it ~20 looks and system calls).
+fn wait_ms(d: Duration) -> i32 {
+    d.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32
+}
+
+#[cfg(test)]
+mod wait_ms_tests {
+    use super::*;
+
+    #[test]
+    fn a_timeout_under_a_millisecond_is_waited_for_not_spun() {
+        assert_eq!(wait_ms(Duration::ZERO), 0);
+        assert_eq!(wait_ms(Duration::from_nanos(1)), 1);
+        assert_eq!(wait_ms(Duration::from_micros(600)), 1);
+        assert_eq!(wait_ms(Duration::from_millis(49)), 49);
+        assert_eq!(wait_ms(Duration::from_micros(49_001)), 50);
+        assert_eq!(wait_ms(Duration::from_secs(u64::MAX)), i32::MAX);
     }
 }

@@ -473,6 +473,20 @@ impl Vi {
     /// progress thread. `only_if_free`: give up if another thread holds the
     /// lock. Returns whether anything completed or moved.
     pub(crate) fn poke(&self, only_if_free: bool) -> bool {
+        self.poke_with(only_if_free, None)
+    }
+
+    /// [`Self::poke`] for the progress thread, which drives a VI also
+    /// because one of its protocol timers may be due: if one is by `now`
+    /// (CLOCK_MONOTONIC ns), the channel runs it even if nothing came. (An
+    /// idle poll runs timers only every so often, for a program that polls
+    /// back to back: driven that way, a due keepalive kept the thread
+    /// looping, sixteen polls a timer.)
+    pub(crate) fn poke_timers(&self, only_if_free: bool, now: u64) -> bool {
+        self.poke_with(only_if_free, Some(now))
+    }
+
+    fn poke_with(&self, only_if_free: bool, timers_by: Option<u64>) -> bool {
         #[cfg(test)]
         self.pokes.fetch_add(1, Ordering::Relaxed);
         let mut deferred = Vec::new();
@@ -486,6 +500,11 @@ impl Vi {
             self.lock()
         };
         let inner = &mut *g;
+        if let (Some(now), Some(ch)) = (timers_by, inner.channel.as_mut()) {
+            if ch.timer_deadline_ns().is_some_and(|t| t <= now) {
+                ch.clock_next_progress();
+            }
+        }
         // A plain message first, the way RecvDone takes it (a CQ poll's
         // common case); then whatever else is there.
         let simple = self.complete_simple_recv(inner);

@@ -170,6 +170,9 @@ pub struct RumChannel<L: DatagramLink> {
     /// an acknowledgement is held only until the next call, which the
     /// program makes once it has taken the message.
     no_replies: bool,
+    /// The next progress call runs due timers even if idle
+    /// (`Channel::clock_next_progress`).
+    clock_next: bool,
     echo: Option<AcceptEcho>,
     heard: bool,
     replies: Vec<OutgoingMessage>,
@@ -228,6 +231,7 @@ impl<L: DatagramLink> RumChannel<L> {
             idle_polls: 0,
             held_for_recv: false,
             no_replies: false,
+            clock_next: false,
             heard: echo.is_none(),
             echo,
             replies: Vec::new(),
@@ -469,6 +473,7 @@ impl<L: DatagramLink> Channel for RumChannel<L> {
             return Err(ChannelFailed("closed"));
         }
         self.readable = false;
+        let clock_asked = std::mem::take(&mut self.clock_next);
         // Before anything can drain the protocol's events: the flush
         // below (an acknowledgement owed) counts the completions of what
         // this call receives too, and they must still hold back a failure
@@ -491,6 +496,7 @@ impl<L: DatagramLink> Channel for RumChannel<L> {
             && !self.held_for_recv
             && self.failed.is_none()
             && self.unreachable.is_none()
+            && !clock_asked
             && !self.idle_polls.is_multiple_of(IDLE_CLOCK_EVERY)
         {
             return Ok(false);
@@ -615,6 +621,10 @@ impl<L: DatagramLink> Channel for RumChannel<L> {
 
     fn set_no_replies(&mut self, on: bool) {
         self.no_replies = on;
+    }
+
+    fn clock_next_progress(&mut self) {
+        self.clock_next = true;
     }
 
     fn flush_at_exit(&mut self) {

@@ -90,8 +90,13 @@ impl MessageSink for TakeAll {
 /// A connected channel (reliable delivery) over a scripted link, and the
 /// peer's end of the protocol, driven by hand.
 fn connected() -> (RumChannel<ScriptedLink>, Connection, Arc<Mutex<Script>>) {
+    connected_with(Config::default())
+}
+
+/// [`connected`] with the channel's protocol settings `config`.
+fn connected_with(config: Config) -> (RumChannel<ScriptedLink>, Connection, Arc<Mutex<Script>>) {
     let t = now();
-    let mut client = Connection::connect(Config::default(), 0x11, b"", t).unwrap();
+    let mut client = Connection::connect(config, 0x11, b"", t).unwrap();
     let mut buf = vec![0u8; client.max_datagram_len()];
     let n = client.poll_transmit(t, &mut buf).unwrap();
     let Body::ConnectRequest(h) = Repr::parse(&buf[..n]).unwrap().body else {
@@ -343,4 +348,37 @@ fn a_lone_acknowledgement_does_not_hold_back_the_message_behind_it() {
     assert_eq!(rq.completed, 1, "the message behind the acknowledgement");
     assert_eq!(data[99], 7);
     assert!(script.lock().unwrap().inbound.is_empty());
+}
+
+/// A protocol timer that is due runs on the next call, even one that
+/// finds nothing to receive, once the caller asks for the clock (the
+/// progress thread, which woke for that timer); a busy-polling program's
+/// idle calls run timers only every so often. Driven without the ask, a
+/// due keepalive kept the progress thread of every idle connection
+/// looping, up to sixteen calls a timer.
+#[test]
+fn a_due_timer_runs_on_the_call_that_asks_for_the_clock() {
+    let config = Config {
+        keepalive_interval: Duration::from_millis(2),
+        ..Config::default()
+    };
+    let (mut ch, _server, script) = connected_with(config);
+    let _ = progress(&mut ch);
+    script.lock().unwrap().sent.clear();
+    let due = ch.timer_deadline_ns().expect("a keepalive timer");
+    while now().as_nanos() < due {
+        std::hint::spin_loop();
+    }
+    // An idle call between the clock's looks: the timer waits.
+    let _ = progress(&mut ch);
+    assert!(script.lock().unwrap().sent.is_empty(), "timers ran unasked");
+    ch.clock_next_progress();
+    let _ = progress(&mut ch);
+    let sent = std::mem::take(&mut script.lock().unwrap().sent);
+    assert!(
+        sent.iter()
+            .any(|d| matches!(Repr::parse(d).map(|r| r.body), Ok(Body::Keepalive))),
+        "no keepalive in {} datagrams",
+        sent.len()
+    );
 }
