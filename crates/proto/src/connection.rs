@@ -176,6 +176,22 @@ impl Connection {
     pub fn config(&self) -> &Config {
         &self.config
     }
+
+    /// Changes when an idle connection sends a keepalive and how long a
+    /// silent peer is waited for, on a live connection (its other
+    /// settings stay). The timers follow from the next call on.
+    pub fn set_liveness(
+        &mut self,
+        keepalive_interval: std::time::Duration,
+        dead_peer_timeout: std::time::Duration,
+    ) -> Result<(), crate::config::ConfigError> {
+        if keepalive_interval.is_zero() || keepalive_interval >= dead_peer_timeout {
+            return Err(crate::config::ConfigError::Keepalive);
+        }
+        self.config.keepalive_interval = keepalive_interval;
+        self.config.dead_peer_timeout = dead_peer_timeout;
+        Ok(())
+    }
     pub fn counters(&self) -> &Counters {
         &self.counters
     }

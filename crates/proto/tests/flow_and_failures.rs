@@ -321,3 +321,45 @@ fn the_connect_request_goes_again_soon_then_backs_off() {
     }
     assert_eq!(sent_at, [0, 2_000, 6_000, 14_000, 30_000]);
 }
+
+/// A live connection's keepalive and dead-peer times can be changed (an
+/// owner that learns of its peer's death another way keeps an idle
+/// connection quieter): keepalives follow the new interval, a silent
+/// peer is given the new time, and a pair that cannot work is refused.
+#[test]
+fn liveness_set_on_a_live_connection_is_followed() {
+    let cfg = Config {
+        keepalive_interval: Duration::from_millis(50),
+        dead_peer_timeout: Duration::from_millis(3000),
+        ..Config::default()
+    };
+    let mut sim = Sim::new(23, LinkConfig::perfect(), cfg.clone(), cfg);
+    sim.run_until(Duration::from_secs(1), |s| s.b.conn.is_some());
+    let keepalive = Duration::from_secs(1);
+    let dead = Duration::from_secs(10);
+    for end in [&mut sim.a, &mut sim.b] {
+        let conn = end.conn.as_mut().unwrap();
+        assert!(conn.set_liveness(Duration::ZERO, dead).is_err());
+        assert!(conn.set_liveness(dead, dead).is_err());
+        conn.set_liveness(keepalive, dead).unwrap();
+    }
+    // (The simulation's limits are times since its start.)
+    let before = sim.a().counters().keepalives_sent;
+    let start = sim.now.saturating_since(openvia_proto::Time::ZERO);
+    sim.run_until(start + Duration::from_secs(8), |_| false); // idle
+    let sent = sim.a().counters().keepalives_sent - before;
+    assert!((6..=9).contains(&sent), "{sent} keepalives in 8 s idle");
+    assert_eq!(Sim::lost(&sim.a), None);
+    sim.link_up = false;
+    let cut = sim.now;
+    let cut_at = cut.saturating_since(openvia_proto::Time::ZERO);
+    sim.run_until(cut_at + Duration::from_secs(5), |_| false);
+    assert_eq!(Sim::lost(&sim.a), None, "5 s of silence is not 10");
+    assert!(
+        sim.run_until(cut_at + Duration::from_secs(12), |s| Sim::lost(&s.a)
+            .is_some())
+    );
+    let (at, _) = sim.a.events.last().copied().unwrap();
+    let took = at.saturating_since(cut);
+    assert!(took <= dead && took >= dead - keepalive, "took {took:?}");
+}

@@ -203,6 +203,13 @@ fn hung_up_both(fd: RawFd) -> bool {
 /// held the reader's CPU: the spin stops (its peer is on another host).
 const SPIN_CONTENDED_NS: u64 = 30_000;
 
+/// An idle link's keepalive interval and the silence after which its VI
+/// counts the peer dead. A peer that dies is known from the kernel's
+/// stream; one stopped (a debugger, SIGSTOP) past `IDLE_DEAD` has its
+/// connection handed to the kernel (`handover`), not broken.
+const IDLE_KEEPALIVE: Duration = Duration::from_secs(1);
+const IDLE_DEAD: Duration = Duration::from_secs(10);
+
 /// How long a writer about to close looks for its last acknowledgement
 /// before it naps (`NetLink::flush_all`).
 const FLUSH_LOOK: Duration = Duration::from_micros(100);
@@ -329,6 +336,12 @@ impl NetLink {
             hello,
             listening,
         )?;
+        // The kernel's stream tells of the peer's death (its FIN or reset,
+        // the ICMP of a datagram to its closed port): the VI's keepalives,
+        // by the device's default 20 a second each way on an idle
+        // connection (each a wake-up of both ends' progress threads), need
+        // only show that the peer is there (see `IDLE_KEEPALIVE`).
+        let _ = link.vi.set_liveness(IDLE_KEEPALIVE, IDLE_DEAD);
         if link.record.is_some() {
             return Ok(link);
         }

@@ -10,6 +10,7 @@
 //! and whatever its medium needs.
 
 use std::os::fd::RawFd;
+use std::time::Duration;
 
 use crate::descriptor::WorkRequest;
 use crate::ranges::Range;
@@ -135,6 +136,14 @@ pub trait Channel: Send {
     /// progress thread drives a VI because a timer of its is due, where a
     /// busy-polling program's idle polls run timers only now and then.
     fn clock_next_progress(&mut self) {}
+
+    /// An idle connection sends a keepalive every `keepalive` and counts
+    /// its peer dead after `dead` of silence (the device's settings until
+    /// then); false where the pair cannot work (`keepalive` zero or not
+    /// shorter than `dead`) or the device has no such timers.
+    fn set_liveness(&mut self, _keepalive: Duration, _dead: Duration) -> bool {
+        false
+    }
 
     /// No reply will be posted on this connection (its owner answers on
     /// another): acknowledge a delivered message on the next call that

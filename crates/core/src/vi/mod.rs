@@ -213,6 +213,28 @@ impl Vi {
         }
     }
 
+    /// On a connected VI of a network device: sends a keepalive after
+    /// `keepalive` without sending, and counts the peer dead after `dead`
+    /// without hearing from it, instead of the device's settings
+    /// (`OPENVIA_UDP_KEEPALIVE_MS`, `OPENVIA_UDP_DEAD_MS`). For an owner
+    /// that learns of its peer's death another way and does not want an
+    /// idle connection to wake its progress thread twenty times a second.
+    /// An error where the VI is not connected, its device has no such
+    /// timers, or `keepalive` is zero or not shorter than `dead`.
+    pub fn set_liveness(&self, keepalive: Duration, dead: Duration) -> Result<()> {
+        self.nic.check_owner()?;
+        match self
+            .lock()
+            .channel
+            .as_mut()
+            .map(|ch| ch.set_liveness(keepalive, dead))
+        {
+            Some(true) => Ok(()),
+            Some(false) => Err(ViaError::InvalidParameter("keepalive and dead-peer times")),
+            None => Err(ViaError::InvalidState("VI is not connected")),
+        }
+    }
+
     /// The owning NIC's opaque token (the C shell's NIC handle).
     pub fn nic_token(&self) -> u64 {
         self.nic.token.load(Ordering::Relaxed)

@@ -7,6 +7,10 @@ use std::os::unix::net::UnixStream;
 use super::*;
 use crate::carried::Carried;
 
+/// Held by the tests that count the device's datagrams (process-wide
+/// counters), so that one's traffic is not counted by the other.
+static COUNTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// A link's two ends in this process, the kernel's TCP stream stood
 /// for by a socket pair.
 fn link_pair() -> ((NetLink, UnixStream), (NetLink, UnixStream)) {
@@ -70,6 +74,7 @@ fn read_as_event_loop(link: &NetLink, fd: RawFd, buf: &mut [u8]) {
 /// datagram more per round trip).
 #[test]
 fn a_ping_pong_sends_no_bare_acknowledgements() {
+    let _counting = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
     let ((server, stream_s), (client, stream_c)) = link_pair();
     const ROUNDS: usize = 400;
     let before = openvia_core::udp_stats().datagrams_received;
@@ -117,4 +122,25 @@ fn message_numbers_compare_across_the_wrap() {
     assert!(!after(1, 1));
     assert!(!after(1, 2));
     assert!(after(0, u32::MAX), "0 follows the last number");
+}
+
+/// An idle link sends no keepalive for a second (`IDLE_KEEPALIVE`): the
+/// kernel's stream tells of the peer's death, and by the device's default
+/// (one every 50 ms each way) every idle connection woke both ends'
+/// progress threads twenty times a second.
+#[test]
+fn an_idle_link_keeps_quiet() {
+    let _counting = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
+    let before = openvia_core::udp_stats().datagrams_received;
+    let ((server, stream_s), (client, stream_c)) = link_pair();
+    // The idle time measured (no server is waited for).
+    std::thread::sleep(Duration::from_millis(600));
+    drop((server, client, stream_s, stream_c));
+    let received = openvia_core::udp_stats().datagrams_received - before;
+    // The handshake and the closes: 6 (and another test's link, set up
+    // and closed meanwhile, as many); 50 ms keepalives: 24 more.
+    assert!(
+        received <= 16,
+        "{received} datagrams on a link idle for 600 ms"
+    );
 }

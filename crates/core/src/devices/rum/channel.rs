@@ -38,6 +38,7 @@
 
 use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use openvia_proto::{Connection, Event, OutgoingMessage, Payload, Time, Transmit, ViaOp};
 use openvia_wire::handshake::ViAttrs;
@@ -625,6 +626,10 @@ impl<L: DatagramLink> Channel for RumChannel<L> {
 
     fn clock_next_progress(&mut self) {
         self.clock_next = true;
+    }
+
+    fn set_liveness(&mut self, keepalive: Duration, dead: Duration) -> bool {
+        self.conn.set_liveness(keepalive, dead).is_ok()
     }
 
     fn flush_at_exit(&mut self) {
