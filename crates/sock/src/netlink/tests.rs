@@ -3,6 +3,7 @@
 
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
+use std::time::Instant;
 
 use super::*;
 use crate::carried::Carried;
