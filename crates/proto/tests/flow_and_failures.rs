@@ -363,3 +363,51 @@ fn liveness_set_on_a_live_connection_is_followed() {
     let took = at.saturating_since(cut);
     assert!(took <= dead && took >= dead - keepalive, "took {took:?}");
 }
+
+/// A client connected at `t` (ns) and idle since: its next deadline.
+fn idle_client_deadline(cfg: &Config, t: u64) -> openvia_proto::Time {
+    use openvia_proto::{Connection, Time};
+    let t = Time::from_nanos(t);
+    let mut client = Connection::connect(cfg.clone(), 0x11, b"", t).unwrap();
+    let mut buf = vec![0u8; client.max_datagram_len()];
+    let n = client.poll_transmit(t, &mut buf).unwrap();
+    let Body::ConnectRequest(h) = Repr::parse(&buf[..n]).unwrap().body else {
+        panic!("not a connect request");
+    };
+    let mut server = Connection::accept(cfg.clone(), 0x22, &h, b"", t).unwrap();
+    let n = server.poll_transmit(t, &mut buf).unwrap();
+    client.handle_datagram(t, &buf[..n]);
+    while let Some(n) = client.poll_transmit(t, &mut buf) {
+        server.handle_datagram(t, &buf[..n]);
+    }
+    assert_eq!(client.state(), State::Connected);
+    client.poll_timeout().expect("a keepalive to come")
+}
+
+/// Idle connections whose last sends lie within an eighth of the
+/// keepalive interval come due at one time, on a grid of eighths, never before their own interval has passed: the process
+/// that holds them wakes once for all of them, not once each.
+#[test]
+fn idle_keepalives_of_many_connections_come_due_together() {
+    let cfg = Config {
+        keepalive_interval: Duration::from_secs(1),
+        dead_peer_timeout: Duration::from_secs(10),
+        ..Config::default()
+    };
+    let base: u64 = 40_000_000_000; // on the 125 ms grid
+    let ms = 1_000_000u64;
+    let due: Vec<u64> = [1, 60, 124]
+        .iter()
+        .map(|d| idle_client_deadline(&cfg, base + d * ms).as_nanos())
+        .collect();
+    assert_eq!(due, vec![base + 1125 * ms; 3], "one deadline for all");
+    for (d, sent) in due.iter().zip([1, 60, 124]) {
+        let exact = base + sent * ms + 1000 * ms;
+        assert!(*d >= exact && *d < exact + 125 * ms);
+    }
+    // On the grid already: not put off.
+    assert_eq!(
+        idle_client_deadline(&cfg, base).as_nanos(),
+        base + 1000 * ms
+    );
+}
