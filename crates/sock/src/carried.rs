@@ -150,9 +150,39 @@ pub(crate) fn copy_out(
     at
 }
 
+/// Copies from the program's buffers `data` at the cursor (`seg`, `off`),
+/// which it moves on, into `dst` until `dst` or `data` is used up; the
+/// bytes copied. Both links' writes gather a message through it.
+pub(crate) fn copy_in(data: &[&[u8]], seg: &mut usize, off: &mut usize, dst: &mut [u8]) -> usize {
+    let mut at = 0;
+    while at < dst.len() && *seg < data.len() {
+        let n = (data[*seg].len() - *off).min(dst.len() - at);
+        dst[at..at + n].copy_from_slice(&data[*seg][*off..*off + n]);
+        at += n;
+        *off += n;
+        if *off == data[*seg].len() {
+            *seg += 1;
+            *off = 0;
+        }
+    }
+    at
+}
+
 #[cfg(test)]
 mod tests {
-    use super::copy_out;
+    use super::{copy_in, copy_out};
+
+    #[test]
+    fn gathers_across_buffers_and_stops_when_the_message_is_full() {
+        let data: [&[u8]; 3] = [b"ab", b"", b"cde"];
+        let (mut seg, mut off) = (0, 0);
+        let mut dst = [0u8; 4];
+        assert_eq!(copy_in(&data, &mut seg, &mut off, &mut dst), 4);
+        assert_eq!((&dst, seg, off), (b"abcd", 2, 2));
+        let mut rest = [0u8; 4];
+        assert_eq!(copy_in(&data, &mut seg, &mut off, &mut rest), 1);
+        assert_eq!((rest[0], seg, off), (b'e', 3, 0));
+    }
 
     #[test]
     fn copies_across_buffers_and_stops_when_they_are_full() {

@@ -26,6 +26,7 @@ use openvia_core::nic::Nic;
 use openvia_core::vi::{reliability, Vi, ViState};
 use openvia_core::ViaError;
 
+use crate::carried::copy_in;
 use crate::control::{peer_of, Announced, Control, Direction, Side, RING_BYTES, TABLE_LEN};
 use crate::kernel;
 use crate::region::{Region, DESC_BYTES};
@@ -503,21 +504,11 @@ impl Link {
             // SAFETY: [place, place + want) lies inside the ring (`place`
             // keeps a message from crossing its end) and is free: the
             // reader has used up every message that was there.
-            let slot = unsafe { self.control.ring(self.side).add(place) };
+            let slot = unsafe {
+                std::slice::from_raw_parts_mut(self.control.ring(self.side).add(place), want)
+            };
             let start = (seg, off);
-            let mut len = 0usize;
-            while len < want {
-                let part = &data[seg][off..];
-                let n = part.len().min(want - len);
-                // SAFETY: as above; `len + n` ≤ `want`.
-                unsafe { std::ptr::copy_nonoverlapping(part.as_ptr(), slot.add(len), n) };
-                len += n;
-                off += n;
-                if off == data[seg].len() {
-                    seg += 1;
-                    off = 0;
-                }
-            }
+            let len = copy_in(data, &mut seg, &mut off, slot);
             let i = tx.free.pop().unwrap_or(0);
             let buf = self.region.buffer(i);
             // SAFETY: message slot `i` is free and MSG_BYTES (≥ 8) long.

@@ -194,14 +194,10 @@ impl Page {
     /// page), `rx_total` every byte this end took off the VI; the peer's
     /// switch byte is still ahead in the stream.
     pub fn publish(&self, left: &[&[u8]], rx_total: u64) {
-        let mut at = 0usize;
-        for part in left {
-            let n = part.len().min(ROOM - at);
-            // SAFETY: inside the area (bounded by ROOM above); nobody reads
-            // it before HANDED is published below.
-            unsafe { std::ptr::copy_nonoverlapping(part.as_ptr(), self.base.add(HEADER + at), n) };
-            at += n;
-        }
+        // SAFETY: the left-over area, ROOM bytes after the header; nobody
+        // reads it before HANDED is published below.
+        let area = unsafe { std::slice::from_raw_parts_mut(self.base.add(HEADER), ROOM) };
+        let at = crate::carried::copy_in(left, &mut 0, &mut 0, area);
         let h = self.header();
         h.left_len.store(at as u64, Ordering::Relaxed);
         h.left_read.store(0, Ordering::Relaxed);

@@ -16,6 +16,7 @@ use super::{
     handover, hung_up_both, lock, nap, NetLink, BELLED, CHUNK, DATA, FLUSH_LOOK, HDR, LINGER,
     SEND_SLOTS, SLICE, SPIN_CONTENDED_NS,
 };
+use crate::carried::copy_in;
 use crate::kernel;
 
 impl NetLink {
@@ -90,21 +91,11 @@ impl NetLink {
             };
             let chunk_at = (seg, off);
             let n = (total - taken).min(CHUNK);
-            // SAFETY: the free slot's buffer has CHUNK bytes after its header.
-            let dst = unsafe { self.region.buffer_ptr(slot).add(HDR) };
-            let mut len = 0usize;
-            while len < n {
-                let part = &data[seg][off..];
-                let k = part.len().min(n - len);
-                // SAFETY: `len + k` ≤ n ≤ CHUNK: inside the buffer.
-                unsafe { std::ptr::copy_nonoverlapping(part.as_ptr(), dst.add(len), k) };
-                len += k;
-                off += k;
-                if off == data[seg].len() {
-                    seg += 1;
-                    off = 0;
-                }
-            }
+            // SAFETY: the free slot's buffer has CHUNK ≥ n bytes after its
+            // header, ours until the slot is posted.
+            let dst =
+                unsafe { std::slice::from_raw_parts_mut(self.region.buffer_ptr(slot).add(HDR), n) };
+            copy_in(data, &mut seg, &mut off, dst);
             let number = st.sent.wrapping_add(1);
             // One doorbell per call: on its last message, or on one after
             // which the call may stop or wait (no slot left: a reader that
