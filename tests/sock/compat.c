@@ -658,6 +658,7 @@ int main(int argc, char **argv) {
         else if (strcmp(mode, "linger0") == 0) linger0_client(fd);
         else if (strstr(mode, "-quiet")) quiet_client(fd);
         else if (strstr(mode, "-busy")) busy_client(fd);
+        else if (strncmp(mode, "slow-", 5) == 0) slow_client(fd);
         else if (strcmp(mode, "epoll-unseen") == 0) unseen_client(fd);
         else if (strcmp(mode, "epoll-mod") == 0) epoll_mod_client(fd);
         else readiness_client(fd);
@@ -702,6 +703,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "linger0") == 0) linger0_server(fd);
     else if (strstr(mode, "-quiet")) quiet_server(fd);
     else if (strstr(mode, "-busy")) busy_server(fd);
+    else if (strncmp(mode, "slow-", 5) == 0) slow_server(fd);
     else if (strcmp(mode, "epoll-unseen") == 0) unseen_server(fd);
     else if (strcmp(mode, "epoll-mod") == 0) epoll_mod_server(fd);
     else if (!strcmp(mode, "poll") || !strcmp(mode, "select") || !strncmp(mode, "epoll-", 6)) readiness_server(fd);

@@ -94,6 +94,8 @@ void quiet_client(int fd);
 void quiet_server(int fd);
 void busy_client(int fd);
 void busy_server(int fd);
+void slow_client(int fd);
+void slow_server(int fd);
 void unseen_client(int fd);
 void unseen_server(int fd);
 void epoll_mod_client(int fd);

@@ -218,3 +218,65 @@ void epoll_mod_server(int fd) {
     }
     close(e);
 }
+
+/* slow-read, slow-epoll, slow-poll: a writer that sends one message every
+ * SLOW_GAP_US, so that every wait of the server (a blocking read; or
+ * epoll_wait, or poll, then a nonblocking read) outlasts any spin. Under
+ * viarun a spin that does not pay shrinks (localspin.rs): the server's
+ * thread says on stderr how much CPU time it used against the time its
+ * waits took, which run.sh checks (a spin of the whole window at every
+ * wait, as before, took about half the time with a 1 ms window). */
+#define SLOW_ROUNDS 150
+#define SLOW_GAP_US 2000
+static double thread_cpu_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+void slow_client(int fd) {
+    char m[MSG_LEN];
+    for (int r = 0; r < SLOW_ROUNDS; r++) {
+        struct timespec gap = {0, SLOW_GAP_US * 1000L};
+        nanosleep(&gap, NULL);
+        for (int i = 0; i < MSG_LEN; i++) m[i] = (char)pattern((uint64_t)r, (size_t)i);
+        write_all(fd, m, sizeof m);
+    }
+    char c; /* the server's close: all read */
+    if (read(fd, &c, 1) != 0) FAIL("no EOF at the end");
+}
+static int slow_epoll = -1;
+static void slow_wait(int fd, int r) {
+    if (strcmp(mode, "slow-poll") == 0) {
+        struct pollfd q = {fd, POLLIN, 0};
+        int n = poll(&q, 1, 5000);
+        if (n != 1 || !(q.revents & POLLIN)) FAIL("round %d: poll %d revents %#x", r, n, q.revents);
+        return;
+    }
+    struct epoll_event out[4];
+    int n = epoll_wait(slow_epoll, out, 4, 5000);
+    if (n != 1 || !(out[0].events & EPOLLIN)) FAIL("round %d: epoll_wait %d", r, n);
+}
+void slow_server(int fd) {
+    int blocking = strcmp(mode, "slow-read") == 0;
+    if (!blocking) slow_epoll = epoll_on(fd, 1);
+    double t0 = now_s(), c0 = thread_cpu_s();
+    char m[MSG_LEN];
+    for (int r = 0; r < SLOW_ROUNDS; r++) {
+        size_t got = 0;
+        if (!blocking) slow_wait(fd, r);
+        while (got < sizeof m) {
+            ssize_t k = read(fd, m + got, sizeof m - got);
+            if (k < 0 && errno == EAGAIN && !blocking) {
+                slow_wait(fd, r);
+                continue;
+            }
+            if (k <= 0) FAIL("round %d: read %zd %s", r, k, k < 0 ? strerror(errno) : "EOF");
+            got += (size_t)k;
+        }
+        for (int i = 0; i < MSG_LEN; i++)
+            if (m[i] != (char)pattern((uint64_t)r, (size_t)i)) FAIL("round %d: byte %d differs", r, i);
+    }
+    double cpu = thread_cpu_s() - c0, wall = now_s() - t0;
+    fprintf(stderr, "compat %s: cpu %.0f us of %.0f us\n", mode, cpu * 1e6, wall * 1e6);
+    if (slow_epoll >= 0) close(slow_epoll);
+}

@@ -19,6 +19,9 @@ use std::time::{Duration, Instant};
 pub const MAX_SPIN_NS: u64 = 10_000_000;
 /// The window after a spin that paid off from (almost) zero.
 const MIN_WINDOW_NS: u64 = 2_000;
+/// Waits begun with a window of at most a quarter of the limit between
+/// two that spin the whole limit (`Window::start_probing`).
+const PROBE_EVERY: u32 = 16;
 
 /// An adaptive spin window, at most `limit`.
 #[derive(Debug, Clone, Copy)]
@@ -28,6 +31,8 @@ pub struct Window {
     /// A pause between two looks longer than this ends a spin: another
     /// process held our CPU (the caller chooses what it tolerates).
     contended_ns: u64,
+    /// Waits begun with a short window since the last probe.
+    short_starts: u32,
 }
 
 impl Window {
@@ -37,6 +42,7 @@ impl Window {
             limit_ns,
             ns: limit_ns,
             contended_ns,
+            short_starts: 0,
         }
     }
 
@@ -55,7 +61,31 @@ impl Window {
             over: self.ns == 0,
             contended: false,
             contended_ns: self.contended_ns,
+            probe: false,
         }
+    }
+
+    /// As [`Self::start`], but every [`PROBE_EVERY`]th wait begun with a
+    /// window of a quarter of the limit or less spins the whole limit: if
+    /// that catches what it waits for, the window is the limit again.
+    /// Where a wait that slept takes longer than the limit whatever came
+    /// when (an idle virtual CPU wakes in tens of microseconds), `settle`
+    /// alone never reopens a window that shrank, and a few long waits
+    /// would stop the spin for good.
+    pub fn start_probing(&mut self) -> Spin {
+        if self.ns.saturating_mul(4) > self.limit_ns {
+            return self.start();
+        }
+        self.short_starts += 1;
+        if self.short_starts < PROBE_EVERY {
+            return self.start();
+        }
+        self.short_starts = 0;
+        let mut spin = self.start();
+        spin.end = spin.began + Duration::from_nanos(self.limit_ns);
+        spin.over = self.limit_ns == 0;
+        spin.probe = true;
+        spin
     }
 
     /// The wait of `spin` is over (what it waited for came). It doubles the
@@ -65,6 +95,10 @@ impl Window {
     /// when the wait was longer than the limit (spinning would only have
     /// taken the CPUs from others) or the spin found its CPU taken.
     pub fn settle(&mut self, spin: &Spin) {
+        if spin.probe && !spin.over {
+            self.ns = self.limit_ns;
+            return;
+        }
         let short = spin.began.elapsed().as_nanos() <= u128::from(self.limit_ns);
         self.ns = if !spin.over || (short && !spin.contended) {
             (self.ns * 2).max(MIN_WINDOW_NS).min(self.limit_ns)
@@ -115,9 +149,16 @@ pub struct Spin {
     over: bool,
     contended: bool,
     contended_ns: u64,
+    /// Begun by [`Window::start_probing`] with the whole limit.
+    probe: bool,
 }
 
 impl Spin {
+    /// How long the spin has looked so far (until its last look).
+    pub fn spun(&self) -> Duration {
+        self.last.duration_since(self.began)
+    }
+
     /// Pauses (see [`pause`]) and says whether to look again: false once
     /// the window is used up, or when the pause showed another process
     /// holding our CPU; from then on always false.
@@ -137,7 +178,9 @@ impl Spin {
         })
     }
 
-    fn go_on_with(&mut self, pause: impl FnOnce()) -> bool {
+    /// As [`Self::go_on`], with the caller's own pause between looks (a
+    /// waiter that looks many times between two asks of the clock).
+    pub fn go_on_with(&mut self, pause: impl FnOnce()) -> bool {
         if self.over {
             return false;
         }
@@ -271,5 +314,51 @@ mod tests {
         assert!(looks > 0 || s.contended);
         assert!(t.elapsed() >= Duration::from_micros(200) || s.contended);
         assert!(!s.go_on(), "over stays over");
+    }
+
+    /// A window shrunk to a quarter of its limit or less spins the whole
+    /// limit at every sixteenth wait; a probe that catches what it waits
+    /// for reopens the window, one that runs out leaves it shrunk.
+    #[test]
+    fn a_shrunk_window_probes_with_the_whole_limit_every_sixteenth_wait() {
+        let limit = Duration::from_micros(40);
+        let mut w = Window::new(limit, CONTENDED_NS);
+        let long = Duration::from_micros(41);
+        for _ in 0..20 {
+            w.settle(&ended(&w, long, false));
+        }
+        assert_eq!(w.get(), Duration::ZERO);
+        let mut probes = 0;
+        for k in 1..=32 {
+            let s = w.start_probing();
+            if s.probe {
+                probes += 1;
+                assert_eq!(k % PROBE_EVERY, 0, "wait {k} probed");
+                assert!(!s.over && s.end - s.began == limit);
+                // It ran out too: the window stays shut.
+                let mut out = s;
+                out.over = true;
+                out.began = Instant::now() - long;
+                w.settle(&out);
+            } else {
+                assert!(s.over, "wait {k}: a shut window does not spin");
+                w.settle(&ended(&w, long, false));
+            }
+            assert_eq!(w.get(), Duration::ZERO);
+        }
+        assert_eq!(probes, 2);
+        // A probe that catches it: the whole limit again.
+        let s = loop {
+            let s = w.start_probing();
+            if s.probe {
+                break s;
+            }
+        };
+        w.settle(&s);
+        assert_eq!(w.get(), limit);
+        // An open window never probes.
+        for _ in 0..40 {
+            assert!(!w.start_probing().probe);
+        }
     }
 }

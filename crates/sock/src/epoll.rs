@@ -47,6 +47,7 @@ use members::Members;
 
 use crate::carried::Carried;
 use crate::conn::{self, PollLink};
+use crate::localspin::LocalSpin;
 use crate::real::real;
 use crate::spinwait::{self, limit_of_ms, ms_of};
 use crate::unrung;
@@ -95,6 +96,9 @@ struct Set {
     /// How long a wait on connections between hosts looks at the kernel
     /// before it sleeps (adapts, see `netwait`).
     net_spin: Mutex<Window>,
+    /// How long a wait on connections on this host spins on their pages
+    /// before it sleeps (adapts, see `localspin`).
+    local_spin: Mutex<LocalSpin>,
 }
 
 struct Snapshot {
@@ -114,6 +118,7 @@ impl Set {
             snapshot: Mutex::new(None),
             stamped: AtomicU64::new(0),
             net_spin: Mutex::new(crate::netlink::spin_window()),
+            local_spin: Mutex::new(LocalSpin::default()),
         }
     }
 
@@ -566,11 +571,14 @@ pub fn wait(
     let timeout_ms = timeout_ms.clamp(-1, c_int::MAX as i64) as c_int;
     let offered = spinwait::offer(&links, spinner);
     let mut n = kernel(out, 0);
+    let mut run = None;
     if n == 0 && spinner && !links.iter().any(|l| l.ready_in_user_space()) {
+        let run = run.insert(lock(&set.local_spin).start());
         n = spinwait::spin(
             &links,
             &offered,
             spinwait::limit(timeout_ms.into()),
+            run,
             out,
             kernel,
         );
@@ -591,11 +599,25 @@ pub fn wait(
     }
     let n = merge(out, n as usize, &ready);
     if n > 0 || timeout_ms == 0 {
+        if let Some(run) = run {
+            lock(&set.local_spin).settle(&run);
+        }
         return Some(n as c_int);
     }
     // Nothing: sleep in the kernel (writers ring, the tokens are back).
     let rest = limit.map(|d| d.saturating_sub(start.elapsed()));
-    Some(unrung::sleep(rest, |l| kernel_wait(out, l)))
+    let n = unrung::sleep(rest, |l| kernel_wait(out, l));
+    if let Some(run) = run {
+        // Something came: the window by the wait's length; nothing within
+        // the program's timeout: as a long wait.
+        let mut w = lock(&set.local_spin);
+        match n {
+            1.. => w.settle(&run),
+            0 => w.settle_timed_out(),
+            _ => {}
+        }
+    }
+    Some(n)
 }
 
 /// # Safety

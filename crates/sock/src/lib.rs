@@ -29,6 +29,7 @@ mod holder;
 mod inherit;
 mod kernel;
 mod link;
+mod localspin;
 mod netlink;
 mod netwait;
 mod poll;

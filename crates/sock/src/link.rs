@@ -147,6 +147,8 @@ pub(crate) struct Rx {
     /// The doorbell byte is known to be in the socket (seen there since
     /// this reader last took one).
     pub bell_in_socket: bool,
+    /// How long a blocking read spins before it sleeps (adapts).
+    pub spin: crate::localspin::LocalSpin,
 }
 
 pub struct Link {
@@ -270,6 +272,7 @@ impl Link {
                 later: std::collections::VecDeque::with_capacity(RECV_SLOTS),
                 consumed: 0,
                 bell_in_socket: false,
+                spin: Default::default(),
             }),
             record: None,
             forks: crate::process::forks(),

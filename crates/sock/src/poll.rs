@@ -13,6 +13,7 @@ use libc::{c_int, nfds_t, pollfd};
 
 use crate::carried::Carried;
 use crate::conn;
+use crate::localspin;
 use crate::netwait;
 use crate::real::real;
 use crate::spinwait::{self, Outcome};
@@ -43,11 +44,14 @@ fn look(
     STAMPED.with(|t| spinwait::stamp_looked(&links, t));
     let offered = spinwait::offer(&links, timeout_ms != 0);
     let mut n = now(fds);
+    let mut run = None;
     if n == 0 && timeout_ms != 0 && !links.iter().any(|l| l.ready_in_user_space()) {
+        let run = run.insert(localspin::thread_start());
         n = spinwait::spin(
             &links,
             &offered,
             spinwait::limit(timeout_ms),
+            run,
             fds,
             |f, _| now(f),
         );
@@ -63,10 +67,14 @@ fn look(
         }
         p.revents |= p.events & READ_EVENTS;
     }
-    if n > 0 || timeout_ms == 0 {
-        Some(Outcome::Done(n))
-    } else {
+    let sleeps = n == 0 && timeout_ms != 0;
+    if let Some(run) = run {
+        localspin::thread_done(run, !sleeps);
+    }
+    if sleeps {
         Some(Outcome::Sleep)
+    } else {
+        Some(Outcome::Done(n))
     }
 }
 
@@ -111,7 +119,9 @@ fn poll_with(fds: *mut pollfd, nfds: nfds_t, timeout: c_int) -> c_int {
                 let spent = start.elapsed().as_millis().min(c_int::MAX as u128) as c_int;
                 (timeout - spent).max(0)
             };
-            unrung::sleep_ms(rest.into(), |ms| kernel(array(fds, nfds), ms))
+            localspin::after_sleep(unrung::sleep_ms(rest.into(), |ms| {
+                kernel(array(fds, nfds), ms)
+            }))
         }
     }
 }
@@ -167,10 +177,10 @@ fn ppoll_with(
         Some(Outcome::Done(n)) => n,
         Some(Outcome::Sleep) => {
             let rest = limit.map(|d| d.saturating_sub(start.elapsed()));
-            unrung::sleep(rest, |l| {
+            localspin::after_sleep(unrung::sleep(rest, |l| {
                 let t = l.map(spinwait::timespec);
                 kernel(array(fds, nfds), t.as_ref().map_or(std::ptr::null(), |t| t))
-            })
+            }))
         }
     }
 }

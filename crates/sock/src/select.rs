@@ -11,6 +11,7 @@ use libc::{c_int, fd_set};
 
 use crate::carried::Carried;
 use crate::conn;
+use crate::localspin;
 use crate::netwait;
 use crate::real::real;
 use crate::spinwait::{self, Outcome};
@@ -110,11 +111,14 @@ unsafe fn look(
         n: 0,
     };
     let mut n = ask_now(nfds, &mut state);
+    let mut run = None;
     if n == 0 && timeout_ms != 0 && !links.iter().any(|l| l.ready_in_user_space()) {
+        let run = run.insert(localspin::thread_start());
         n = spinwait::spin(
             &links,
             &offered,
             spinwait::limit(timeout_ms),
+            run,
             &mut state,
             |s, _| ask_now(nfds, s),
         );
@@ -140,7 +144,11 @@ unsafe fn look(
             n += 1;
         }
     }
-    if n == 0 && timeout_ms != 0 {
+    let sleeps = n == 0 && timeout_ms != 0;
+    if let Some(run) = run {
+        localspin::thread_done(run, !sleeps);
+    }
+    if sleeps {
         return Some(Outcome::Sleep);
     }
     // SAFETY: writing back into the program's sets (valid where non-null).
@@ -246,7 +254,10 @@ fn select_with(
         Some(Outcome::Done(n)) => n,
         Some(Outcome::Sleep) => {
             let rest = limit.map(|d| d.saturating_sub(start.elapsed()));
-            unrung::sleep(rest, on_kept_sets(read, write, except, kernel))
+            localspin::after_sleep(unrung::sleep(
+                rest,
+                on_kept_sets(read, write, except, kernel),
+            ))
         }
     };
     // Linux leaves the time not slept in the program's timeout.
@@ -299,7 +310,10 @@ pub unsafe extern "C" fn pselect(
             Some(Outcome::Done(n)) => n,
             Some(Outcome::Sleep) => {
                 let rest = limit.map(|d| d.saturating_sub(start.elapsed()));
-                unrung::sleep(rest, on_kept_sets(read, write, except, kernel))
+                localspin::after_sleep(unrung::sleep(
+                    rest,
+                    on_kept_sets(read, write, except, kernel),
+                ))
             }
         }
     })

@@ -12,6 +12,7 @@ use libc::c_int;
 
 use crate::carried::Carried;
 use crate::conn;
+use crate::localspin::{Looking, CLOCK_EVERY};
 
 /// Spin turns between two asks of the kernel for the other descriptors
 /// (a system call each).
@@ -124,13 +125,15 @@ pub fn limit(timeout_ms: i64) -> Duration {
     }
 }
 
-/// Spins while the tokens `offered` stand and nothing else shows, at most
-/// `limit`, calling `kernel` (a wait of 0 ms on `state`) every few dozen
-/// looks; what the last such call returned (0 when a page changed).
+/// Spins while the tokens `offered` stand and nothing else shows, for
+/// `look`'s window and at most `limit`, calling `kernel` (a wait of 0 ms on
+/// `state`) every few dozen looks; what the last such call returned (0
+/// when a page changed).
 pub fn spin<S: ?Sized>(
     links: &[&dyn Carried],
     offered: &[bool],
     limit: Duration,
+    look: &mut Looking,
     state: &mut S,
     kernel: impl Fn(&mut S, c_int) -> c_int,
 ) -> c_int {
@@ -153,6 +156,9 @@ pub fn spin<S: ?Sized>(
             if n != 0 || start.elapsed() >= limit {
                 return n;
             }
+        }
+        if turns % CLOCK_EVERY == 0 && !look.go_on() {
+            return kernel(state, 0);
         }
         std::hint::spin_loop();
     }
