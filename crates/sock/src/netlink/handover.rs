@@ -24,6 +24,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::page;
+
+mod bell;
 use super::switched::NetSwitched;
 use super::{lock, NetLink, State, HDR};
 use crate::control::SWITCH_BYTE;
@@ -64,8 +66,9 @@ pub fn after_fork() {
     FORKING.store(false, Ordering::SeqCst);
 }
 
-/// In a child just forked: the watcher was our parent's.
+/// In a child just forked: the watcher (and its bell) was our parent's.
 pub fn forked_child() {
+    bell::forked_child();
     WATCHING.store(false, Ordering::Release);
     super::linger::forked_child();
     after_fork();
@@ -86,8 +89,12 @@ fn scan() -> bool {
 /// a connection over when a process without the VI asks (the maker may
 /// be busy elsewhere, or wait for that very process, as a shell waits
 /// for `cat`; a vfork, as Python's subprocess makes, runs no fork
-/// handler that could start it later). It looks every millisecond after
-/// a request, backing off to 50 ms while none comes.
+/// handler that could start it later). An asker rings its bell (`ring`)
+/// and the thread looks at once; it also looks every millisecond after a
+/// request, backing off to a second while none comes (to 50 ms if it has
+/// no bell: a second thread of its kind holds the name), so an asker
+/// whose ring was lost is still served. Before the bell it looked
+/// twenty times a second for good.
 pub fn start_watcher() {
     if LINKS.load(Ordering::Acquire) <= 0 || WATCHING.swap(true, Ordering::AcqRel) {
         return;
@@ -95,19 +102,33 @@ pub fn start_watcher() {
     let spawned = std::thread::Builder::new()
         .name("viarun-handover".into())
         .spawn(|| {
-            let mut pause = Duration::from_millis(1);
+            let bell = bell::open();
+            let idle = if bell.is_some() {
+                bell::IDLE_LOOK
+            } else {
+                Duration::from_millis(50)
+            };
+            let mut pause = idle;
             loop {
-                std::thread::sleep(pause);
+                match &bell {
+                    Some(b) => b.wait(pause),
+                    None => std::thread::sleep(pause),
+                }
                 pause = if scan() {
                     Duration::from_millis(1)
                 } else {
-                    (pause * 2).min(Duration::from_millis(50))
+                    (pause * 2).min(idle)
                 };
             }
         });
     if spawned.is_err() {
         WATCHING.store(false, Ordering::Release);
     }
+}
+
+/// Asks process `owner`'s watcher to look now (see `start_watcher`).
+pub fn ring(owner: u32) {
+    bell::ring(owner);
 }
 
 /// Up to 64 bytes waiting in the kernel stream, not taken: -1 with errno

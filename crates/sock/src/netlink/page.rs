@@ -166,14 +166,13 @@ impl Page {
         self.header().state.load(Ordering::Acquire)
     }
 
-    /// Asks the maker for a hand-over (if nobody has yet).
-    pub fn request(&self) {
-        let _ = self.header().state.compare_exchange(
-            LIVE,
-            REQUESTED,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        );
+    /// Asks the maker for a hand-over (if nobody has yet): true if this
+    /// call asked.
+    pub fn request(&self) -> bool {
+        self.header()
+            .state
+            .compare_exchange(LIVE, REQUESTED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
     }
 
     /// The maker starts the hand-over: false if it already happened (or

@@ -67,6 +67,10 @@ fn scan(bytes: &[u8]) -> Ahead {
     Ahead::Doorbells(bytes.len())
 }
 
+/// Pauses (of a millisecond) of a process waiting for a hand-over between
+/// two rings of the maker's watcher.
+const RING_AGAIN: u32 = 64;
+
 impl NetSwitched {
     pub fn new(page: Arc<Page>, record: Option<Arc<Inherit>>) -> NetSwitched {
         NetSwitched {
@@ -84,6 +88,7 @@ impl NetSwitched {
         if self.ready.load(Ordering::Acquire) {
             return Ok(());
         }
+        let mut looks = 0u32;
         loop {
             match self.page.state() {
                 page::HANDED => {
@@ -109,8 +114,13 @@ impl NetSwitched {
                         self.take_over(fd)?;
                         continue;
                     }
-                    if s == page::LIVE {
-                        self.page.request();
+                    // Asked, or asked long enough ago that the ring may
+                    // have been lost: ring the maker's watcher.
+                    looks = looks.wrapping_add(1);
+                    if (s == page::LIVE && self.page.request())
+                        || (s == page::REQUESTED && looks % RING_AGAIN == 0)
+                    {
+                        super::handover::ring(owner);
                     }
                     self.page.pause_while(s);
                 }

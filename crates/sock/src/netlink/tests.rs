@@ -145,3 +145,35 @@ fn an_idle_link_keeps_quiet() {
         "{received} datagrams on a link idle for 600 ms"
     );
 }
+
+/// The voluntary context switches of this process's thread named `name`
+/// (None if there is none).
+fn thread_wakes(name: &str) -> Option<u64> {
+    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim_end() == name {
+            let status = std::fs::read_to_string(task.path().join("status")).ok()?;
+            return status
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|v| v.trim().parse().ok());
+        }
+    }
+    None
+}
+
+/// With links made and nobody asking for a hand-over, the hand-over
+/// watcher sleeps: it wakes for a ring (`handover::ring`) and otherwise
+/// once a second, where it looked twenty times a second before.
+#[test]
+fn the_hand_over_watcher_sleeps_while_nobody_asks() {
+    let ((server, stream_s), (client, stream_c)) = link_pair();
+    let start = thread_wakes("viarun-handover").expect("the watcher runs");
+    // The idle time measured (no server is waited for).
+    std::thread::sleep(Duration::from_millis(500));
+    let woke = thread_wakes("viarun-handover").unwrap() - start;
+    drop((server, client, stream_s, stream_c));
+    // Its second's look, and a ring of another test's: at most 2 or 3;
+    // twenty times a second: 10.
+    assert!(woke <= 3, "the watcher woke {woke} times in 500 ms");
+}
