@@ -222,7 +222,7 @@ void epoll_mod_server(int fd) {
 /* slow-read, slow-epoll, slow-poll: a writer that sends one message every
  * SLOW_GAP_US, so that every wait of the server (a blocking read; or
  * epoll_wait, or poll, then a nonblocking read) outlasts any spin. Under
- * viarun a spin that does not pay shrinks (localspin.rs): the server's
+ * viarun a spin that does not pay shrinks (waitspin.rs): the server's
  * thread says on stderr how much CPU time it used against the time its
  * waits took, which run.sh checks (a spin of the whole window at every
  * wait, as before, took about half the time with a 1 ms window). */

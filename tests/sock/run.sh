@@ -93,7 +93,7 @@ for mode in epoll-quiet epoll2-quiet poll-quiet select-quiet epoll-busy poll-bus
         { echo "$mode: the kernel carried too much:"; cat "$dir/compat.err"; exit 1; }
     echo "compat $mode: $carried bytes of doorbells for $((sent / 14)) messages"
 done
-# A waiter whose messages come seldom stops spinning (localspin.rs): with
+# A waiter whose messages come seldom stops spinning (waitspin.rs): with
 # a 1 ms window and a message every 2 ms, a spin of the whole window at
 # every wait took ~47 % of the server thread's time; now ~5 %. At most a
 # quarter passes (a loaded box can only lower the share).

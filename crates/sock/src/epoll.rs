@@ -39,7 +39,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use libc::{c_int, epoll_event};
-use openvia_core::spin::Window;
 
 mod members;
 
@@ -47,10 +46,10 @@ use members::Members;
 
 use crate::carried::Carried;
 use crate::conn::{self, PollLink};
-use crate::localspin::LocalSpin;
 use crate::real::real;
 use crate::spinwait::{self, limit_of_ms, ms_of};
 use crate::unrung;
+use crate::waitspin::WaitSpin;
 
 /// Sets with at least one connection (so a wait on any other set pays
 /// one load).
@@ -95,10 +94,10 @@ struct Set {
     stamped: AtomicU64,
     /// How long a wait on connections between hosts looks at the kernel
     /// before it sleeps (adapts, see `netwait`).
-    net_spin: Mutex<Window>,
+    net_spin: Mutex<WaitSpin>,
     /// How long a wait on connections on this host spins on their pages
-    /// before it sleeps (adapts, see `localspin`).
-    local_spin: Mutex<LocalSpin>,
+    /// before it sleeps (adapts, see `waitspin`).
+    local_spin: Mutex<WaitSpin>,
 }
 
 struct Snapshot {
@@ -118,7 +117,7 @@ impl Set {
             snapshot: Mutex::new(None),
             stamped: AtomicU64::new(0),
             net_spin: Mutex::new(crate::netlink::spin_window()),
-            local_spin: Mutex::new(LocalSpin::default()),
+            local_spin: Mutex::new(WaitSpin::default()),
         }
     }
 

@@ -29,7 +29,6 @@ mod holder;
 mod inherit;
 mod kernel;
 mod link;
-mod localspin;
 mod netlink;
 mod netwait;
 mod poll;
@@ -47,6 +46,7 @@ mod stats;
 mod stdio;
 mod switched;
 mod unrung;
+mod waitspin;
 
 use libc::{c_int, c_void, iovec, msghdr, size_t, sockaddr, socklen_t, ssize_t};
 use std::panic::{catch_unwind, AssertUnwindSafe};

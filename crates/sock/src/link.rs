@@ -148,7 +148,7 @@ pub(crate) struct Rx {
     /// this reader last took one).
     pub bell_in_socket: bool,
     /// How long a blocking read spins before it sleeps (adapts).
-    pub spin: crate::localspin::LocalSpin,
+    pub spin: crate::waitspin::WaitSpin,
 }
 
 pub struct Link {

@@ -52,7 +52,9 @@ use std::time::Duration;
 
 use openvia_core::descriptor::{status, DataSegment, DescPtr};
 use openvia_core::nic::Nic;
-use openvia_core::spin::{Window, MAX_SPIN_NS};
+use openvia_core::spin::MAX_SPIN_NS;
+
+use crate::waitspin::WaitSpin;
 use openvia_core::vi::{reliability, Vi, ViState};
 use openvia_core::ViaError;
 
@@ -141,7 +143,7 @@ pub struct NetLink {
     /// Held by the thread reading (blocking ones sleep holding it).
     reading: Mutex<()>,
     /// How long the next blocking read spins before it sleeps (adapts).
-    spin: Mutex<Window>,
+    spin: Mutex<WaitSpin>,
     nonblocking: AtomicBool,
     /// The descriptor of the last read or write, for a flush at close or
     /// exit (which come without one) to notice a peer gone.
@@ -193,15 +195,16 @@ fn hung_up_both(fd: RawFd) -> bool {
 
 /// How long a blocking read spins on the VI before it sleeps at most
 /// (`VIARUN_NET_SPIN_US`, default 50): a message that comes within the
-/// spin costs no wake-up. The window adapts (`openvia_core::spin`, the
-/// rule PVM's tasks use): it halves while waits outlast it or the spin
-/// finds its CPU taken, so a reader whose peer answers slowly, or whose
-/// CPU others need (two namespaces on a loaded 2-vCPU box: a fixed 50 µs
-/// spin made a 14-byte ping-pong 70–90 µs one way against 23–36 without),
-/// soon sleeps at once. Measured on the quiet 2-vCPU box between two
-/// namespaces: 22 µs one way against 46 µs without a spin (kernel TCP 28).
-/// A pause between two looks longer than this means another process
-/// held the reader's CPU: the spin stops (its peer is on another host).
+/// spin costs no wake-up. The window adapts and yields as a wait on one
+/// host does (`waitspin`): it halves while waits outlast it, so a reader
+/// whose peer answers slowly soon sleeps at once, and it gives its CPU
+/// away between looks once this host's processes outnumber the CPUs.
+/// Measured on the quiet 2-vCPU box between two namespaces: 22 µs one
+/// way against 46 µs without a spin (kernel TCP 28).
+///
+/// The short looks for a doorbell or a last acknowledgement stop when a
+/// pause between two looks is longer than this (another process held
+/// the CPU).
 const SPIN_CONTENDED_NS: u64 = 30_000;
 
 /// An idle link's keepalive interval and the silence after which its VI
@@ -215,15 +218,15 @@ const IDLE_DEAD: Duration = Duration::from_secs(10);
 /// before it naps (`NetLink::flush_all`).
 const FLUSH_LOOK: Duration = Duration::from_micros(100);
 
-/// A spin window by the rule of a blocking read's (`spin_time`,
-/// `SPIN_CONTENDED_NS`), for an epoll waiter on connections between hosts.
-pub(crate) fn spin_window() -> Window {
-    Window::new(spin_time(), SPIN_CONTENDED_NS)
+/// A spin by the rule of a blocking read's (`spin_time`), for an epoll,
+/// poll or select waiter on connections between hosts.
+pub(crate) fn spin_window() -> WaitSpin {
+    WaitSpin::new(spin_time())
 }
 
-/// A window that does not spin (for a second waiter on a set).
-pub(crate) fn spin_window_closed() -> Window {
-    Window::new(Duration::ZERO, SPIN_CONTENDED_NS)
+/// A spin of none at all (for a second waiter on a set).
+pub(crate) fn spin_window_closed() -> WaitSpin {
+    WaitSpin::new(Duration::ZERO)
 }
 
 fn spin_time() -> Duration {
@@ -407,7 +410,7 @@ impl NetLink {
                 used: 0,
             }),
             reading: Mutex::new(()),
-            spin: Mutex::new(Window::new(spin_time(), SPIN_CONTENDED_NS)),
+            spin: Mutex::new(spin_window()),
             nonblocking: AtomicBool::new(false),
             last_fd: AtomicI32::new(-1),
             page,

@@ -14,8 +14,8 @@
 use std::cell::Cell;
 use std::time::{Duration, Instant};
 
+use crate::waitspin::WaitSpin;
 use libc::c_int;
-use openvia_core::spin::Window;
 
 use crate::unrung;
 
@@ -24,7 +24,7 @@ use crate::unrung;
 /// what is left of `limit`) and settles the window. None for `window`:
 /// another thread spins, this one looks once and sleeps.
 pub fn look_then_sleep(
-    window: Option<&mut Window>,
+    mut window: Option<&mut WaitSpin>,
     limit: Option<Duration>,
     mut kernel: impl FnMut(Option<Duration>) -> c_int,
     spun: impl FnOnce(),
@@ -35,12 +35,12 @@ pub fn look_then_sleep(
         return n;
     }
     let start = Instant::now();
-    let mut spin = match window.as_deref() {
+    let mut spin = match window.as_deref_mut() {
         Some(w) => w.start(),
         None => crate::netlink::spin_window_closed().start(),
     };
     let mut n = 0;
-    while spin.go_on_busy() {
+    while spin.go_on() {
         if limit.is_some_and(|l| start.elapsed() >= l) {
             break;
         }
@@ -59,7 +59,7 @@ pub fn look_then_sleep(
             w.settle(&spin);
         } else if n == 0 {
             // The limit passed with nothing: as a long wait.
-            w.settle_caught(false);
+            w.settle_timed_out();
         }
     }
     n
@@ -67,7 +67,7 @@ pub fn look_then_sleep(
 
 std::thread_local! {
     /// This thread's window for its poll and select calls.
-    static POLL_WINDOW: Cell<Option<Window>> = const { Cell::new(None) };
+    static POLL_WINDOW: Cell<Option<WaitSpin>> = const { Cell::new(None) };
 }
 
 /// `look_then_sleep` with this thread's window (poll, select).
@@ -125,7 +125,7 @@ mod tests {
     }
 
     /// One wait with `window` on the scripted kernel `k`.
-    fn run(window: &mut Window, k: &Kernel, limit: Option<Duration>) -> c_int {
+    fn run(window: &mut WaitSpin, k: &Kernel, limit: Option<Duration>) -> c_int {
         look_then_sleep(Some(window), limit, |l| k.wait(&mut events(), l), || {})
     }
 

@@ -13,11 +13,11 @@ use libc::{c_int, nfds_t, pollfd};
 
 use crate::carried::Carried;
 use crate::conn;
-use crate::localspin;
 use crate::netwait;
 use crate::real::real;
 use crate::spinwait::{self, Outcome};
 use crate::unrung;
+use crate::waitspin;
 
 std::thread_local! {
     /// When this thread's last call stamped its connections (µs).
@@ -46,7 +46,7 @@ fn look(
     let mut n = now(fds);
     let mut run = None;
     if n == 0 && timeout_ms != 0 && !links.iter().any(|l| l.ready_in_user_space()) {
-        let run = run.insert(localspin::thread_start());
+        let run = run.insert(waitspin::thread_start());
         n = spinwait::spin(
             &links,
             &offered,
@@ -69,7 +69,7 @@ fn look(
     }
     let sleeps = n == 0 && timeout_ms != 0;
     if let Some(run) = run {
-        localspin::thread_done(run, !sleeps);
+        waitspin::thread_done(run, !sleeps);
     }
     if sleeps {
         Some(Outcome::Sleep)
@@ -119,7 +119,7 @@ fn poll_with(fds: *mut pollfd, nfds: nfds_t, timeout: c_int) -> c_int {
                 let spent = start.elapsed().as_millis().min(c_int::MAX as u128) as c_int;
                 (timeout - spent).max(0)
             };
-            localspin::after_sleep(unrung::sleep_ms(rest.into(), |ms| {
+            waitspin::after_sleep(unrung::sleep_ms(rest.into(), |ms| {
                 kernel(array(fds, nfds), ms)
             }))
         }
@@ -177,7 +177,7 @@ fn ppoll_with(
         Some(Outcome::Done(n)) => n,
         Some(Outcome::Sleep) => {
             let rest = limit.map(|d| d.saturating_sub(start.elapsed()));
-            localspin::after_sleep(unrung::sleep(rest, |l| {
+            waitspin::after_sleep(unrung::sleep(rest, |l| {
                 let t = l.map(spinwait::timespec);
                 kernel(array(fds, nfds), t.as_ref().map_or(std::ptr::null(), |t| t))
             }))

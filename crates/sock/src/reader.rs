@@ -3,7 +3,7 @@
 //! "nothing unread" needs no system call) and whether a doorbell byte is
 //! out. A blocking read with nothing unread offers a token and spins on
 //! the page (and the VI, which keeps the device's progress thread off our
-//! CPU) for up to `VIARUN_SPIN_US` (default 100 µs; it adapts, `localspin`)
+//! CPU) for up to `VIARUN_SPIN_US` (default 100 µs; it adapts, `waitspin`)
 //! before it takes the token back
 //! and sleeps in the kernel; whatever read used a message up last takes
 //! the doorbell. So a reader that catches its messages spinning makes no
@@ -30,10 +30,10 @@ use crate::carried::{copy_out, reader_turn};
 use crate::control::RING_BYTES;
 use crate::kernel::{self, Peek};
 use crate::link::{Link, Rx, DOORBELL, SLOT_BYTES};
-use crate::localspin::{Looking, CLOCK_EVERY};
+use crate::waitspin::{Looking, CLOCK_EVERY};
 
 /// The longest spin of a wait on one host unless `VIARUN_SPIN_US` says
-/// otherwise. 100 µs since the spin adapts and yields (`localspin`): with
+/// otherwise. 100 µs since the spin adapts and yields (`waitspin`): with
 /// 50, four pgbench clients against four postgres workers on two CPUs ran
 /// 23–25 k transactions a second, with 100 39–40 k, kernel TCP 38–39 k.
 const DEFAULT_SPIN_US: u64 = 100;
@@ -291,7 +291,7 @@ impl Link {
                 ask_kernel = true;
             }
             // A wait that outlasted the window, or whose spin found its
-            // CPU taken, shrinks the next one (`localspin`).
+            // CPU taken, shrinks the next one (`waitspin`).
             rx.spin.settle(&look);
         }
     }

@@ -11,11 +11,11 @@ use libc::{c_int, fd_set};
 
 use crate::carried::Carried;
 use crate::conn;
-use crate::localspin;
 use crate::netwait;
 use crate::real::real;
 use crate::spinwait::{self, Outcome};
 use crate::unrung;
+use crate::waitspin;
 
 std::thread_local! {
     /// When this thread's last call stamped its connections (µs).
@@ -113,7 +113,7 @@ unsafe fn look(
     let mut n = ask_now(nfds, &mut state);
     let mut run = None;
     if n == 0 && timeout_ms != 0 && !links.iter().any(|l| l.ready_in_user_space()) {
-        let run = run.insert(localspin::thread_start());
+        let run = run.insert(waitspin::thread_start());
         n = spinwait::spin(
             &links,
             &offered,
@@ -146,7 +146,7 @@ unsafe fn look(
     }
     let sleeps = n == 0 && timeout_ms != 0;
     if let Some(run) = run {
-        localspin::thread_done(run, !sleeps);
+        waitspin::thread_done(run, !sleeps);
     }
     if sleeps {
         return Some(Outcome::Sleep);
@@ -254,7 +254,7 @@ fn select_with(
         Some(Outcome::Done(n)) => n,
         Some(Outcome::Sleep) => {
             let rest = limit.map(|d| d.saturating_sub(start.elapsed()));
-            localspin::after_sleep(unrung::sleep(
+            waitspin::after_sleep(unrung::sleep(
                 rest,
                 on_kept_sets(read, write, except, kernel),
             ))
@@ -310,7 +310,7 @@ pub unsafe extern "C" fn pselect(
             Some(Outcome::Done(n)) => n,
             Some(Outcome::Sleep) => {
                 let rest = limit.map(|d| d.saturating_sub(start.elapsed()));
-                localspin::after_sleep(unrung::sleep(
+                waitspin::after_sleep(unrung::sleep(
                     rest,
                     on_kept_sets(read, write, except, kernel),
                 ))

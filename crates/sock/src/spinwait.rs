@@ -12,7 +12,7 @@ use libc::c_int;
 
 use crate::carried::Carried;
 use crate::conn;
-use crate::localspin::{Looking, CLOCK_EVERY};
+use crate::waitspin::{Looking, CLOCK_EVERY};
 
 /// Spin turns between two asks of the kernel for the other descriptors
 /// (a system call each).

@@ -267,7 +267,7 @@ impl NetLink {
     /// doorbell wakes it), until a message arrives (None) or the kernel
     /// says the stream ended.
     fn wait_for_data(&self, fd: RawFd, got: usize) -> Option<Result<usize, i32>> {
-        let mut spin = lock(&self.spin).start();
+        let mut look = lock(&self.spin).start();
         let mut spinning = true;
         loop {
             {
@@ -275,15 +275,15 @@ impl NetLink {
                 self.pump(&mut st);
                 if !st.arrived.is_empty() || st.broken {
                     drop(st);
-                    lock(&self.spin).settle(&spin);
+                    lock(&self.spin).settle(&look);
                     return None;
                 }
             }
-            // Each look is a system call (the VI's socket). The spin does
-            // not yield between looks (its peer is on another host; a yield
-            // to a CPU-bound process would cost its whole slice) and stops
-            // when its CPU was taken.
-            if spinning && spin.go_on_busy() {
+            // Each look is a system call (the VI's socket). The spin
+            // yields between looks only once the CPUs look crowded by
+            // this host's own processes (`waitspin`), and not while a
+            // CPU-bound one is about.
+            if spinning && look.go_on() {
                 continue;
             }
             spinning = false;

@@ -1,25 +1,27 @@
-//! How a wait on one host spins before it sleeps in the kernel: a blocking
-//! read, and an epoll, poll or select wait on carried connections.
+//! How a wait spins before it sleeps in the kernel: a blocking read, and
+//! an epoll, poll or select wait on carried connections, on one host
+//! (`VIARUN_SPIN_US`) and between hosts (`VIARUN_NET_SPIN_US`).
 //!
-//! The window adapts by the rule of a read between hosts
-//! (`openvia_core::spin`): at most `VIARUN_SPIN_US`, halved each time a
-//! wait outlasts that or its spin found the CPU taken, doubled back each
-//! time a wait is short, and every sixteenth wait at a short window spins
-//! the whole limit again (`Window::start_probing`: a wait that slept takes
-//! longer than the limit on a virtual machine whatever came when, so a
-//! window that shrank would not reopen by itself). A fixed window cost a
-//! pgbench of two clients against two postgres workers on two CPUs three
-//! quarters of its transactions: each waiter spun out its window while
-//! the peer it waited for sat on the run queue of that very CPU.
+//! The window adapts by the core's rule (`openvia_core::spin`): halved
+//! each time a wait outlasts the limit, doubled back each time a wait is
+//! short, and every sixteenth wait at a short window spins the whole limit
+//! again (`Window::start_probing`: a wait that slept takes longer than the
+//! limit on a virtual machine whatever came when, so a window that shrank
+//! would not reopen by itself).
 //!
 //! And a spin gives its CPU away (sched_yield) between looks once the CPUs
 //! look crowded: a yield that came back late (another process ran) says
-//! the peer that will answer may be waiting for this CPU, so from then on
-//! the waits of this window yield from their first looks on, until a spin
-//! whose every yield came back at once (nothing else wanted the CPU). With
+//! that the peer that will answer, or another waiter's, may be waiting for
+//! this CPU, so from then on the waits of this window yield from their
+//! first looks on, until a spin whose every yield came back at once. With
 //! the CPUs free a spin yields only past `CALM_GIVE_WAY` (a ping-pong
 //! between two CPUs is answered well within it), so it pays no system
-//! call per look.
+//! call per look. A yield that gave a CPU-bound program its time slice
+//! stops the yields for a second: yielding to it only feeds it. A fixed
+//! window that never yielded cost a pgbench of two clients against two
+//! postgres workers on two CPUs three quarters of its transactions: each
+//! waiter spun out its window while the peer it waited for sat on the run
+//! queue of that very CPU.
 
 use std::cell::Cell;
 use std::time::{Duration, Instant};
@@ -46,8 +48,9 @@ const CROWDED_GIVE_WAY: Duration = Duration::from_nanos(200);
 /// still gave a CPU-bound program its time slice.
 const SLOW_YIELD: Duration = Duration::from_micros(2);
 const HOG_YIELD: Duration = Duration::from_millis(1);
-/// Waits that do not yield after a yield gave a time slice away.
-const HOGGED_WAITS: u32 = 64;
+/// How long the waits of a window do not yield after a yield gave a time
+/// slice away.
+const HOGGED_FOR: Duration = Duration::from_secs(1);
 
 /// Whether and when a spin yields, by what its window's last yields said.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,32 +59,41 @@ enum Mode {
     Calm,
     /// Another process ran, briefly (perhaps the peer): yield early.
     Crowded,
-    /// A CPU-bound program took its time slice: yielding only feeds it,
-    /// so the next waits spin without yielding (a spin that keeps its
-    /// CPU gets its fair share of it) and then look again.
-    Hogged(u32),
+    /// A CPU-bound program took its time slice: until then the waits spin
+    /// without yielding (a spin that keeps its CPU gets its fair share of
+    /// it), then look again.
+    Hogged(Instant),
 }
 
 /// The spin state of one kind of wait (a connection's blocking reads, an
 /// epoll set's waits, a thread's poll and select calls).
 #[derive(Clone, Copy, Debug)]
-pub struct LocalSpin {
+pub struct WaitSpin {
     window: Window,
     mode: Mode,
 }
 
-impl Default for LocalSpin {
+impl Default for WaitSpin {
+    /// A wait on one host's (`VIARUN_SPIN_US`).
     fn default() -> Self {
-        LocalSpin {
-            window: Window::new(crate::reader::spin_time(), NEVER_CONTENDED),
-            mode: Mode::Calm,
-        }
+        WaitSpin::new(crate::reader::spin_time())
     }
 }
 
-impl LocalSpin {
+impl WaitSpin {
+    /// Spins of at most `limit` (zero: none).
+    pub fn new(limit: Duration) -> WaitSpin {
+        WaitSpin {
+            window: Window::new(limit, NEVER_CONTENDED),
+            mode: Mode::Calm,
+        }
+    }
+
     /// A wait begins: its spin.
     pub fn start(&mut self) -> Looking {
+        if matches!(self.mode, Mode::Hogged(until) if Instant::now() >= until) {
+            self.mode = Mode::Calm;
+        }
         Looking {
             run: self.window.start_probing(),
             give_way_after: match self.mode {
@@ -98,19 +110,13 @@ impl LocalSpin {
     /// What the wait of `look` waited for came (before or after a sleep).
     pub fn settle(&mut self, look: &Looking) {
         self.window.settle(&look.run);
-        self.mode = if look.hogged > 0 {
-            Mode::Hogged(HOGGED_WAITS)
+        if look.hogged > 0 {
+            self.mode = Mode::Hogged(Instant::now() + HOGGED_FOR);
         } else if look.slow > 0 {
-            Mode::Crowded
+            self.mode = Mode::Crowded;
         } else if look.quick > 0 {
-            Mode::Calm
-        } else {
-            match self.mode {
-                Mode::Hogged(0) => Mode::Calm,
-                Mode::Hogged(n) => Mode::Hogged(n - 1),
-                m => m,
-            }
-        };
+            self.mode = Mode::Calm;
+        }
     }
 
     /// The wait's time ran out with nothing: as a long wait.
@@ -165,11 +171,11 @@ impl Looking {
 std::thread_local! {
     /// This thread's spin for its poll and select calls, and the spin of
     /// a call that went on to sleep.
-    static THREAD: Cell<Option<LocalSpin>> = const { Cell::new(None) };
+    static THREAD: Cell<Option<WaitSpin>> = const { Cell::new(None) };
     static PENDING: Cell<Option<Looking>> = const { Cell::new(None) };
 }
 
-fn with_thread<R>(f: impl FnOnce(&mut LocalSpin) -> R) -> R {
+fn with_thread<R>(f: impl FnOnce(&mut WaitSpin) -> R) -> R {
     let mut s = THREAD.with(|t| t.get()).unwrap_or_default();
     let r = f(&mut s);
     THREAD.with(|t| t.set(Some(s)));
@@ -209,15 +215,12 @@ pub fn after_sleep(n: libc::c_int) -> libc::c_int {
 mod tests {
     use super::*;
 
-    fn spin_with(limit: Duration) -> LocalSpin {
-        LocalSpin {
-            window: Window::new(limit, NEVER_CONTENDED),
-            mode: Mode::Calm,
-        }
+    fn spin_with(limit: Duration) -> WaitSpin {
+        WaitSpin::new(limit)
     }
 
     /// How long a wait's spin looks when nothing comes.
-    fn spin_out(s: &mut LocalSpin) -> (Looking, Duration) {
+    fn spin_out(s: &mut WaitSpin) -> (Looking, Duration) {
         let t = Instant::now();
         let mut look = s.start();
         while look.go_on() {}
@@ -249,8 +252,8 @@ mod tests {
     /// A spin whose yield came back late makes the next ones yield from
     /// their first looks; one whose yields all came back at once makes
     /// them wait `CALM_GIVE_WAY` again; one whose yield gave a time slice
-    /// away makes the next `HOGGED_WAITS` not yield at all; one that never
-    /// yielded says nothing (but counts down the waits that do not).
+    /// away makes the waits of the next second not yield at all; one that
+    /// never yielded says nothing.
     #[test]
     fn what_the_yields_said_decides_when_the_next_spins_yield() {
         let mut s = spin_with(Duration::from_micros(50));
@@ -275,11 +278,14 @@ mod tests {
         look.slow = 2;
         look.hogged = 1;
         s.settle(&look);
-        for _ in 0..=HOGGED_WAITS {
+        for _ in 0..10 {
             let look = s.start();
             assert_eq!(look.give_way_after, None);
             s.settle(&look);
         }
+        // Its second is over: calm again.
+        s.mode = Mode::Hogged(Instant::now());
+        assert_eq!(s.start().give_way_after, Some(CALM_GIVE_WAY));
         assert_eq!(s.mode, Mode::Calm);
     }
 }
