@@ -17,7 +17,7 @@
 //! the CPUs free a spin yields only past `CALM_GIVE_WAY` (a ping-pong
 //! between two CPUs is answered well within it), so it pays no system
 //! call per look. A yield that gave a CPU-bound program its time slice
-//! stops the yields for a second: yielding to it only feeds it. A fixed
+//! stops the yields for the next 64 waits: yielding to it only feeds it. A fixed
 //! window that never yielded cost a pgbench of two clients against two
 //! postgres workers on two CPUs three quarters of its transactions: each
 //! waiter spun out its window while the peer it waited for sat on the run
@@ -48,9 +48,12 @@ const CROWDED_GIVE_WAY: Duration = Duration::from_nanos(200);
 /// still gave a CPU-bound program its time slice.
 const SLOW_YIELD: Duration = Duration::from_micros(2);
 const HOG_YIELD: Duration = Duration::from_millis(1);
-/// How long the waits of a window do not yield after a yield gave a time
-/// slice away.
-const HOGGED_FOR: Duration = Duration::from_secs(1);
+/// Waits of a window that do not yield after a yield gave a time slice
+/// away. Counted, not timed: where processes outnumber the CPUs a yield
+/// to them may now and then come back as late as one to a CPU-bound
+/// program, and a second without yields then cost pgbench's two clients
+/// against two workers two thirds of their transactions.
+const HOGGED_WAITS: u32 = 64;
 
 /// Whether and when a spin yields, by what its window's last yields said.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,10 +62,10 @@ enum Mode {
     Calm,
     /// Another process ran, briefly (perhaps the peer): yield early.
     Crowded,
-    /// A CPU-bound program took its time slice: until then the waits spin
+    /// A CPU-bound program took its time slice: this many more waits spin
     /// without yielding (a spin that keeps its CPU gets its fair share of
     /// it), then look again.
-    Hogged(Instant),
+    Hogged(u32),
 }
 
 /// The spin state of one kind of wait (a connection's blocking reads, an
@@ -91,9 +94,6 @@ impl WaitSpin {
 
     /// A wait begins: its spin.
     pub fn start(&mut self) -> Looking {
-        if matches!(self.mode, Mode::Hogged(until) if Instant::now() >= until) {
-            self.mode = Mode::Calm;
-        }
         Looking {
             run: self.window.start_probing(),
             give_way_after: match self.mode {
@@ -110,13 +110,19 @@ impl WaitSpin {
     /// What the wait of `look` waited for came (before or after a sleep).
     pub fn settle(&mut self, look: &Looking) {
         self.window.settle(&look.run);
-        if look.hogged > 0 {
-            self.mode = Mode::Hogged(Instant::now() + HOGGED_FOR);
+        self.mode = if look.hogged > 0 {
+            Mode::Hogged(HOGGED_WAITS)
         } else if look.slow > 0 {
-            self.mode = Mode::Crowded;
+            Mode::Crowded
         } else if look.quick > 0 {
-            self.mode = Mode::Calm;
-        }
+            Mode::Calm
+        } else {
+            match self.mode {
+                Mode::Hogged(0) => Mode::Calm,
+                Mode::Hogged(n) => Mode::Hogged(n - 1),
+                m => m,
+            }
+        };
     }
 
     /// The wait's time ran out with nothing: as a long wait.
@@ -252,8 +258,8 @@ mod tests {
     /// A spin whose yield came back late makes the next ones yield from
     /// their first looks; one whose yields all came back at once makes
     /// them wait `CALM_GIVE_WAY` again; one whose yield gave a time slice
-    /// away makes the waits of the next second not yield at all; one that
-    /// never yielded says nothing.
+    /// away makes the next `HOGGED_WAITS` not yield at all; one that never
+    /// yielded says nothing (but counts those down).
     #[test]
     fn what_the_yields_said_decides_when_the_next_spins_yield() {
         let mut s = spin_with(Duration::from_micros(50));
@@ -278,13 +284,11 @@ mod tests {
         look.slow = 2;
         look.hogged = 1;
         s.settle(&look);
-        for _ in 0..10 {
+        for _ in 0..=HOGGED_WAITS {
             let look = s.start();
             assert_eq!(look.give_way_after, None);
             s.settle(&look);
         }
-        // Its second is over: calm again.
-        s.mode = Mode::Hogged(Instant::now());
         assert_eq!(s.start().give_way_after, Some(CALM_GIVE_WAY));
         assert_eq!(s.mode, Mode::Calm);
     }
