@@ -17,11 +17,11 @@
 //! the CPUs free a spin yields only past `CALM_GIVE_WAY` (a ping-pong
 //! between two CPUs is answered well within it), so it pays no system
 //! call per look. A yield that gave a CPU-bound program its time slice
-//! stops the yields for the next 64 waits: yielding to it only feeds it. A fixed
-//! window that never yielded cost a pgbench of two clients against two
-//! postgres workers on two CPUs three quarters of its transactions: each
-//! waiter spun out its window while the peer it waited for sat on the run
-//! queue of that very CPU.
+//! stops the yields for the next 64 waits: yielding to it only feeds it.
+//! A fixed window that never yielded cost a pgbench of two clients
+//! against two postgres workers on two CPUs three quarters of its
+//! transactions: each waiter spun out its window while the peer it waited
+//! for sat on the run queue of that very CPU.
 
 use std::cell::Cell;
 use std::time::{Duration, Instant};
