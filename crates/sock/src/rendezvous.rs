@@ -30,10 +30,16 @@ fn errno() -> c_int {
         .unwrap_or(libc::EIO)
 }
 
-fn unix_addr(kind: &str, port: u16) -> (sockaddr_un, socklen_t) {
+/// The abstract Unix socket name of the library's endpoint `kind/id` for
+/// this user (another user's processes use other names).
+pub fn abstract_name(kind: &str, id: impl std::fmt::Display) -> String {
     // SAFETY: getuid cannot fail.
     let uid = unsafe { libc::getuid() };
-    let name = format!("openvia-viarun/{uid}/{kind}/{port}");
+    format!("openvia-viarun/{uid}/{kind}/{id}")
+}
+
+fn unix_addr(kind: &str, port: u16) -> (sockaddr_un, socklen_t) {
+    let name = abstract_name(kind, port);
     // SAFETY: sockaddr_un is plain data; zero is a valid value.
     let mut a: sockaddr_un = unsafe { std::mem::zeroed() };
     a.sun_family = libc::AF_UNIX as libc::sa_family_t;

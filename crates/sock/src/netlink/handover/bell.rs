@@ -1,8 +1,10 @@
-//! The hand-over watcher's bell: an abstract Unix datagram socket named
-//! by the watcher's process id (`viarun-handover.PID`), which a process
-//! asking that process for a hand-over rings with one datagram, so the
-//! watcher sleeps while nobody asks instead of looking twenty times a
-//! second. Anyone on the host may ring it; a ring only makes the watcher
+//! The hand-over watcher's bell: an abstract Unix datagram socket named,
+//! as the library's other endpoints are (`rendezvous::abstract_name`), by
+//! the user and the watcher's process id
+//! (`openvia-viarun/UID/handover/PID`), which a process asking that
+//! process for a hand-over rings with one datagram, so the watcher sleeps
+//! while nobody asks instead of looking twenty times a second. Anyone on
+//! the host may ring it; a ring only makes the watcher
 //! look at its pages, which say themselves whether anything was asked.
 //! Abstract names belong to a network namespace: an asker in another one
 //! (rare: the processes of one end share a socket) is served by the
@@ -24,7 +26,7 @@ pub const IDLE_LOOK: Duration = Duration::from_secs(1);
 static OURS: AtomicI32 = AtomicI32::new(-1);
 
 fn name(pid: u32) -> Option<SocketAddr> {
-    SocketAddr::from_abstract_name(format!("viarun-handover.{pid}")).ok()
+    SocketAddr::from_abstract_name(crate::rendezvous::abstract_name("handover", pid)).ok()
 }
 
 pub struct Bell(UnixDatagram);
