@@ -13,7 +13,7 @@
  *                       hangup-exit hangup-kill hangup-et wake nonblock
  *                       stdio stdio-exec stdio-dup2 epoll-quiet poll-quiet select-quiet
  *                       epoll2-quiet epoll-busy poll-busy select-busy epoll-unseen
- *                       epoll-mod
+ *                       epoll-mod slow-read slow-epoll slow-poll slow-settle
  *
  * Between hosts (tests/sock/hosts.sh): COMPAT_ADDR (IPv4) is where the
  * server listens instead of 127.0.0.1, and a child that dials first
@@ -658,6 +658,7 @@ int main(int argc, char **argv) {
         else if (strcmp(mode, "linger0") == 0) linger0_client(fd);
         else if (strstr(mode, "-quiet")) quiet_client(fd);
         else if (strstr(mode, "-busy")) busy_client(fd);
+        else if (strcmp(mode, "slow-settle") == 0) slow_settle_client(fd);
         else if (strncmp(mode, "slow-", 5) == 0) slow_client(fd);
         else if (strcmp(mode, "epoll-unseen") == 0) unseen_client(fd);
         else if (strcmp(mode, "epoll-mod") == 0) epoll_mod_client(fd);
@@ -703,6 +704,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "linger0") == 0) linger0_server(fd);
     else if (strstr(mode, "-quiet")) quiet_server(fd);
     else if (strstr(mode, "-busy")) busy_server(fd);
+    else if (strcmp(mode, "slow-settle") == 0) slow_settle_server(fd);
     else if (strncmp(mode, "slow-", 5) == 0) slow_server(fd);
     else if (strcmp(mode, "epoll-unseen") == 0) unseen_server(fd);
     else if (strcmp(mode, "epoll-mod") == 0) epoll_mod_server(fd);

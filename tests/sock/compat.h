@@ -96,6 +96,8 @@ void busy_client(int fd);
 void busy_server(int fd);
 void slow_client(int fd);
 void slow_server(int fd);
+void slow_settle_client(int fd);
+void slow_settle_server(int fd);
 void unseen_client(int fd);
 void unseen_server(int fd);
 void epoll_mod_client(int fd);

@@ -280,3 +280,47 @@ void slow_server(int fd) {
     fprintf(stderr, "compat %s: cpu %.0f us of %.0f us\n", mode, cpu * 1e6, wall * 1e6);
     if (slow_epoll >= 0) close(slow_epoll);
 }
+
+/* slow-settle: a nonblocking connector that writes before its acceptor
+ * has used the connection, and asks again whenever poll says POLLOUT
+ * (at once: the kernel socket has room), as libpq does. Under viarun the
+ * first write hands the settling to a thread and says EAGAIN until the
+ * acceptor's first use, which comes SETTLE_LATE_US later; the connector's
+ * thread says on stderr how much CPU time it used in that loop against
+ * the time the loop took (run.sh checks; a write that only yielded before
+ * saying EAGAIN again spun a whole CPU). Over kernel TCP the first write
+ * goes through. */
+#define SETTLE_LATE_US 300000
+void slow_settle_client(int fd) {
+    nonblocking(fd);
+    double t0 = now_s(), c0 = thread_cpu_s();
+    for (;;) {
+        ssize_t w = write(fd, "s", 1);
+        if (w == 1) break;
+        if (w < 0 && errno != EAGAIN) FAIL("write: %s", strerror(errno));
+        struct pollfd q = {fd, POLLOUT, 0};
+        if (poll(&q, 1, 5000) != 1) FAIL("no POLLOUT");
+    }
+    double cpu = thread_cpu_s() - c0, wall = now_s() - t0;
+    fprintf(stderr, "compat %s: cpu %.0f us of %.0f us\n", mode, cpu * 1e6, wall * 1e6);
+    char c;
+    for (;;) {
+        struct pollfd q = {fd, POLLIN, 0};
+        if (poll(&q, 1, 5000) != 1) FAIL("no answer");
+        ssize_t k = read(fd, &c, 1);
+        if (k == 1) break;
+        if (k < 0 && errno == EAGAIN) continue;
+        FAIL("answer: %zd %s", k, k < 0 ? strerror(errno) : "EOF");
+    }
+    if (c != 'S') FAIL("answer %c", c);
+}
+void slow_settle_server(int fd) {
+    /* The scene, not a wait for readiness: an acceptor slow to its
+     * connection's first use (a forking server's worker starting up). */
+    struct timespec late = {0, SETTLE_LATE_US * 1000L};
+    nanosleep(&late, NULL);
+    char c;
+    read_all(fd, &c, 1);
+    if (c != 's') FAIL("byte %c", c);
+    write_all(fd, "S", 1);
+}

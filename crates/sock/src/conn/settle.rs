@@ -47,12 +47,12 @@ pub(super) fn settle(fd: RawFd) -> Route {
         // Our parent was settling it when it forked us: as for a
         // connection it carries, not usable here (and never waited for).
         pid if pid != crate::process::id() => return Route::Fail(libc::EIO),
-        _ => {
-            if waits_for_peer() {
-                // The settling thread needs a CPU, and a program told
-                // EAGAIN often asks again at once (a level-triggered
-                // EPOLLOUT: the kernel socket has room): give it ours.
-                std::thread::yield_now();
+        me => {
+            // A program told EAGAIN often asks again at once (a
+            // level-triggered EPOLLOUT: the kernel socket has room), and
+            // the settling thread needs a CPU: sleep until it is done,
+            // for a while, rather than spin beside it.
+            if waits_for_peer() && !settled_within(&conn, me, SETTLE_WAIT) {
                 return Route::Fail(libc::EAGAIN);
             }
         }
@@ -62,6 +62,30 @@ pub(super) fn settle(fd: RawFd) -> Route {
         None => Route::Fail(libc::EIO),
     };
     route
+}
+
+/// How long a call on a connection this process is settling aside waits
+/// for the settling to end before it says EAGAIN. Long enough for a
+/// settling on a busy host (the peer's first use and the VI handshake:
+/// ~0.5 ms on two CPUs), short enough that a one-threaded program that is
+/// both ends (its own first use comes only after this call returns) is
+/// slowed, not stopped.
+const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// Sleeps until no thread of process `me` settles `conn` any more, at
+/// most `limit`; whether it ended.
+fn settled_within(conn: &Conn, me: u32, limit: std::time::Duration) -> bool {
+    let until = std::time::Instant::now() + limit;
+    loop {
+        if conn.settling.load(Ordering::Acquire) != me {
+            return true;
+        }
+        let now = std::time::Instant::now();
+        if now >= until {
+            return false;
+        }
+        openvia_core::sys::futex::wait(&conn.settling, me, Some(until - now));
+    }
 }
 
 /// Whether `conn` still waits for its peer (its first use to come).
@@ -100,6 +124,7 @@ fn settle_aside(fd: RawFd, conn: &Arc<Conn>) -> bool {
             let g = c.setup.lock().unwrap_or_else(|e| e.into_inner());
             let _ = settle_locked(dup, g);
             c.settling.store(0, Ordering::Release);
+            openvia_core::sys::futex::wake_all(&c.settling);
             crate::room::poke(dup);
             // SAFETY: closing the duplicate this thread was given.
             unsafe { (real().close)(dup) };
@@ -109,6 +134,7 @@ fn settle_aside(fd: RawFd, conn: &Arc<Conn>) -> bool {
         // SAFETY: closing the duplicate no thread took.
         unsafe { (real().close)(dup) };
         conn.settling.store(0, Ordering::Release);
+        openvia_core::sys::futex::wake_all(&conn.settling);
     }
     started
 }
