@@ -27,6 +27,14 @@ impl Tx {
             self.tail = self.ends.pop_front().unwrap_or(self.tail);
         }
         if self.ends.is_empty() {
+            // Nothing unread: the next message goes at the ring's start,
+            // not after the last one. A request and its answer then use
+            // the same few cache lines each time, where marching on
+            // through the ring (1 MiB a direction) would bring new lines
+            // into the cache with every message and push out the
+            // program's own (a forking server with eight connections ran
+            // its own code 18 % slower per request).
+            self.head = self.head.next_multiple_of(RING_BYTES as u64);
             self.tail = self.head;
         }
     }
@@ -90,9 +98,32 @@ mod tests {
         let at = send(&mut t, SLOT_BYTES).expect("room after the first big one");
         assert_eq!(at % ring, 0, "wrapped to the start, not across the end");
         assert!(at + SLOT_BYTES as u64 - t.tail <= ring);
-        // Everything read: the ring is empty and the next goes at the head.
+        // Everything read: the ring is empty and the next goes at its
+        // start again.
         t.release(t.sent);
         assert_eq!(t.tail, t.head);
-        assert_eq!(t.place(100), Some(t.head));
+        let at = t.place(100).expect("an empty ring has room");
+        assert_eq!(at % ring, 0, "an empty ring starts over");
+        assert!(at >= t.head, "places only move on");
+    }
+
+    #[test]
+    fn a_request_and_its_answer_reuse_the_start_of_the_ring() {
+        let ring = RING_BYTES as u64;
+        let mut t = tx();
+        for i in 0..1000u32 {
+            let at = send(&mut t, 300).expect("room");
+            assert_eq!(at % ring, 0, "message {i} at the start");
+            t.release(t.sent);
+        }
+        // Started over, the whole ring is room: a small unread message
+        // and as many whole slots as fit beside it (the bytes skipped to
+        // reach the start count as free).
+        assert_eq!(send(&mut t, 8).map(|at| at % ring), Some(0));
+        let slots = (ring - 8) / SLOT_BYTES as u64;
+        for k in 0..slots {
+            assert!(send(&mut t, SLOT_BYTES).is_some(), "slot {k} has room");
+        }
+        assert_eq!(t.place(SLOT_BYTES), None, "and no more");
     }
 }
