@@ -56,6 +56,8 @@ void exec_closing_server(int fd, const char *how);
 void exec_on(int fd, const char *next);
 void exec_handler(int fd, const char *next);
 void exec_server(int fd);
+void exec_bare_server(int fd);
+void exec_bare_client(int fd);
 void exec_used_client(int fd);
 void exec_used_server(int fd);
 void exec_vfork_server(int fd);

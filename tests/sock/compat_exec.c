@@ -1,5 +1,5 @@
 /* compat (see compat.c): handing a connection across fork and exec.
- * Modes exec, exec-vfork, exec-connect, exec-closerange, exec-closeloop,
+ * Modes exec, exec-vfork, exec-connect, exec-bare, exec-bare-connect, exec-closerange, exec-closeloop,
  * exec-closefrom, exec-used, exec-self, fork-used, fork-close, fork-stream,
  * fork-settling. */
 #include "compat.h"
@@ -41,6 +41,30 @@ void exec_handler(int fd, const char *next) {
     if (waitpid(h, &st, 0) != h || !WIFEXITED(st) || WEXITSTATUS(st)) FAIL("handler failed");
 }
 void exec_server(int fd) { exec_handler(fd, "exec-handler"); }
+
+/* exec-bare, exec-bare-connect: as exec and exec-connect, but the new
+ * program runs without viarun (an environment without LD_PRELOAD, as a
+ * statically linked or set-user-ID program would): it reads and writes
+ * the kernel socket only. The connection both ends agreed on and did not
+ * use yet must then stay on kernel TCP, with no byte of viarun's in the
+ * stream (before, the peer's hello reached the new program as data and
+ * the peer waited for good for a VI nobody made). */
+static void exec_bare_on(int fd, const char *next) {
+    if (dup2(fd, 0) != 0 || dup2(fd, 1) != 1) FAIL("dup2");
+    close(fd);
+    char *argv[] = {"compat", (char *)next, NULL};
+    char *envp[] = {"COMPAT_BARE=1", NULL};
+    execve("/proc/self/exe", argv, envp);
+    FAIL("exec: %s", strerror(errno));
+}
+void exec_bare_server(int fd) {
+    pid_t h = fork();
+    if (h < 0) FAIL("fork");
+    if (h == 0) exec_bare_on(fd, "exec-handler");
+    int st;
+    if (waitpid(h, &st, 0) != h || !WIFEXITED(st) || WEXITSTATUS(st)) FAIL("handler failed");
+}
+void exec_bare_client(int fd) { exec_bare_on(fd, "exec-dialer"); }
 /* exec-vfork: as exec, but the handler is started as Python's subprocess
  * starts one: vfork, then dup2 and close in the child, in the parent's
  * memory, before the exec. The parent's own descriptors must be left as

@@ -169,6 +169,34 @@ fn socket_open_outside(inode: u64, first: u32, last: u32) -> bool {
     }
 }
 
+/// Calls `f(fd, inode)` for each socket open here without close-on-exec
+/// (what an exec keeps), in descriptor order, until `f` says stop
+/// (false). Allocates nothing: exec hooks may run in a vfork child.
+pub(crate) fn each_kept_socket(mut f: impl FnMut(RawFd, u64) -> bool) {
+    let mut open = [0 as RawFd; 256];
+    let mut from = 0u32;
+    loop {
+        let n = open_descriptors(&mut open, from);
+        for &fd in &open[..n] {
+            let Some(ino) = socket_inode(fd) else {
+                continue;
+            };
+            // SAFETY: F_GETFD on an open descriptor of ours.
+            let flags = unsafe { (real().fcntl)(fd, libc::F_GETFD, 0) };
+            if flags < 0 || flags & libc::FD_CLOEXEC != 0 {
+                continue;
+            }
+            if !f(fd, ino) {
+                return;
+            }
+        }
+        if n < open.len() {
+            return;
+        }
+        from = open[n - 1] as u32 + 1;
+    }
+}
+
 /// Fills `out` with this process's open descriptors of at least `from`,
 /// in increasing order, and says how many; `out.len()` means there may be
 /// more (ask again from the last one plus one). Read from /proc/self/fd

@@ -438,6 +438,130 @@ pub fn hand_over_before_exec() {
     }
 }
 
+/// Before an exec of a program without the library (`bare`), here or in
+/// a vfork child: each connection whose socket it keeps and that both
+/// sides agreed to carry on one host but neither used yet stays on the
+/// kernel instead (`Control::go_bare`): the peer says no hello, or the
+/// one it said is taken off our stream here, and the peer's first use
+/// (or the one it waits in) ends on the kernel. A connection already
+/// carried cannot follow: a line on stderr says so. Between hosts an
+/// agreed connection is not handled (the same line). Nothing here
+/// allocates; locks are only tried.
+pub fn go_bare_before_exec() {
+    let mut done = [0u64; 64];
+    let mut n = 0;
+    crate::closing::each_kept_socket(|fd, ino| {
+        // The table knows the socket under the descriptor this process
+        // (or the parent whose memory a vfork child borrows) gave it,
+        // perhaps another than the one the program keeps.
+        if done[..n].contains(&ino) {
+            return true;
+        }
+        if let Some(stays) = bare_by_inode(ino, fd) {
+            if !stays {
+                warn_bare(fd);
+            }
+            if n < done.len() {
+                done[n] = ino;
+                n += 1;
+            }
+        }
+        true
+    });
+}
+
+/// `go_bare_before_exec` for the connection of socket inode `ino`, kept
+/// as `fd`: None if the table does not know it; else whether it stays
+/// on the kernel for the bare program.
+fn bare_by_inode(ino: u64, fd: RawFd) -> Option<bool> {
+    // Not held past the lookup: taking the answer calls hooked functions
+    // (fcntl), which look in the table themselves.
+    let c = {
+        let t = TABLE.try_lock().ok()?;
+        t.iter()
+            .flat_map(|m| m.values())
+            .find(|c| c.inode == ino)?
+            .clone()
+    };
+    let Ok(mut g) = c.setup.try_lock() else {
+        return Some(false);
+    };
+    // A connector not answered yet (`nc -e`: it execs right after its
+    // connect) takes the answer first, where it may wait and allocate
+    // (not in a vfork child: it would wait in its parent's stead).
+    if let Setup::AwaitAnswer {
+        listener,
+        dst_port,
+        dst,
+        inherit,
+    } = &*g
+    {
+        if crate::process::borrowing_parent_memory() || inherit.as_ref().is_some_and(|i| !i.claim())
+        {
+            return Some(false);
+        }
+        let next = settle::answered(fd, *listener, *dst_port, dst, inherit);
+        *g = next;
+    }
+    Some(match &*g {
+        Setup::Agreed { side, control, .. } => match control.go_bare(*side) {
+            Some(crate::control::PeerHello::Never) => true,
+            Some(crate::control::PeerHello::Said) => take_hello(fd),
+            None => false,
+        },
+        Setup::Kernel | Setup::Broken | Setup::Refused { .. } => true,
+        _ => false,
+    })
+}
+
+/// Takes the peer's hello off `fd`'s stream, waiting for it up to 2 s
+/// (the peer is sending it); whether that byte was the hello.
+fn take_hello(fd: RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd of ours.
+    if unsafe { (real().poll)(&mut p, 1, 2000) } != 1 {
+        return false;
+    }
+    matches!(
+        crate::kernel::peek_state(fd),
+        crate::kernel::Peek::Byte(crate::link::HELLO)
+    ) && crate::kernel::take_byte(fd) == Ok(crate::link::HELLO)
+}
+
+/// One line on stderr: the program about to run cannot use connection
+/// `fd` (formatted by hand: this may run in a vfork child).
+fn warn_bare(fd: RawFd) {
+    let mut line = [0u8; 200];
+    let head: &[u8] = b"viarun: descriptor ";
+    let tail: &[u8] = b" is a connection carried over openvia, and the program about to run \
+does not load the library; it cannot use it (docs/sockets.md)\n";
+    let mut at = 0;
+    line[..head.len()].copy_from_slice(head);
+    at += head.len();
+    let mut digits = [0u8; 10];
+    let mut v = fd.max(0) as u32;
+    let mut k = digits.len();
+    loop {
+        k -= 1;
+        digits[k] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    line[at..at + digits.len() - k].copy_from_slice(&digits[k..]);
+    at += digits.len() - k;
+    let tail = &tail[..tail.len().min(line.len() - at)];
+    line[at..at + tail.len()].copy_from_slice(tail);
+    at += tail.len();
+    // SAFETY: writing our own bytes to stderr.
+    let _ = unsafe { (real().write)(2, line.as_ptr().cast(), at) };
+}
+
 /// For the hand-over watcher (`netlink::start_watcher`): serves every
 /// request a process without the VI made for a connection this process
 /// carries. Whether there was one.

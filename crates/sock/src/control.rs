@@ -79,6 +79,15 @@ const RAW_READ: usize = 8;
 const LOOKED: usize = 16;
 /// Bytes between the two directions' words (own cache lines).
 const STRIDE: usize = 128;
+/// Each side's hello word (`say_hello`, `go_bare`), a cache line apiece.
+const HELLOS: usize = 2048;
+/// The side said (or is saying) its hello on the kernel stream.
+const HELLO_SAID: u32 = 1;
+/// A process of the side went bare (exec'd a program without the
+/// library) before the side said hello: it never will.
+const HELLO_BARE: u32 = 2;
+/// The other side went bare: this side must not say hello.
+const HELLO_BARRED: u32 = 4;
 
 /// A doorbell byte is in the kernel stream (or on its way there).
 const BELL: u64 = 1;
@@ -341,6 +350,58 @@ impl Control {
     pub fn rx(&self, side: Side) -> Direction<'_> {
         Direction(self.word(1 - tx_index(side)))
     }
+
+    fn hello_word(&self, side: Side) -> &AtomicU32 {
+        self.word32(HELLOS + tx_index(side) * 64)
+    }
+
+    /// Before `side` says hello at its first use: false if a process of
+    /// either side went bare first, and the connection stays on the kernel
+    /// (no byte of ours may then enter the stream).
+    pub fn say_hello(&self, side: Side) -> bool {
+        self.hello_word(side)
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                (w & (HELLO_BARE | HELLO_BARRED) == 0).then_some(w | HELLO_SAID)
+            })
+            .is_ok()
+    }
+
+    /// A process of `side` is about to exec a bare program on the
+    /// connection, which neither side used yet: from now on both sides
+    /// keep it on the kernel. None if `side` said hello already (its byte
+    /// is in the peer's stream: too late); else whether the peer said
+    /// its hello, which then heads our kernel stream (or is on its way)
+    /// and must be taken off before the bare program reads.
+    pub fn go_bare(&self, side: Side) -> Option<PeerHello> {
+        self.hello_word(side)
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                (w & HELLO_SAID == 0).then_some(w | HELLO_BARE)
+            })
+            .ok()?;
+        let peer = self
+            .hello_word(peer_of(side))
+            .fetch_or(HELLO_BARRED, Ordering::AcqRel);
+        Some(if peer & HELLO_SAID != 0 {
+            PeerHello::Said
+        } else {
+            PeerHello::Never
+        })
+    }
+
+    /// Whether the connection stays on the kernel for `side`: a process
+    /// of either side went bare.
+    pub fn stays_on_kernel(&self, side: Side) -> bool {
+        self.hello_word(side).load(Ordering::Acquire) & (HELLO_BARE | HELLO_BARRED) != 0
+    }
+}
+
+/// What `go_bare` found of the peer's hello.
+#[derive(Debug, PartialEq, Eq)]
+pub enum PeerHello {
+    /// Said: one byte to take off our kernel stream.
+    Said,
+    /// Never to be said.
+    Never,
 }
 
 fn tx_index(side: Side) -> usize {
@@ -584,6 +645,43 @@ mod tests {
         // SAFETY: closing the memfd the test just made.
         unsafe { libc::close(fd) };
         c
+    }
+
+    /// An end about to exec a program without the library on a
+    /// connection nobody used keeps it on the kernel for both sides: the
+    /// peer says no hello from then on, and one it said already is
+    /// reported (to be taken off the stream); too late once its own side
+    /// said hello.
+    #[test]
+    fn an_end_that_goes_bare_keeps_both_sides_on_the_kernel() {
+        let c = page();
+        assert!(!c.stays_on_kernel(Side::Connector));
+        assert_eq!(c.go_bare(Side::Acceptor), Some(PeerHello::Never));
+        assert!(!c.say_hello(Side::Connector), "the peer may not say hello");
+        assert!(!c.say_hello(Side::Acceptor), "nor another process of ours");
+        assert!(c.stays_on_kernel(Side::Connector) && c.stays_on_kernel(Side::Acceptor));
+
+        let c = page();
+        assert!(c.say_hello(Side::Connector));
+        assert_eq!(
+            c.go_bare(Side::Acceptor),
+            Some(PeerHello::Said),
+            "its hello heads our stream"
+        );
+        assert!(
+            c.stays_on_kernel(Side::Connector),
+            "its meet ends on the kernel"
+        );
+
+        let c = page();
+        assert!(c.say_hello(Side::Acceptor));
+        assert_eq!(
+            c.go_bare(Side::Acceptor),
+            None,
+            "our hello is out: too late"
+        );
+        assert!(!c.stays_on_kernel(Side::Connector));
+        assert!(c.say_hello(Side::Connector));
     }
 
     #[test]

@@ -22,6 +22,7 @@ use libc::{c_char, c_int, pid_t};
 use std::os::fd::RawFd;
 use std::sync::OnceLock;
 
+use crate::bare::Target;
 use crate::real::{real, sym};
 
 type Argv = *const *const c_char;
@@ -80,44 +81,31 @@ impl Marks {
             return m;
         }
         let mut marked = [0u64; 64];
-        let mut open = [0 as RawFd; 256];
-        let mut from = 0u32;
-        loop {
-            let n = crate::closing::open_descriptors(&mut open, from);
-            for &fd in &open[..n] {
-                let Some(ino) = crate::kernel::socket_inode(fd) else {
-                    continue;
-                };
-                // SAFETY: F_GETFD on an open descriptor of ours.
-                let flags = unsafe { (real().fcntl)(fd, libc::F_GETFD, 0) };
-                let keeps = flags >= 0 && flags & libc::FD_CLOEXEC == 0;
-                // Each kept socket asks the table itself: a list of the
-                // carried ones, bounded as nothing here may allocate, left
-                // some out past 64 connections, and a program exec'd on
-                // one of those read its doorbells as data.
-                if !keeps || marked[..m.n].contains(&ino) || !crate::conn::carries(ino) {
-                    continue;
-                }
-                // Its record (every carried connection has one) goes
-                // across exec by itself: the new program takes it up.
-                let switchable = crate::inherit::find_held(|r| r.socket_inode == ino).is_some();
-                if switchable {
-                    continue;
-                }
-                if m.n == m.fds.len() {
-                    return m;
-                }
-                if let Some(rec) = crate::inherit::mark_unusable(fd) {
-                    marked[m.n] = ino;
-                    m.fds[m.n] = rec;
-                    m.n += 1;
-                }
+        crate::closing::each_kept_socket(|fd, ino| {
+            // Each kept socket asks the table itself: a list of the
+            // carried ones, bounded as nothing here may allocate, left
+            // some out past 64 connections, and a program exec'd on one
+            // of those read its doorbells as data.
+            if marked[..m.n].contains(&ino) || !crate::conn::carries(ino) {
+                return true;
             }
-            if n < open.len() {
-                return m;
+            // Its record (every carried connection has one) goes across
+            // exec by itself: the new program takes it up.
+            let switchable = crate::inherit::find_held(|r| r.socket_inode == ino).is_some();
+            if switchable {
+                return true;
             }
-            from = open[n - 1] as u32 + 1;
-        }
+            if m.n == m.fds.len() {
+                return false;
+            }
+            if let Some(rec) = crate::inherit::mark_unusable(fd) {
+                marked[m.n] = ino;
+                m.fds[m.n] = rec;
+                m.n += 1;
+            }
+            true
+        });
+        m
     }
 }
 
@@ -141,8 +129,11 @@ pub fn mark_for_child() {
 /// Runs `f` (an exec or a spawn) with the records in place; they are
 /// closed when it returns (an exec that returns failed; a spawn's child
 /// has its copies by then).
-fn with_marks(f: impl FnOnce() -> c_int) -> c_int {
+fn with_marks(target: Target, envp: Argv, f: impl FnOnce() -> c_int) -> c_int {
     crate::process::note_fork();
+    if crate::guarded(false, || crate::bare::will_be_bare(target, envp)) {
+        crate::guarded((), crate::conn::go_bare_before_exec);
+    }
     if !crate::process::borrowing_parent_memory() {
         // A spawned program may ask for a connection carried between hosts.
         crate::guarded((), crate::netlink::start_watcher);
@@ -168,46 +159,56 @@ fn with_marks(f: impl FnOnce() -> c_int) -> c_int {
 /// connections that the new program keeps are handed to the kernel (our
 /// VI ends here). Not in a vfork child: its parent, whose memory it
 /// borrows, goes on with them.
-fn exec_with_marks(f: impl FnOnce() -> c_int) -> c_int {
+fn exec_with_marks(target: Target, envp: Argv, f: impl FnOnce() -> c_int) -> c_int {
     if !crate::process::borrowing_parent_memory() {
         crate::guarded((), crate::conn::hand_over_before_exec);
     }
-    with_marks(f)
+    with_marks(target, envp, f)
 }
 
 /// # Safety
 /// The C prototype of execve(2).
 #[no_mangle]
 pub unsafe extern "C" fn execve(path: *const c_char, argv: Argv, envp: Argv) -> c_int {
-    exec_with_marks(|| (exec_fns().execve)(path, argv, envp))
+    exec_with_marks(Target::Path(path), envp, || {
+        (exec_fns().execve)(path, argv, envp)
+    })
 }
 
 /// # Safety
 /// The C prototype of execv(3).
 #[no_mangle]
 pub unsafe extern "C" fn execv(path: *const c_char, argv: Argv) -> c_int {
-    exec_with_marks(|| (exec_fns().execv)(path, argv))
+    exec_with_marks(Target::Path(path), std::ptr::null(), || {
+        (exec_fns().execv)(path, argv)
+    })
 }
 
 /// # Safety
 /// The C prototype of execvp(3).
 #[no_mangle]
 pub unsafe extern "C" fn execvp(file: *const c_char, argv: Argv) -> c_int {
-    exec_with_marks(|| (exec_fns().execvp)(file, argv))
+    exec_with_marks(Target::Search(file), std::ptr::null(), || {
+        (exec_fns().execvp)(file, argv)
+    })
 }
 
 /// # Safety
 /// The C prototype of execvpe(3).
 #[no_mangle]
 pub unsafe extern "C" fn execvpe(file: *const c_char, argv: Argv, envp: Argv) -> c_int {
-    exec_with_marks(|| (exec_fns().execvpe)(file, argv, envp))
+    exec_with_marks(Target::Search(file), envp, || {
+        (exec_fns().execvpe)(file, argv, envp)
+    })
 }
 
 /// # Safety
 /// The C prototype of fexecve(3).
 #[no_mangle]
 pub unsafe extern "C" fn fexecve(fd: c_int, argv: Argv, envp: Argv) -> c_int {
-    exec_with_marks(|| (exec_fns().fexecve)(fd, argv, envp))
+    exec_with_marks(Target::Fd(fd), envp, || {
+        (exec_fns().fexecve)(fd, argv, envp)
+    })
 }
 
 /// # Safety
@@ -221,7 +222,9 @@ pub unsafe extern "C" fn posix_spawn(
     argv: *const *mut c_char,
     envp: *const *mut c_char,
 ) -> c_int {
-    with_marks(|| (exec_fns().posix_spawn)(pid, path, actions, attr, argv, envp))
+    with_marks(Target::Path(path), envp.cast(), || {
+        (exec_fns().posix_spawn)(pid, path, actions, attr, argv, envp)
+    })
 }
 
 /// # Safety
@@ -235,5 +238,7 @@ pub unsafe extern "C" fn posix_spawnp(
     argv: *const *mut c_char,
     envp: *const *mut c_char,
 ) -> c_int {
-    with_marks(|| (exec_fns().posix_spawnp)(pid, file, actions, attr, argv, envp))
+    with_marks(Target::Search(file), envp.cast(), || {
+        (exec_fns().posix_spawnp)(pid, file, actions, attr, argv, envp)
+    })
 }

@@ -192,6 +192,9 @@ unsafe impl Sync for Link {}
 pub enum HandshakeEnd {
     /// The peer closed before it ever used the connection: plain EOF.
     PeerNeverCame,
+    /// A process of either side exec'd a program without the library on
+    /// the connection before its first use: it stays on the kernel.
+    PeerWentBare,
     /// Something failed after both sides committed: the stream is lost.
     Broken,
     /// Another process of one end, which forked from the one setting the
@@ -211,6 +214,13 @@ impl Link {
         control: Arc<Control>,
         record: Option<Arc<crate::inherit::Inherit>>,
     ) -> Result<Link, HandshakeEnd> {
+        // A process of either side exec'd a program without the library
+        // on the connection before its first use (`conn::go_bare_before_
+        // exec`): it stays on the kernel, and no byte of ours may enter a
+        // stream that program reads.
+        if !control.say_hello(side) {
+            return Err(HandshakeEnd::PeerWentBare);
+        }
         kernel::send_byte(fd, HELLO).map_err(|_| HandshakeEnd::Broken)?;
         if let Some(r) = &record {
             r.note_hello_sent();
@@ -220,9 +230,22 @@ impl Link {
         link.shared.store(shared, Ordering::Relaxed);
         link.set_nonblocking(kernel::is_nonblocking(fd));
         let control = link.control.clone();
-        let switched = move || control.rx(side).seen().switched || control.tx(side).seen().switched;
+        // A peer that went bare after our hello took it off its stream
+        // and never meets: ended like a switch (no byte of the stream
+        // taken), then told apart.
+        let switched = move || {
+            control.rx(side).seen().switched
+                || control.tx(side).seen().switched
+                || control.stays_on_kernel(side)
+        };
         let (nic, vi) = (&link.nic, &link.vi);
-        meet(fd, nic, vi, side, token, None, &switched, Hello::Sent, None)?;
+        meet(fd, nic, vi, side, token, None, &switched, Hello::Sent, None).map_err(|e| {
+            if link.control.stays_on_kernel(side) {
+                HandshakeEnd::PeerWentBare
+            } else {
+                e
+            }
+        })?;
         kernel::no_delay(fd);
         if let Some(page) = link.control.take_fd() {
             link.record = match record {

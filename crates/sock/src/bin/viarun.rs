@@ -57,10 +57,14 @@ impl Ends {
     }
 }
 
-/// "viarun: 3 connections over shm, 0 over kernel TCP".
+/// "viarun: 3 connections over shm, 0 over kernel TCP". A `back` line is
+/// an end of a connection agreed on a device that stayed on the kernel
+/// after all (its peer exec'd a program without the library before
+/// using it): it moves that key's connection to the kernel's count.
 fn summary(lines: &str) -> String {
     let mut devices: Vec<(String, Ends)> = Vec::new();
     let mut kernel = Ends::default();
+    let mut back = Ends::default();
     for line in lines.lines() {
         let mut f = line.split(' ');
         let (Some(device), Some(key), Some(side)) = (f.next(), f.next(), f.next()) else {
@@ -68,6 +72,10 @@ fn summary(lines: &str) -> String {
         };
         if device == "tcp" {
             kernel.note(key, side);
+            continue;
+        }
+        if device == "back" {
+            back.note(key, side);
             continue;
         }
         match devices.iter_mut().find(|(d, _)| d == device) {
@@ -78,6 +86,16 @@ fn summary(lines: &str) -> String {
                 devices.push((device.to_string(), ends));
             }
         }
+    }
+    for (key, ends) in &back.0 {
+        let n = ends[0].max(ends[1]);
+        for (_, dev) in devices.iter_mut() {
+            if let Some(e) = dev.0.get_mut(key) {
+                e[0] = e[0].saturating_sub(n);
+                e[1] = e[1].saturating_sub(n);
+            }
+        }
+        kernel.0.entry(key.clone()).or_default()[0] += n;
     }
     if devices.is_empty() {
         devices.push(("shm".to_string(), Ends::default()));
@@ -172,6 +190,13 @@ mod tests {
         assert_eq!(
             summary(again),
             "viarun: 2 connections over shm, 1 over kernel TCP"
+        );
+        // a-b agreed on shm, then stayed on the kernel (its acceptor
+        // exec'd a program without the library): one end says so.
+        let back = "shm a-b c\nshm a-b a\nshm c-d c\nback a-b c\n";
+        assert_eq!(
+            summary(back),
+            "viarun: 1 connections over shm, 1 over kernel TCP"
         );
         assert_eq!(
             summary(""),

@@ -183,51 +183,7 @@ fn settle_locked(fd: RawFd, mut g: std::sync::MutexGuard<'_, Setup>) -> Route {
                 dst_port,
                 dst,
                 inherit,
-            } => {
-                let answer = rendezvous::await_answer(*listener, *dst_port, fd);
-                if let (Some((_, page)), Some(i)) = (&answer, inherit) {
-                    if i.may_be_shared() {
-                        // The record's other holders (our parent, a
-                        // process we forked) keep it used: a program the
-                        // parent runs on the socket after us, or that
-                        // process using it, needs the page (`inherit`).
-                        rendezvous::stash_page(*listener, *page);
-                    }
-                }
-                // SAFETY: closing the answer socket we opened.
-                unsafe { (real().close)(*listener) };
-                let key = stats::key_of(fd, Some(dst.clone()));
-                match answer {
-                    Some((token, page)) => {
-                        stats::record(
-                            crate::link::device_short_name(Medium::Local),
-                            &key,
-                            Side::Connector,
-                        );
-                        let control = Control::map(page);
-                        // SAFETY: the received page's descriptor, ours to close.
-                        unsafe { (real().close)(page) };
-                        match control {
-                            Some(control) => Setup::Agreed {
-                                side: Side::Connector,
-                                token,
-                                control: Arc::new(control),
-                                inherit: None,
-                                claimed: inherit.clone(),
-                            },
-                            // Both committed; without the page we cannot follow.
-                            None => Setup::Broken,
-                        }
-                    }
-                    None => {
-                        stats::record("tcp", &key, Side::Connector);
-                        if let Some(i) = inherit {
-                            i.note_kernel();
-                        }
-                        Setup::Kernel
-                    }
-                }
-            }
+            } => answered(fd, *listener, *dst_port, dst, inherit),
             Setup::Agreed {
                 side,
                 token,
@@ -243,6 +199,11 @@ fn settle_locked(fd: RawFd, mut g: std::sync::MutexGuard<'_, Setup>) -> Route {
             ) {
                 Ok(link) => Setup::Via(Arc::new(link)),
                 Err(HandshakeEnd::PeerNeverCame) => Setup::Kernel,
+                Err(HandshakeEnd::PeerWentBare) => {
+                    // Counted over the device when both sides agreed.
+                    stats::record("back", &stats::key_of(fd, None), *side);
+                    Setup::Kernel
+                }
                 Err(HandshakeEnd::Broken) => Setup::Broken,
                 Err(HandshakeEnd::Switched) => {
                     Setup::Via(Arc::new(crate::switched::Switched::new(
@@ -294,7 +255,7 @@ fn settle_locked(fd: RawFd, mut g: std::sync::MutexGuard<'_, Setup>) -> Route {
                 let record = inherit.as_ref().or(claimed.as_ref()).cloned();
                 match NetLink::handshake(fd, *side, *token, host, record) {
                     Ok(link) => Setup::Via(Arc::new(link)),
-                    Err(HandshakeEnd::PeerNeverCame) => Setup::Kernel,
+                    Err(HandshakeEnd::PeerNeverCame | HandshakeEnd::PeerWentBare) => Setup::Kernel,
                     Err(HandshakeEnd::Broken | HandshakeEnd::Switched) => Setup::Broken,
                 }
             }
@@ -395,4 +356,58 @@ fn sibling_state(fd: RawFd, setup: &Setup) -> Option<Setup> {
         _ => return None,
     };
     Some(Setup::Via(carried))
+}
+
+/// The acceptor's answer to a connector (`Setup::AwaitAnswer`), and what
+/// the connection is then: agreed on, or on the kernel.
+pub(super) fn answered(
+    fd: RawFd,
+    listener: RawFd,
+    dst_port: u16,
+    dst: &str,
+    inherit: &Option<Arc<crate::inherit::Inherit>>,
+) -> Setup {
+    let answer = rendezvous::await_answer(listener, dst_port, fd);
+    if let (Some((_, page)), Some(i)) = (&answer, inherit) {
+        if i.may_be_shared() {
+            // The record's other holders (our parent, a
+            // process we forked) keep it used: a program the
+            // parent runs on the socket after us, or that
+            // process using it, needs the page (`inherit`).
+            rendezvous::stash_page(listener, *page);
+        }
+    }
+    // SAFETY: closing the answer socket we opened.
+    unsafe { (real().close)(listener) };
+    let key = stats::key_of(fd, Some(dst.to_string()));
+    match answer {
+        Some((token, page)) => {
+            stats::record(
+                crate::link::device_short_name(Medium::Local),
+                &key,
+                Side::Connector,
+            );
+            let control = Control::map(page);
+            // SAFETY: the received page's descriptor, ours to close.
+            unsafe { (real().close)(page) };
+            match control {
+                Some(control) => Setup::Agreed {
+                    side: Side::Connector,
+                    token,
+                    control: Arc::new(control),
+                    inherit: None,
+                    claimed: inherit.clone(),
+                },
+                // Both committed; without the page we cannot follow.
+                None => Setup::Broken,
+            }
+        }
+        None => {
+            stats::record("tcp", &key, Side::Connector);
+            if let Some(i) = inherit {
+                i.note_kernel();
+            }
+            Setup::Kernel
+        }
+    }
 }
