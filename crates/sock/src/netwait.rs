@@ -147,14 +147,17 @@ mod tests {
     fn waits_that_the_spin_does_not_serve_soon_sleep_at_once() {
         let mut set = crate::netlink::spin_window();
         let mut looks = Vec::new();
-        for _ in 0..12 {
+        // Twelve halvings take the window to one look on a quiet machine;
+        // beside CPU-bound programs a wait whose CPU was taken between
+        // looks does not shrink it (waitspin.rs), so a few more may go by.
+        while looks.len() < 40 && looks.last() != Some(&1) {
             let k = Kernel::new(usize::MAX, Duration::from_millis(1));
             assert_eq!(run(&mut set, &k, None), 1);
             assert_eq!(k.sleeps.get(), 1);
             looks.push(k.calls.get() - 1);
         }
         assert!(looks[0] > 1, "the first wait spun: {looks:?}");
-        assert_eq!(*looks.last().unwrap(), 1, "the last looked once: {looks:?}");
+        assert_eq!(*looks.last().unwrap(), 1, "a wait looked once: {looks:?}");
     }
 
     /// A wait with a limit returns 0 once it passed, spin included, and
