@@ -1,5 +1,6 @@
 /* compat (see compat.c): handing a connection across fork and exec.
- * Modes exec, exec-vfork, exec-connect, exec-bare, exec-bare-connect, exec-closerange, exec-closeloop,
+ * Modes exec, exec-vfork, exec-connect, exec-bare, exec-bare-connect,
+ * exec-bare-used, exec-closerange, exec-closeloop,
  * exec-closefrom, exec-used, exec-self, fork-used, fork-close, fork-stream,
  * fork-settling. */
 #include "compat.h"
@@ -60,11 +61,37 @@ static void exec_bare_on(int fd, const char *next) {
 void exec_bare_server(int fd) {
     pid_t h = fork();
     if (h < 0) FAIL("fork");
-    if (h == 0) exec_bare_on(fd, "exec-handler");
+    if (h == 0) exec_bare_on(fd, strcmp(mode, "exec-bare-used") == 0 ? "exec-greeter" : "exec-handler");
     int st;
     if (waitpid(h, &st, 0) != h || !WIFEXITED(st) || WEXITSTATUS(st)) FAIL("handler failed");
 }
 void exec_bare_client(int fd) { exec_bare_on(fd, "exec-dialer"); }
+
+/* exec-bare-used: the acceptor reads the client's request (so under
+ * viarun the connection is carried), then its forked handler execs a
+ * program without viarun on it, which greets the client and echoes
+ * EXEC_BYTES. The client sends nothing more until the greeting came, so
+ * nothing of its lies unread in the acceptor's ring at the exec: the
+ * stream goes back to the kernel, plain for the new program (before, it
+ * read the client's doorbells as data and both waited for good). */
+void exec_bare_used_client(int fd) {
+    write_all(fd, "r", 1);
+    char g[5];
+    read_all(fd, g, sizeof g);
+    if (memcmp(g, "ready", sizeof g)) FAIL("greeting %.5s", g);
+    check_echo(fd, fd);
+}
+void exec_bare_used_server(int fd) {
+    char r;
+    read_all(fd, &r, 1);
+    if (r != 'r') FAIL("request %c", r);
+    exec_bare_server(fd);
+}
+int exec_bare_greeter(void) {
+    write_all(1, "ready", 5);
+    echo_bytes(0, 1);
+    return 0;
+}
 /* exec-vfork: as exec, but the handler is started as Python's subprocess
  * starts one: vfork, then dup2 and close in the child, in the parent's
  * memory, before the exec. The parent's own descriptors must be left as

@@ -125,6 +125,14 @@ pub trait Carried: Send + Sync {
     fn serve_request(&self, _fd: RawFd) -> bool {
         false
     }
+    /// Right before a program without the library is exec'd on the
+    /// socket (it reads and writes the kernel only): hands the stream to
+    /// the kernel so that the next byte that program reads is the peer's
+    /// next data, and its writes reach the peer as data. Whether that
+    /// could be done (else the program cannot use the connection).
+    fn go_bare(&self, _fd: RawFd) -> bool {
+        false
+    }
 }
 
 /// Copies from `src` into the program's buffers `out` at the cursor

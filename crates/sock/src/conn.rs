@@ -444,9 +444,10 @@ pub fn hand_over_before_exec() {
 /// kernel instead (`Control::go_bare`): the peer says no hello, or the
 /// one it said is taken off our stream here, and the peer's first use
 /// (or the one it waits in) ends on the kernel. A connection already
-/// carried cannot follow: a line on stderr says so. Between hosts an
-/// agreed connection is not handled (the same line). Nothing here
-/// allocates; locks are only tried.
+/// carried on one host is switched with a plain stream for the program
+/// (`Carried::go_bare`), when nothing the peer sent lies unread. What
+/// cannot follow (that, and between hosts any connection) gets a line on
+/// stderr. Nothing here allocates; locks are only tried.
 pub fn go_bare_before_exec() {
     let mut done = [0u64; 64];
     let mut n = 0;
@@ -509,6 +510,7 @@ fn bare_by_inode(ino: u64, fd: RawFd) -> Option<bool> {
             Some(crate::control::PeerHello::Said) => take_hello(fd),
             None => false,
         },
+        Setup::Via(link) => link.go_bare(fd),
         Setup::Kernel | Setup::Broken | Setup::Refused { .. } => true,
         _ => false,
     })

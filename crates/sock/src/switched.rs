@@ -76,6 +76,78 @@ fn raw_tx(control: &Control, side: Side, fd: RawFd) -> Result<(), i32> {
     }
 }
 
+/// Right before a program without the library is exec'd on the socket
+/// (`Carried::go_bare`): the connection is switched, and the kernel
+/// stream is made plain for that program, which cannot drop doorbells
+/// or read the ring. Our switch byte goes out after our last doorbell
+/// (the peer drops up to it, as for any switch); on our stream, the
+/// peer's doorbell, or its doorbells up to its switch byte, are taken
+/// off, and where the peer sent no switch byte yet we claim its place so
+/// that it sends none: its raw writes then follow at once. False, and
+/// the program cannot use the connection, when bytes the peer wrote are
+/// still unread in the ring (the program cannot reach them) or a byte
+/// does not come in time. May run in a vfork child: no allocation.
+pub(crate) fn bare_over(control: &Control, side: Side, fd: RawFd) -> bool {
+    let writer = peer_of(side);
+    switch(control, side);
+    if raw_tx(control, side, fd).is_err() {
+        return false;
+    }
+    let Some(_lock) = control.lock_reader(writer, false) else {
+        return false;
+    };
+    if control.raw_read(writer) {
+        return true;
+    }
+    if left_in_ring(control, side) != Ok(0) {
+        return false;
+    }
+    let theirs = control.rx(side);
+    let start = Instant::now();
+    let sent_switch = loop {
+        match theirs.claim() {
+            // Its doorbells are all out (a claim waits for the one on
+            // its way): from now on its stream is raw.
+            Claim::Mine => {
+                theirs.set_raw();
+                break false;
+            }
+            Claim::Done => break true,
+            Claim::Wait if start.elapsed() > CLAIM_LIMIT => return false,
+            Claim::Wait => std::thread::sleep(Duration::from_micros(20)),
+        }
+    };
+    if sent_switch {
+        loop {
+            match take_one_within(fd, CLAIM_LIMIT) {
+                Some(SWITCH_BYTE) => break,
+                Some(_) => {} // a doorbell
+                None => return false,
+            }
+        }
+    } else if theirs.clear_bell(control.consumed(writer))
+        && take_one_within(fd, CLAIM_LIMIT) != Some(crate::link::DOORBELL)
+    {
+        return false;
+    }
+    control.set_raw_read(writer);
+    true
+}
+
+/// One byte off the kernel stream, waiting for it at most `limit`.
+fn take_one_within(fd: RawFd, limit: Duration) -> Option<u8> {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd of ours.
+    if unsafe { (real().poll)(&mut p, 1, limit.as_millis() as i32) } != 1 {
+        return None;
+    }
+    take_one(fd, false).ok()
+}
+
 /// Before this process lets a switched connection go (its last close,
 /// exit): takes the peer's doorbells (and its switch byte, if there) off
 /// the socket without waiting, once everything in the ring is read. A
@@ -375,6 +447,9 @@ impl Switched {
 }
 
 impl Carried for Switched {
+    fn go_bare(&self, fd: RawFd) -> bool {
+        bare_over(&self.control, self.side, fd)
+    }
     fn read(
         &self,
         fd: RawFd,

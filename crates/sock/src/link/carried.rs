@@ -106,6 +106,9 @@ impl crate::carried::Carried for Link {
             crate::switched::drain(&self.control, self.side, fd);
         }
     }
+    fn go_bare(&self, fd: RawFd) -> bool {
+        crate::switched::bare_over(&self.control, self.side, fd)
+    }
     fn switched(&self, fd: RawFd) -> Option<Arc<dyn crate::carried::Carried>> {
         Some(Arc::new(crate::switched::Switched::new(
             self.control.clone(),
