@@ -5,7 +5,7 @@
  *
  *   compat MODE   MODE: poll select epoll-lt epoll-et epoll-nested peek
  *                       dup threads sendfile splice exec exec-vfork exec-connect
- *                       exec-bare exec-bare-connect exec-bare-used
+ *                       exec-bare exec-bare-connect exec-bare-used exec-bare-ahead
  *                       exec-closerange exec-closeloop exec-closefrom exec-used exec-self fork-used fork-close
  *                       fork-stream fork-first fork-race
  *                       epollout-et epollout-lt fork-settling shutdown-wakes
@@ -642,6 +642,7 @@ int main(int argc, char **argv) {
         else if (strcmp(mode, "exec-bare") == 0) check_echo(fd, fd);
         else if (strcmp(mode, "exec-bare-connect") == 0) exec_bare_client(fd);
         else if (strcmp(mode, "exec-bare-used") == 0) exec_bare_used_client(fd);
+        else if (strcmp(mode, "exec-bare-ahead") == 0) exec_bare_ahead_client(fd);
         else if (strcmp(mode, "exec-closefrom") == 0) exec_closing_on(fd, "from", "exec-dialer");
         else if (strcmp(mode, "epollout-et") == 0 || strcmp(mode, "epollout-lt") == 0) epollout_reader(fd);
         else if (strcmp(mode, "fork-settling") == 0) fork_settling_client(fd);
@@ -690,7 +691,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "exec") == 0) exec_server(fd);
     else if (strcmp(mode, "exec-bare") == 0) exec_bare_server(fd);
     else if (strcmp(mode, "exec-bare-connect") == 0) echo_bytes(fd, fd);
-    else if (strcmp(mode, "exec-bare-used") == 0) exec_bare_used_server(fd);
+    else if (strcmp(mode, "exec-bare-used") == 0 || strcmp(mode, "exec-bare-ahead") == 0) exec_bare_used_server(fd);
     else if (strcmp(mode, "exec-vfork") == 0) exec_vfork_server(fd);
     else if (strcmp(mode, "exec-closerange") == 0) exec_closing_server(fd, "range");
     else if (strcmp(mode, "exec-closeloop") == 0) exec_closing_server(fd, "loop");

@@ -60,6 +60,7 @@ void exec_bare_server(int fd);
 void exec_bare_client(int fd);
 void exec_bare_used_client(int fd);
 void exec_bare_used_server(int fd);
+void exec_bare_ahead_client(int fd);
 int exec_bare_greeter(void);
 void exec_used_client(int fd);
 void exec_used_server(int fd);

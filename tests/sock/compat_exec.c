@@ -1,6 +1,6 @@
 /* compat (see compat.c): handing a connection across fork and exec.
  * Modes exec, exec-vfork, exec-connect, exec-bare, exec-bare-connect,
- * exec-bare-used, exec-closerange, exec-closeloop,
+ * exec-bare-used, exec-bare-ahead, exec-closerange, exec-closeloop,
  * exec-closefrom, exec-used, exec-self, fork-used, fork-close, fork-stream,
  * fork-settling. */
 #include "compat.h"
@@ -86,6 +86,18 @@ void exec_bare_used_server(int fd) {
     read_all(fd, &r, 1);
     if (r != 'r') FAIL("request %c", r);
     exec_bare_server(fd);
+}
+/* exec-bare-ahead: as exec-bare-used, but the client sends its request
+ * and the whole payload at once, so the payload lies unread in the
+ * acceptor's ring when its handler execs the program without viarun:
+ * the client's side must send it again through the kernel. */
+void exec_bare_ahead_client(int fd) {
+    static char b[1 + EXEC_BYTES], back[EXEC_BYTES];
+    b[0] = 'r';
+    for (size_t i = 0; i < EXEC_BYTES; i++) b[1 + i] = (char)pattern(8, i);
+    write_all(fd, b, sizeof b);
+    read_all(fd, back, sizeof back);
+    if (memcmp(b + 1, back, sizeof back)) FAIL("echo through the exec'd program differs");
 }
 int exec_bare_greeter(void) {
     write_all(1, "ready", 5);

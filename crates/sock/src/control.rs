@@ -88,6 +88,9 @@ const HELLO_SAID: u32 = 1;
 const HELLO_BARE: u32 = 2;
 /// The other side went bare: this side must not say hello.
 const HELLO_BARRED: u32 = 4;
+/// Within a side's hello line: its reader asks it to send again, raw
+/// after its switch byte, what the reader did not use up (`ask_rewind`).
+const REWIND: usize = 4;
 
 /// A doorbell byte is in the kernel stream (or on its way there).
 const BELL: u64 = 1;
@@ -386,6 +389,22 @@ impl Control {
         } else {
             PeerHello::Never
         })
+    }
+
+    /// The reading side of `writer`'s direction, about to hand the stream
+    /// to a program that reads the kernel only, asks `writer` to send
+    /// what it has not used up again, raw right after its switch byte
+    /// (`switched::raw_tx`): that program cannot read the ring.
+    pub fn ask_rewind(&self, writer: Side) {
+        self.word32(HELLOS + tx_index(writer) * 64 + REWIND)
+            .store(1, Ordering::Release);
+    }
+
+    /// Whether `writer` was asked to send its unread messages again.
+    pub fn rewind_asked(&self, writer: Side) -> bool {
+        self.word32(HELLOS + tx_index(writer) * 64 + REWIND)
+            .load(Ordering::Acquire)
+            != 0
     }
 
     /// Whether the connection stays on the kernel for `side`: a process

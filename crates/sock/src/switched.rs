@@ -65,7 +65,10 @@ fn raw_tx(control: &Control, side: Side, fd: RawFd) -> Result<(), i32> {
         match tx.claim() {
             Claim::Done => return Ok(()),
             Claim::Mine => {
-                let sent = kernel::send_byte(fd, SWITCH_BYTE);
+                let mut sent = kernel::send_byte(fd, SWITCH_BYTE);
+                if sent.is_ok() && control.rewind_asked(side) {
+                    sent = resend_unread(control, side, fd);
+                }
                 // Even when the peer is gone: nobody waits for it then.
                 tx.set_raw();
                 return sent;
@@ -90,21 +93,39 @@ fn raw_tx(control: &Control, side: Side, fd: RawFd) -> Result<(), i32> {
 pub(crate) fn bare_over(control: &Control, side: Side, fd: RawFd) -> bool {
     let writer = peer_of(side);
     switch(control, side);
-    if raw_tx(control, side, fd).is_err() {
-        return false;
-    }
     let Some(_lock) = control.lock_reader(writer, false) else {
         return false;
     };
     if control.raw_read(writer) {
-        return true;
-    }
-    if left_in_ring(control, side) != Ok(0) {
-        return false;
+        return raw_tx(control, side, fd).is_ok();
     }
     let theirs = control.rx(side);
+    let unread = match left_in_ring(control, side) {
+        Ok(n) => n,
+        Err(_) => return false,
+    };
+    if unread > 0 {
+        // What the peer wrote and we did not read lies in our ring: it
+        // sends that again, raw after its switch byte, when it sees the
+        // switch. Asked before our switch byte goes out: a reader of its
+        // that takes that byte then sees the request.
+        control.ask_rewind(writer);
+    }
+    if raw_tx(control, side, fd).is_err() {
+        return false;
+    }
     let start = Instant::now();
     let sent_switch = loop {
+        if unread > 0 {
+            if theirs.raw() {
+                break true;
+            }
+            if start.elapsed() > CLAIM_LIMIT {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(50));
+            continue;
+        }
         match theirs.claim() {
             // Its doorbells are all out (a claim waits for the one on
             // its way): from now on its stream is raw.
@@ -146,6 +167,56 @@ fn take_one_within(fd: RawFd, limit: Duration) -> Option<u8> {
         return None;
     }
     take_one(fd, false).ok()
+}
+
+/// After our switch byte, when the reader asked (`Control::ask_rewind`:
+/// it hands the stream to a program that reads the kernel only): every
+/// byte of ours it has not used up, raw, in order; then they count as
+/// used up. The reader holds its side's lock meanwhile and reads nothing.
+fn resend_unread(control: &Control, side: Side, fd: RawFd) -> Result<(), i32> {
+    let posted = control.tx(side).seen().posted;
+    let mut i = control.consumed(side);
+    let mut taken = control.taken(side) as usize;
+    while i != posted {
+        let (place, len) = checked_entry(control, side, i)?;
+        let from = taken.min(len);
+        // SAFETY: [place, place + len) lies in our ring (checked), which
+        // nobody writes once the connection is switched.
+        let bytes =
+            unsafe { std::slice::from_raw_parts(control.ring(side).add(place + from), len - from) };
+        send_all(fd, bytes)?;
+        taken = 0;
+        i = i.wrapping_add(1);
+    }
+    control.set_taken(side, 0);
+    control.set_consumed(side, posted);
+    Ok(())
+}
+
+/// Sends all of `bytes` on the kernel socket, waiting for room.
+fn send_all(fd: RawFd, mut bytes: &[u8]) -> Result<(), i32> {
+    while !bytes.is_empty() {
+        let n = transfer(
+            fd,
+            std::iter::once((bytes.as_ptr() as *mut u8, bytes.len())),
+            libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+            true,
+        );
+        match n {
+            Ok(n) => bytes = &bytes[n..],
+            Err(libc::EAGAIN) => {
+                let mut p = libc::pollfd {
+                    fd,
+                    events: libc::POLLOUT,
+                    revents: 0,
+                };
+                // SAFETY: one pollfd of ours.
+                unsafe { (real().poll)(&mut p, 1, 1000) };
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// Before this process lets a switched connection go (its last close,
@@ -218,6 +289,12 @@ pub(crate) fn read(
         return Ok(0);
     }
     let writer = peer_of(side);
+    if control.rewind_asked(side) && !control.tx(side).raw() {
+        // Our reader is about to give the stream to a program that reads
+        // the kernel only (`bare_over`) and waits for our switch byte and
+        // what it did not read: sent now, as a writer would.
+        let _ = raw_tx(control, side, fd);
+    }
     let Some(lock) = control.lock_reader(writer, nonblocking) else {
         return Err(libc::EAGAIN);
     };
@@ -261,6 +338,11 @@ pub(crate) fn read(
         }
     }
     drop(lock);
+    if control.rewind_asked(side) && !control.tx(side).raw() {
+        // Asked before the switch byte we just took (`bare_over`), and
+        // not seen above: sent before this read waits in the kernel.
+        let _ = raw_tx(control, side, fd);
+    }
     let mut flags = 0;
     if peek {
         flags |= libc::MSG_PEEK;
