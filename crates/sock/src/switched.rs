@@ -83,19 +83,24 @@ fn raw_tx(control: &Control, side: Side, fd: RawFd) -> Result<(), i32> {
 /// (`Carried::go_bare`): the connection is switched, and the kernel
 /// stream is made plain for that program, which cannot drop doorbells
 /// or read the ring. Our switch byte goes out after our last doorbell
-/// (the peer drops up to it, as for any switch); on our stream, the
-/// peer's doorbell, or its doorbells up to its switch byte, are taken
-/// off, and where the peer sent no switch byte yet we claim its place so
-/// that it sends none: its raw writes then follow at once. False, and
-/// the program cannot use the connection, when bytes the peer wrote are
-/// still unread in the ring (the program cannot reach them) or a byte
-/// does not come in time. May run in a vfork child: no allocation.
+/// (the peer drops up to it, as for any switch). The peer is asked to
+/// send what we did not read again, raw right after its own switch byte
+/// (`ask_rewind`): then on our stream its doorbells up to that byte are
+/// taken off. Where nothing of its is unread and it sent no switch byte
+/// yet, we claim its place instead, so that it sends none and its raw
+/// writes follow at once (it need not act). False, and the program
+/// cannot use the connection, when a byte does not come in time (a peer
+/// that neither reads nor writes). May run in a vfork child: no
+/// allocation.
 pub(crate) fn bare_over(control: &Control, side: Side, fd: RawFd) -> bool {
     let writer = peer_of(side);
-    switch(control, side);
     let Some(_lock) = control.lock_reader(writer, false) else {
         return false;
     };
+    // Asked before the switch, so that no switch byte of the peer's can
+    // go out without what we did not read behind it.
+    control.ask_rewind(writer);
+    switch(control, side);
     if control.raw_read(writer) {
         return raw_tx(control, side, fd).is_ok();
     }
@@ -104,13 +109,8 @@ pub(crate) fn bare_over(control: &Control, side: Side, fd: RawFd) -> bool {
         Ok(n) => n,
         Err(_) => return false,
     };
-    if unread > 0 {
-        // What the peer wrote and we did not read lies in our ring: it
-        // sends that again, raw after its switch byte, when it sees the
-        // switch. Asked before our switch byte goes out: a reader of its
-        // that takes that byte then sees the request.
-        control.ask_rewind(writer);
-    }
+    // Our switch byte also wakes a reader of the peer's, which then sends
+    // its own (`read`).
     if raw_tx(control, side, fd).is_err() {
         return false;
     }
