@@ -1,10 +1,13 @@
 //! Whether a program about to be exec'd will run without this library: a
 //! *bare* program. The library reaches a program through LD_PRELOAD, so a
 //! program does not get it when the environment it is given names no
-//! libviarun, when it is linked statically (no ELF interpreter: Go
-//! programs, busybox), or when it is set-user-ID or set-group-ID to
-//! someone else (the loader then ignores LD_PRELOAD paths outside the
-//! system's). A script is judged by its interpreter (`#!`, one level).
+//! libviarun, when it is linked statically (no ELF interpreter:
+//! busybox, most Go programs), or when it is set-user-ID or
+//! set-group-ID to someone else (the loader then ignores LD_PRELOAD
+//! paths outside the system's). A Go program linked dynamically (for the
+//! C library's resolver) loads the library but makes its system calls
+//! itself, past it: it is known by its Go build-ID note. A script is
+//! judged by its interpreter (`#!`, one level).
 //!
 //! A bare program reads and writes its inherited sockets through the
 //! kernel only, so a connection both ends agreed to carry but did not yet
@@ -175,7 +178,7 @@ fn fd_is_bare(fd: c_int, depth: u32) -> bool {
         return depth > 0 && script_is_bare(head, depth);
     }
     if head.starts_with(b"\x7fELF") {
-        return elf_is_static(fd, head);
+        return elf_passes_us_by(fd, head);
     }
     false
 }
@@ -198,11 +201,13 @@ fn script_is_bare(head: &[u8], depth: u32) -> bool {
 }
 
 /// A 64-bit little-endian ELF file without a PT_INTERP program header
-/// (statically linked); other ELF files are not judged.
-fn elf_is_static(fd: c_int, head: &[u8]) -> bool {
+/// (statically linked), or with a Go build-ID note (a Go program makes
+/// its own system calls); other ELF files are not judged.
+fn elf_passes_us_by(fd: c_int, head: &[u8]) -> bool {
     const ELFCLASS64: u8 = 2;
     const ELFDATA2LSB: u8 = 1;
     const PT_INTERP: u32 = 3;
+    const PT_NOTE: u32 = 4;
     if head.len() < 64 || head[4] != ELFCLASS64 || head[5] != ELFDATA2LSB {
         return false;
     }
@@ -213,17 +218,47 @@ fn elf_is_static(fd: c_int, head: &[u8]) -> bool {
     if phoff == 0 || phnum == 0 || !(8..=256).contains(&phentsize) || phnum > 128 {
         return false;
     }
+    if phentsize < 56 {
+        return false;
+    }
     let mut ph = [0u8; 256];
+    let mut dynamic = false;
     for i in 0..phnum {
         let entry = &mut ph[..phentsize];
         if !read_at(fd, entry, phoff + (i * phentsize) as u64) {
             return false;
         }
-        if u32::from_le_bytes([entry[0], entry[1], entry[2], entry[3]]) == PT_INTERP {
-            return false;
+        let u64_at = |o: usize| u64::from_le_bytes(entry[o..o + 8].try_into().unwrap_or([0; 8]));
+        match u32::from_le_bytes([entry[0], entry[1], entry[2], entry[3]]) {
+            PT_INTERP => dynamic = true,
+            PT_NOTE if has_go_note(fd, u64_at(8), u64_at(32)) => return true,
+            _ => {}
         }
     }
-    true
+    !dynamic
+}
+
+/// Whether the notes at `offset` (`size` bytes, the first 512 read) hold
+/// one named "Go" (the Go linker's build ID).
+fn has_go_note(fd: c_int, offset: u64, size: u64) -> bool {
+    let mut buf = [0u8; 512];
+    let len = (size as usize).min(buf.len());
+    if len < 12 || !read_at(fd, &mut buf[..len], offset) {
+        return false;
+    }
+    let notes = &buf[..len];
+    let word = |o: usize| u32::from_le_bytes([notes[o], notes[o + 1], notes[o + 2], notes[o + 3]]);
+    let mut at = 0usize;
+    while at + 12 <= notes.len() {
+        let namesz = word(at) as usize;
+        let descsz = word(at + 4) as usize;
+        let name = at + 12;
+        if notes.get(name..name + namesz.min(3)) == Some(b"Go\0") && namesz == 4 {
+            return true;
+        }
+        at = name + namesz.next_multiple_of(4) + descsz.next_multiple_of(4);
+    }
+    false
 }
 
 #[cfg(test)]
@@ -284,6 +319,35 @@ mod tests {
         let (a, b) = (c(&on_static), c(&on_dynamic));
         assert!(will_be_bare(Target::Path(a.as_ptr()), ours.as_ptr()));
         assert!(!will_be_bare(Target::Path(b.as_ptr()), ours.as_ptr()));
+        // Dynamic, but a Go program (its build-ID note): it calls the
+        // kernel itself.
+        let mut go = dynamic.clone();
+        go[56..58].copy_from_slice(&2u16.to_le_bytes());
+        let mut note_ph = vec![0u8; 56];
+        note_ph[..4].copy_from_slice(&4u32.to_le_bytes());
+        let note_at = (64 + 2 * 56) as u64;
+        note_ph[8..16].copy_from_slice(&note_at.to_le_bytes());
+        let mut note = Vec::new();
+        note.extend_from_slice(&4u32.to_le_bytes()); // namesz
+        note.extend_from_slice(&8u32.to_le_bytes()); // descsz
+        note.extend_from_slice(&4u32.to_le_bytes()); // type
+        note.extend_from_slice(b"Go\0\0");
+        note.extend_from_slice(b"buildid!");
+        note_ph[32..40].copy_from_slice(&(note.len() as u64).to_le_bytes());
+        go.extend_from_slice(&note_ph);
+        go.extend_from_slice(&note);
+        let gop = dir.join("go");
+        std::fs::write(&gop, &go).unwrap();
+        let g = c(&gop);
+        assert!(will_be_bare(Target::Path(g.as_ptr()), ours.as_ptr()));
+        // Another note (GNU's) does not count.
+        let mut gnu = go.clone();
+        let name_at = note_at as usize + 12;
+        gnu[name_at..name_at + 4].copy_from_slice(b"GNU\0");
+        let gnup = dir.join("gnu");
+        std::fs::write(&gnup, &gnu).unwrap();
+        let n = c(&gnup);
+        assert!(!will_be_bare(Target::Path(n.as_ptr()), ours.as_ptr()));
         // By descriptor, as fexecve.
         let f = std::fs::File::open(&stat).unwrap();
         use std::os::fd::AsRawFd;
