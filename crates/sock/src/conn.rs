@@ -507,31 +507,17 @@ fn bare_by_inode(ino: u64, fd: RawFd) -> Option<bool> {
     Some(match &*g {
         Setup::Agreed { side, control, .. } => match control.go_bare(*side) {
             Some(crate::control::PeerHello::Never) => true,
-            Some(crate::control::PeerHello::Said) => take_hello(fd),
+            // Its hello heads our stream (or is on its way): taken off.
+            Some(crate::control::PeerHello::Said) => {
+                crate::kernel::take_byte_within(fd, std::time::Duration::from_secs(2))
+                    == Some(crate::link::HELLO)
+            }
             None => false,
         },
         Setup::Via(link) => link.go_bare(fd),
         Setup::Kernel | Setup::Broken | Setup::Refused { .. } => true,
         _ => false,
     })
-}
-
-/// Takes the peer's hello off `fd`'s stream, waiting for it up to 2 s
-/// (the peer is sending it); whether that byte was the hello.
-fn take_hello(fd: RawFd) -> bool {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one pollfd of ours.
-    if unsafe { (real().poll)(&mut p, 1, 2000) } != 1 {
-        return false;
-    }
-    matches!(
-        crate::kernel::peek_state(fd),
-        crate::kernel::Peek::Byte(crate::link::HELLO)
-    ) && crate::kernel::take_byte(fd) == Ok(crate::link::HELLO)
 }
 
 /// One line on stderr: the program about to run cannot use connection

@@ -26,7 +26,8 @@
 //! After the page come the data rings, one per direction of `RING_BYTES`:
 //! a writer copies a message's bytes (at most `SLOT_BYTES`) to the next
 //! free place of its ring — right after the previous message, or at the
-//! ring's start if it would not fit before the end — and the VI carries
+//! ring's start if it would not fit before the end or if nothing is
+//! unread (`link/tx.rs`) — and the VI carries
 //! only its length and place (8 bytes), so each byte is copied once into
 //! shared memory and once out (as SDP's buffer-copy writes into the
 //! peer's registered ring), and small messages lie packed, many to a

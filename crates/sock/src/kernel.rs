@@ -99,7 +99,26 @@ pub fn send_byte(fd: RawFd, b: u8) -> Result<(), i32> {
     }
 }
 
-fn wait_writable(fd: RawFd) {
+/// One byte off the stream, waiting for it at most `limit` (None: it did
+/// not come, or the stream ended or failed). Allocates nothing: exec
+/// hooks use it in vfork children.
+pub fn take_byte_within(fd: RawFd, limit: std::time::Duration) -> Option<u8> {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd of ours.
+    if unsafe { (real().poll)(&mut p, 1, limit.as_millis() as i32) } != 1 {
+        return None;
+    }
+    let mut b = 0u8;
+    // SAFETY: one byte into our own variable.
+    let n = unsafe { (real().recv)(fd, (&mut b as *mut u8).cast(), 1, libc::MSG_DONTWAIT) };
+    (n == 1).then_some(b)
+}
+
+pub fn wait_writable(fd: RawFd) {
     let mut p = libc::pollfd {
         fd,
         events: libc::POLLOUT,

@@ -140,33 +140,19 @@ pub(crate) fn bare_over(control: &Control, side: Side, fd: RawFd) -> bool {
     };
     if sent_switch {
         loop {
-            match take_one_within(fd, CLAIM_LIMIT) {
+            match kernel::take_byte_within(fd, CLAIM_LIMIT) {
                 Some(SWITCH_BYTE) => break,
                 Some(_) => {} // a doorbell
                 None => return false,
             }
         }
     } else if theirs.clear_bell(control.consumed(writer))
-        && take_one_within(fd, CLAIM_LIMIT) != Some(crate::link::DOORBELL)
+        && kernel::take_byte_within(fd, CLAIM_LIMIT) != Some(crate::link::DOORBELL)
     {
         return false;
     }
     control.set_raw_read(writer);
     true
-}
-
-/// One byte off the kernel stream, waiting for it at most `limit`.
-fn take_one_within(fd: RawFd, limit: Duration) -> Option<u8> {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one pollfd of ours.
-    if unsafe { (real().poll)(&mut p, 1, limit.as_millis() as i32) } != 1 {
-        return None;
-    }
-    take_one(fd, false).ok()
 }
 
 /// After our switch byte, when the reader asked (`Control::ask_rewind`:
@@ -204,15 +190,7 @@ fn send_all(fd: RawFd, mut bytes: &[u8]) -> Result<(), i32> {
         );
         match n {
             Ok(n) => bytes = &bytes[n..],
-            Err(libc::EAGAIN) => {
-                let mut p = libc::pollfd {
-                    fd,
-                    events: libc::POLLOUT,
-                    revents: 0,
-                };
-                // SAFETY: one pollfd of ours.
-                unsafe { (real().poll)(&mut p, 1, 1000) };
-            }
+            Err(libc::EAGAIN) => kernel::wait_writable(fd),
             Err(e) => return Err(e),
         }
     }

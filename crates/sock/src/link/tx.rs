@@ -11,7 +11,8 @@ pub(super) struct Tx {
     pub(super) sent: u32,
     /// Ring bytes used since the start (a place is this modulo
     /// RING_BYTES): the next message goes at `head` or, if it would cross
-    /// the ring's end, at the next start; the ring is free from `tail`,
+    /// the ring's end, at the next start (`release` moves it to the next
+    /// start when nothing is unread); the ring is free from `tail`,
     /// where the oldest unread message starts.
     pub(super) head: u64,
     pub(super) tail: u64,
