@@ -504,21 +504,89 @@ fn bare_by_inode(ino: u64, fd: RawFd) -> Option<bool> {
         let next = settle::answered(fd, *listener, *dst_port, dst, inherit);
         *g = next;
     }
-    Some(match &*g {
+    // The same between hosts.
+    if let Setup::AwaitNet {
+        offer,
+        dst,
+        inherit,
+    } = &*g
+    {
+        if crate::process::borrowing_parent_memory() || inherit.as_ref().is_some_and(|i| !i.claim())
+        {
+            return Some(false);
+        }
+        let next = settle::decided(fd, offer, dst, inherit);
+        *g = next;
+    }
+    let (stays, side) = match &*g {
         Setup::Agreed { side, control, .. } => match control.go_bare(*side) {
-            Some(crate::control::PeerHello::Never) => true,
+            Some(crate::control::PeerHello::Never) => (true, Some(*side)),
             // Its hello heads our stream (or is on its way): taken off.
-            Some(crate::control::PeerHello::Said) => {
+            Some(crate::control::PeerHello::Said) => (
                 crate::kernel::take_byte_within(fd, std::time::Duration::from_secs(2))
-                    == Some(crate::link::HELLO)
-            }
-            None => false,
+                    == Some(crate::link::HELLO),
+                Some(*side),
+            ),
+            None => (false, None),
         },
-        Setup::Via(link) => link.go_bare(fd),
-        Setup::Kernel | Setup::Broken | Setup::Refused { .. } => true,
-        _ => false,
-    })
+        Setup::AgreedNet {
+            side,
+            inherit,
+            claimed,
+            ..
+        } => (
+            net_go_bare(fd, inherit.as_ref(), claimed.as_ref()),
+            Some(*side),
+        ),
+        Setup::Via(link) => (link.go_bare(fd), None),
+        Setup::Kernel | Setup::Broken | Setup::Refused { .. } => (true, None),
+        _ => (false, None),
+    };
+    // Agreed on a device, it stays on the kernel after all: counted so
+    // (the peer, waiting in its handshake, says so too if it runs under
+    // the same `viarun --stats`).
+    if let (true, Some(side)) = (stays, side) {
+        crate::stats::record_in_exec("back", fd, side);
+    }
+    Some(stays)
 }
+
+/// `go_bare_before_exec` for a connection agreed on between hosts and
+/// not yet used: no page is shared with the peer, so the word goes in the
+/// stream (`link::BARE`, our last byte before the program's). A peer that
+/// began its first use before that byte came said its hello: it is on its
+/// way, and taken off our stream here (or the peer's own `BARE`, when its
+/// side went bare too). One that did not says none. `inherit`/`claimed`:
+/// the connection's exec record, which tells our other processes that it
+/// stays on the kernel. Whether it does.
+fn net_go_bare(
+    fd: RawFd,
+    inherit: Option<&Arc<crate::inherit::Inherit>>,
+    claimed: Option<&Arc<crate::inherit::Inherit>>,
+) -> bool {
+    // A process of ours (one forked from this one) used it first: its VI
+    // holds the stream, out of reach here.
+    if inherit.is_some_and(|i| !i.claim()) {
+        return false;
+    }
+    if crate::kernel::send_byte(fd, crate::link::BARE).is_err() {
+        return false;
+    }
+    let _ = crate::kernel::take_if_within(
+        fd,
+        &[crate::link::HELLO, crate::link::BARE],
+        PEER_HELLO_WITHIN,
+    );
+    if let Some(record) = inherit.or(claimed) {
+        record.note_kernel();
+    }
+    true
+}
+
+/// How long an exec waits for the hello of a peer that began its first
+/// use just before our `BARE` reached it (a round trip and the peer's
+/// scheduling; an idle peer costs the exec this much).
+const PEER_HELLO_WITHIN: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// One line on stderr: the program about to run cannot use connection
 /// `fd` (formatted by hand: this may run in a vfork child).

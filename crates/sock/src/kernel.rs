@@ -118,6 +118,40 @@ pub fn take_byte_within(fd: RawFd, limit: std::time::Duration) -> Option<u8> {
     (n == 1).then_some(b)
 }
 
+/// Takes the next byte if it is one of `wanted`, waiting for a byte at
+/// most `limit` (zero: only what is there now); a byte not wanted stays
+/// in the stream. None: no byte came, a byte not wanted heads the stream,
+/// or the stream ended or failed. Allocates nothing (exec hooks).
+pub fn take_if_within(fd: RawFd, wanted: &[u8], limit: std::time::Duration) -> Option<u8> {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        match peek_state(fd) {
+            Peek::Byte(b) if wanted.contains(&b) => {
+                // SAFETY: one byte into our own variable; the peek saw it.
+                let mut got = 0u8;
+                let n = unsafe {
+                    (real().recv)(fd, (&mut got as *mut u8).cast(), 1, libc::MSG_DONTWAIT)
+                };
+                return (n == 1).then_some(got);
+            }
+            Peek::Empty => {}
+            _ => return None,
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd of ours. Rounded up: a wait of 0 ms while
+        // time is left would spin.
+        unsafe { (real().poll)(&mut p, 1, left.as_millis().max(1) as i32) };
+    }
+}
+
 pub fn wait_writable(fd: RawFd) {
     let mut p = libc::pollfd {
         fd,

@@ -66,6 +66,13 @@ const LINGER: Duration = Duration::from_secs(10);
 
 pub const DOORBELL: u8 = b'D';
 pub const HELLO: u8 = b'H';
+/// Between hosts, where no page is shared: a process of this end exec'd a
+/// program without the library on a connection agreed on and not yet
+/// used (`conn::go_bare_before_exec`). The last byte of ours the stream
+/// carries before the program's own; the peer takes it and says no hello
+/// (or has its hello taken off by us), and the connection stays on the
+/// kernel.
+pub const BARE: u8 = b'B';
 
 /// Which device a link runs on: the one-host device (`VIARUN_DEVICE`,
 /// default `/dev/via_lo`) or the network device between hosts

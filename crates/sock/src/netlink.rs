@@ -60,7 +60,7 @@ use openvia_core::ViaError;
 
 use crate::control::Side;
 use crate::kernel;
-use crate::link::{meet, process_nic, HandshakeEnd, Hello, Listening, Medium, HELLO};
+use crate::link::{meet, process_nic, HandshakeEnd, Hello, Listening, Medium, BARE, HELLO};
 use crate::region::{Region, DESC_BYTES};
 
 mod handover;
@@ -308,6 +308,11 @@ impl NetLink {
         // connector's request travels meanwhile.
         let listening = match side {
             Side::Connector => {
+                // The acceptor's side exec'd a program without the library
+                // (`link::BARE`): no hello of ours may follow.
+                if kernel::take_if_within(fd, &[BARE], Duration::ZERO).is_some() {
+                    return Err(HandshakeEnd::PeerWentBare);
+                }
                 kernel::send_byte(fd, HELLO).map_err(|_| HandshakeEnd::Broken)?;
                 None
             }

@@ -459,23 +459,32 @@ pub fn port_of(a: &sockaddr_storage) -> Option<u16> {
 
 /// Text of an address, for the statistics' connection key.
 pub fn text_of(a: &sockaddr_storage) -> String {
+    let mut s = String::new();
+    let _ = write_address(a, &mut s);
+    s
+}
+
+/// `text_of` into any writer (a buffer on the stack, where nothing may be
+/// allocated: `stats::record_in_exec`).
+pub fn write_address(a: &sockaddr_storage, out: &mut impl std::fmt::Write) -> std::fmt::Result {
     match c_int::from(a.ss_family) {
         libc::AF_INET => {
             // SAFETY: the family says this is a sockaddr_in.
             let s = unsafe { &*(a as *const sockaddr_storage as *const libc::sockaddr_in) };
             let ip = std::net::Ipv4Addr::from(u32::from_be(s.sin_addr.s_addr));
-            format!("{ip}:{}", u16::from_be(s.sin_port))
+            write!(out, "{ip}:{}", u16::from_be(s.sin_port))
         }
         libc::AF_INET6 => {
             // SAFETY: the family says this is a sockaddr_in6.
             let s = unsafe { &*(a as *const sockaddr_storage as *const libc::sockaddr_in6) };
             let ip = std::net::Ipv6Addr::from(s.sin6_addr.s6_addr);
-            let ip = ip
-                .to_ipv4_mapped()
-                .map_or(ip.to_string(), |v4| v4.to_string());
-            format!("{ip}:{}", u16::from_be(s.sin6_port))
+            let port = u16::from_be(s.sin6_port);
+            match ip.to_ipv4_mapped() {
+                Some(v4) => write!(out, "{v4}:{port}"),
+                None => write!(out, "{ip}:{port}"),
+            }
         }
-        _ => String::from("?"),
+        _ => out.write_str("?"),
     }
 }
 

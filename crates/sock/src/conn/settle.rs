@@ -218,32 +218,7 @@ fn settle_locked(fd: RawFd, mut g: std::sync::MutexGuard<'_, Setup>) -> Route {
                 offer,
                 dst,
                 inherit,
-            } => {
-                let key = stats::key_of(fd, Some(dst.clone()));
-                match offer.decision(fd) {
-                    Some(yes) => {
-                        stats::record(
-                            crate::link::device_short_name(Medium::Network),
-                            &key,
-                            Side::Connector,
-                        );
-                        Setup::AgreedNet {
-                            side: Side::Connector,
-                            token: yes.token,
-                            peer_host: yes.host().to_vec(),
-                            inherit: None,
-                            claimed: inherit.clone(),
-                        }
-                    }
-                    None => {
-                        stats::record("tcp", &key, Side::Connector);
-                        if let Some(i) = inherit {
-                            i.note_kernel();
-                        }
-                        Setup::Kernel
-                    }
-                }
-            }
+            } => decided(fd, offer, dst, inherit),
             Setup::AgreedNet {
                 side,
                 token,
@@ -255,12 +230,51 @@ fn settle_locked(fd: RawFd, mut g: std::sync::MutexGuard<'_, Setup>) -> Route {
                 let record = inherit.as_ref().or(claimed.as_ref()).cloned();
                 match NetLink::handshake(fd, *side, *token, host, record) {
                     Ok(link) => Setup::Via(Arc::new(link)),
-                    Err(HandshakeEnd::PeerNeverCame | HandshakeEnd::PeerWentBare) => Setup::Kernel,
+                    Err(HandshakeEnd::PeerNeverCame) => Setup::Kernel,
+                    Err(HandshakeEnd::PeerWentBare) => {
+                        // Counted over the device when both sides agreed.
+                        stats::record("back", &stats::key_of(fd, None), *side);
+                        Setup::Kernel
+                    }
                     Err(HandshakeEnd::Broken | HandshakeEnd::Switched) => Setup::Broken,
                 }
             }
         };
         *g = next;
+    }
+}
+
+/// A connector's state once the acceptor's decision between hosts came
+/// (`offer`; it may wait for it).
+pub(super) fn decided(
+    fd: RawFd,
+    offer: &crate::remote::Offer,
+    dst: &str,
+    inherit: &Option<Arc<crate::inherit::Inherit>>,
+) -> Setup {
+    let key = stats::key_of(fd, Some(dst.to_string()));
+    match offer.decision(fd) {
+        Some(yes) => {
+            stats::record(
+                crate::link::device_short_name(Medium::Network),
+                &key,
+                Side::Connector,
+            );
+            Setup::AgreedNet {
+                side: Side::Connector,
+                token: yes.token,
+                peer_host: yes.host().to_vec(),
+                inherit: None,
+                claimed: inherit.clone(),
+            }
+        }
+        None => {
+            stats::record("tcp", &key, Side::Connector);
+            if let Some(i) = inherit {
+                i.note_kernel();
+            }
+            Setup::Kernel
+        }
     }
 }
 
@@ -294,7 +308,9 @@ const SIBLING_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// `used_by_sibling`'s one look.
 fn sibling_state(fd: RawFd, setup: &Setup) -> Option<Setup> {
     let went_kernel = match setup {
-        Setup::AwaitAnswer { inherit, .. } | Setup::AwaitNet { inherit, .. } => inherit.as_ref(),
+        Setup::AwaitAnswer { inherit, .. }
+        | Setup::AwaitNet { inherit, .. }
+        | Setup::AgreedNet { inherit, .. } => inherit.as_ref(),
         _ => None,
     };
     if went_kernel.is_some_and(|i| i.went_kernel()) {

@@ -11,7 +11,7 @@ use openvia_core::nic::Nic;
 use openvia_core::vi::Vi;
 use openvia_core::{Address, ConnRequest, ViaError};
 
-use super::{HandshakeEnd, HELLO, SLICE};
+use super::{HandshakeEnd, BARE, HELLO, SLICE};
 use crate::control::{Side, SWITCH_BYTE};
 use crate::kernel;
 
@@ -58,6 +58,11 @@ impl Listening {
     /// memory and VI are made (`NetLink::handshake`), so the connector's
     /// request is on its way while they are.
     pub(crate) fn announce(fd: RawFd, nic: &Nic, token: u64) -> Result<Listening, HandshakeEnd> {
+        // The connector's side exec'd a program without the library
+        // (`BARE`): no hello of ours may follow.
+        if kernel::take_if_within(fd, &[BARE], Duration::ZERO).is_some() {
+            return Err(HandshakeEnd::PeerWentBare);
+        }
         let local = local_address(nic, Side::Acceptor, token);
         let early = match openvia_core::connect_wait(nic.shared(), &local, Some(Duration::ZERO)) {
             Ok(req) => Some(req),
@@ -139,6 +144,14 @@ pub(crate) fn meet(
                         break Err(HandshakeEnd::Broken);
                     }
                 }
+                // The peer's side exec'd a program without the library
+                // and took our hello (between hosts): it never comes.
+                kernel::Peek::Byte(BARE) => {
+                    break match kernel::take_if_within(fd, &[BARE], Duration::ZERO) {
+                        Some(_) => Err(HandshakeEnd::PeerWentBare),
+                        None => Err(HandshakeEnd::Broken),
+                    };
+                }
                 kernel::Peek::Empty => {}
                 kernel::Peek::Eof => break Err(HandshakeEnd::PeerNeverCame),
                 _ => break Err(HandshakeEnd::Broken),
@@ -176,6 +189,12 @@ fn peer_hello_came(fd: RawFd, switched: &dyn Fn() -> bool) -> Result<(), Handsha
     loop {
         match kernel::peek_state(fd) {
             kernel::Peek::Byte(HELLO) => return Ok(()),
+            kernel::Peek::Byte(BARE) => {
+                return match kernel::take_if_within(fd, &[BARE], Duration::ZERO) {
+                    Some(_) => Err(HandshakeEnd::PeerWentBare),
+                    None => Err(HandshakeEnd::Broken),
+                };
+            }
             kernel::Peek::Empty if switched() => return Err(HandshakeEnd::Switched),
             kernel::Peek::Empty => kernel::wait_readable(fd),
             kernel::Peek::Eof => return Err(HandshakeEnd::PeerNeverCame),
