@@ -4,7 +4,7 @@
  * under viarun (where --stats must say the connection went over shm).
  *
  *   compat MODE   MODE: poll select epoll-lt epoll-et epoll-nested peek
- *                       dup threads sendfile splice exec exec-vfork exec-connect
+ *                       dup threads sendfile aliases splice exec exec-vfork exec-connect
  *                       exec-bare exec-bare-connect exec-bare-used exec-bare-ahead
  *                       exec-closerange exec-closeloop exec-closefrom exec-used exec-self fork-used fork-close
  *                       fork-stream fork-first fork-race
@@ -27,7 +27,7 @@
  * turns a hang into a failure.
  *
  * This file has the helpers, the modes of one socket feature each, and
- * main; the others, by what they check: compat_exec.c, compat_flow.c,
+ * main; the others, by what they check: compat_alias.c, compat_exec.c, compat_flow.c,
  * compat_listen.c, compat_stdio.c, compat_wait.c (compat.h joins them). */
 #include "compat.h"
 
@@ -285,7 +285,7 @@ static void both_ways(int fd, uint64_t mine, uint64_t theirs) {
 
 /* An unlinked temporary file holding `n` bytes of the stream seeded
  * `seed`, also left in `b`. */
-static int pattern_file(char *b, size_t n, uint64_t seed) {
+int pattern_file(char *b, size_t n, uint64_t seed) {
     char path[] = "/tmp/viarun-compat-XXXXXX";
     int f = mkstemp(path);
     if (f < 0) FAIL("mkstemp");
@@ -635,6 +635,7 @@ int main(int argc, char **argv) {
         else if (strcmp(mode, "dup") == 0) echo_client(fd);
         else if (strcmp(mode, "threads") == 0) both_ways(fd, 11, 12);
         else if (strcmp(mode, "sendfile") == 0) sendfile_client(fd);
+        else if (strcmp(mode, "aliases") == 0) aliases_client(fd);
         else if (strcmp(mode, "splice") == 0) splice_client(fd);
         else if (strcmp(mode, "exec") == 0 || strcmp(mode, "exec-vfork") == 0 ||
                  strcmp(mode, "exec-closerange") == 0 || strcmp(mode, "exec-closeloop") == 0) check_echo(fd, fd);
@@ -687,6 +688,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "nonblock") == 0) nonblock_server(fd);
     else if (strcmp(mode, "threads") == 0) both_ways(fd, 12, 11);
     else if (strcmp(mode, "sendfile") == 0) sendfile_server(fd);
+    else if (strcmp(mode, "aliases") == 0) aliases_server(fd);
     else if (strcmp(mode, "splice") == 0) splice_server(fd);
     else if (strcmp(mode, "exec") == 0) exec_server(fd);
     else if (strcmp(mode, "exec-bare") == 0) exec_bare_server(fd);

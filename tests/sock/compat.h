@@ -1,5 +1,6 @@
 /* Shared by the compat program's files (see compat.c): the helpers every
- * mode uses, and the modes that live in compat_exec.c (handing a
+ * mode uses, and the modes that live in compat_alias.c (the calls' other
+ * names in the C library), compat_exec.c (handing a
  * connection across fork and exec), compat_flow.c (writers waiting for
  * room, and ways a connection ends), compat_stdio.c (buffered streams on a
  * socket) and compat_listen.c (listeners and
@@ -43,6 +44,11 @@ void client_side(void);
 void nonblocking(int fd);
 void read_all(int fd, void *p, size_t n);
 void write_all(int fd, const void *p, size_t n);
+int pattern_file(char *b, size_t n, uint64_t seed);
+
+/* compat_alias.c */
+void aliases_client(int fd);
+void aliases_server(int fd);
 
 /* compat_exec.c */
 int exec_used_child(void);

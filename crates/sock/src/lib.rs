@@ -17,6 +17,7 @@
 //! The hooks below decide per call: not ours → the real call, unchanged.
 //! No panic leaves a hook: one becomes -1/EIO.
 
+mod aliases;
 mod bare;
 mod carried;
 mod closing;

@@ -43,6 +43,14 @@ pub struct Real {
     pub fcntl64: unsafe extern "C" fn(c_int, c_int, libc::c_ulong) -> c_int,
     pub ioctl: unsafe extern "C" fn(c_int, libc::c_ulong, *mut c_void) -> c_int,
     pub sendfile: unsafe extern "C" fn(c_int, c_int, *mut libc::off_t, size_t) -> ssize_t,
+    pub sendmmsg: unsafe extern "C" fn(c_int, *mut libc::mmsghdr, libc::c_uint, c_int) -> c_int,
+    pub recvmmsg: unsafe extern "C" fn(
+        c_int,
+        *mut libc::mmsghdr,
+        libc::c_uint,
+        c_int,
+        *mut libc::timespec,
+    ) -> c_int,
     pub poll: unsafe extern "C" fn(*mut libc::pollfd, libc::nfds_t, c_int) -> c_int,
     pub ppoll: unsafe extern "C" fn(
         *mut libc::pollfd,
@@ -122,6 +130,8 @@ pub fn real() -> &'static Real {
         fcntl64: sym(c"fcntl64"),
         ioctl: sym(c"ioctl"),
         sendfile: sym(c"sendfile"),
+        sendmmsg: sym(c"sendmmsg"),
+        recvmmsg: sym(c"recvmmsg"),
         splice: sym(c"splice"),
         poll: sym(c"poll"),
         ppoll: sym(c"ppoll"),
