@@ -4,7 +4,7 @@
  * under viarun (where --stats must say the connection went over shm).
  *
  *   compat MODE   MODE: poll select epoll-lt epoll-et epoll-nested peek
- *                       dup threads sendfile aliases splice exec exec-vfork exec-connect
+ *                       dup threads sendfile aliases seccomp splice exec exec-vfork exec-connect
  *                       exec-bare exec-bare-connect exec-bare-used exec-bare-ahead
  *                       exec-closerange exec-closeloop exec-closefrom exec-used exec-self fork-used fork-close
  *                       fork-stream fork-first fork-race
@@ -28,6 +28,7 @@
  *
  * This file has the helpers, the modes of one socket feature each, and
  * main; the others, by what they check: compat_alias.c, compat_exec.c, compat_flow.c,
+ * compat_sandbox.c,
  * compat_listen.c, compat_stdio.c, compat_wait.c (compat.h joins them). */
 #include "compat.h"
 
@@ -636,6 +637,7 @@ int main(int argc, char **argv) {
         else if (strcmp(mode, "threads") == 0) both_ways(fd, 11, 12);
         else if (strcmp(mode, "sendfile") == 0) sendfile_client(fd);
         else if (strcmp(mode, "aliases") == 0) aliases_client(fd);
+        else if (strcmp(mode, "seccomp") == 0) seccomp_client(fd);
         else if (strcmp(mode, "splice") == 0) splice_client(fd);
         else if (strcmp(mode, "exec") == 0 || strcmp(mode, "exec-vfork") == 0 ||
                  strcmp(mode, "exec-closerange") == 0 || strcmp(mode, "exec-closeloop") == 0) check_echo(fd, fd);
@@ -689,6 +691,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "threads") == 0) both_ways(fd, 12, 11);
     else if (strcmp(mode, "sendfile") == 0) sendfile_server(fd);
     else if (strcmp(mode, "aliases") == 0) aliases_server(fd);
+    else if (strcmp(mode, "seccomp") == 0) seccomp_server(fd);
     else if (strcmp(mode, "splice") == 0) splice_server(fd);
     else if (strcmp(mode, "exec") == 0) exec_server(fd);
     else if (strcmp(mode, "exec-bare") == 0) exec_bare_server(fd);

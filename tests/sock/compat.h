@@ -1,6 +1,7 @@
 /* Shared by the compat program's files (see compat.c): the helpers every
  * mode uses, and the modes that live in compat_alias.c (the calls' other
- * names in the C library), compat_exec.c (handing a
+ * names in the C library), compat_sandbox.c (a child under a seccomp
+ * filter), compat_exec.c (handing a
  * connection across fork and exec), compat_flow.c (writers waiting for
  * room, and ways a connection ends), compat_stdio.c (buffered streams on a
  * socket) and compat_listen.c (listeners and
@@ -49,6 +50,10 @@ int pattern_file(char *b, size_t n, uint64_t seed);
 /* compat_alias.c */
 void aliases_client(int fd);
 void aliases_server(int fd);
+
+/* compat_sandbox.c */
+void seccomp_client(int fd);
+void seccomp_server(int fd);
 
 /* compat_exec.c */
 int exec_used_child(void);

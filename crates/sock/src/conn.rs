@@ -487,6 +487,16 @@ fn bare_by_inode(ino: u64, fd: RawFd) -> Option<bool> {
     let Ok(mut g) = c.setup.try_lock() else {
         return Some(false);
     };
+    Some(make_plain(&mut g, fd))
+}
+
+/// Makes the kernel stream of connection `fd` (its state `g`) plain for a
+/// program that reads only the kernel socket, as far as it can be:
+/// whether it now is. The state itself is left as it was (a vfork child
+/// must not change its parent's); where the stream is plain, the program
+/// reads and writes it and the peer follows. Nothing allocated, unless a
+/// connector still awaits its answer (not in a vfork child).
+fn make_plain(g: &mut Setup, fd: RawFd) -> bool {
     // A connector not answered yet (`nc -e`: it execs right after its
     // connect) takes the answer first, where it may wait and allocate
     // (not in a vfork child: it would wait in its parent's stead).
@@ -499,7 +509,7 @@ fn bare_by_inode(ino: u64, fd: RawFd) -> Option<bool> {
     {
         if crate::process::borrowing_parent_memory() || inherit.as_ref().is_some_and(|i| !i.claim())
         {
-            return Some(false);
+            return false;
         }
         let next = settle::answered(fd, *listener, *dst_port, dst, inherit);
         *g = next;
@@ -513,7 +523,7 @@ fn bare_by_inode(ino: u64, fd: RawFd) -> Option<bool> {
     {
         if crate::process::borrowing_parent_memory() || inherit.as_ref().is_some_and(|i| !i.claim())
         {
-            return Some(false);
+            return false;
         }
         let next = settle::decided(fd, offer, dst, inherit);
         *g = next;
@@ -548,7 +558,42 @@ fn bare_by_inode(ino: u64, fd: RawFd) -> Option<bool> {
     if let (true, Some(side)) = (stays, side) {
         crate::stats::record_in_exec("back", fd, side);
     }
-    Some(stays)
+    stays
+}
+
+/// Before this process puts itself under a seccomp filter (`sandbox`),
+/// after which any system call of ours beyond the program's own may kill
+/// it (OpenSSH's pre-authentication child is allowed read, write, poll
+/// and little else): every connection it holds is made plain kernel TCP
+/// now, as for a program without the library (`make_plain`), and its
+/// calls go straight to the kernel from then on. What cannot be made
+/// plain (between hosts, a connection already carried: the bytes unread
+/// lie in our receive buffers) keeps its state, with a line on stderr.
+pub fn plain_before_sandbox() {
+    let conns: Vec<(RawFd, Arc<Conn>)> = {
+        let t = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+        t.as_ref()
+            .map(|m| m.iter().map(|(fd, c)| (*fd, c.clone())).collect())
+            .unwrap_or_default()
+    };
+    for (fd, c) in conns {
+        let Some(mut g) = c.lock_here() else {
+            warn_sandboxed(fd);
+            continue;
+        };
+        if matches!(*g, Setup::Kernel | Setup::Broken | Setup::Refused { .. }) {
+            continue;
+        }
+        if !make_plain(&mut g, fd) {
+            warn_sandboxed(fd);
+            continue;
+        }
+        match std::mem::replace(&mut *g, Setup::Kernel) {
+            // A parent's link is not ours to end (its VI, its NIC).
+            Setup::Via(link) if link.owner_pid() != crate::process::id() => std::mem::forget(link),
+            old => drop(old),
+        }
+    }
 }
 
 /// `go_bare_before_exec` for a connection agreed on between hosts and
@@ -591,10 +636,27 @@ const PEER_HELLO_WITHIN: std::time::Duration = std::time::Duration::from_millis(
 /// One line on stderr: the program about to run cannot use connection
 /// `fd` (formatted by hand: this may run in a vfork child).
 fn warn_bare(fd: RawFd) {
+    warn_unusable(
+        fd,
+        b" is a connection carried over openvia, and the program about to run \
+does not load the library; it cannot use it (docs/sockets.md)\n",
+    );
+}
+
+/// One line on stderr: connection `fd` could not be made plain before
+/// the process put itself under a seccomp filter.
+fn warn_sandboxed(fd: RawFd) {
+    warn_unusable(
+        fd,
+        b" is a connection carried over openvia that could not be handed to \
+the kernel before a seccomp filter; the filter may refuse its calls (docs/sockets.md)\n",
+    );
+}
+
+/// "viarun: descriptor FD" and `tail` on stderr, without allocating.
+fn warn_unusable(fd: RawFd, tail: &[u8]) {
     let mut line = [0u8; 200];
     let head: &[u8] = b"viarun: descriptor ";
-    let tail: &[u8] = b" is a connection carried over openvia, and the program about to run \
-does not load the library; it cannot use it (docs/sockets.md)\n";
     let mut at = 0;
     line[..head.len()].copy_from_slice(head);
     at += head.len();

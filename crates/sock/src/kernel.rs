@@ -54,6 +54,17 @@ pub fn wait_readable(fd: RawFd) {
     });
 }
 
+/// Whether `fd` becomes readable (data, EOF or error) within `limit`.
+pub fn readable_within(fd: RawFd, limit: std::time::Duration) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd of ours.
+    unsafe { (real().poll)(&mut p, 1, limit.as_millis() as i32) == 1 }
+}
+
 /// Whether the peer has closed or reset its end.
 pub fn peer_hung_up(fd: RawFd) -> bool {
     let mut p = libc::pollfd {

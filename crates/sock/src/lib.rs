@@ -41,6 +41,7 @@ mod region;
 mod remote;
 mod rendezvous;
 mod room;
+mod sandbox;
 mod select;
 mod spinwait;
 mod splice;

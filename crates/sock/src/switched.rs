@@ -306,10 +306,14 @@ pub(crate) fn read(
     }
     // Everything the ring held is read: the kernel stream, from the
     // peer's switch byte on.
+    let mut took_switch = false;
     while !control.raw_read(writer) {
         let wait = !nonblocking && (got == 0 || all);
         match take_one(fd, wait) {
-            Ok(SWITCH_BYTE) => control.set_raw_read(writer),
+            Ok(SWITCH_BYTE) => {
+                control.set_raw_read(writer);
+                took_switch = true;
+            }
             Ok(_) => {} // a doorbell or the hello
             Err(0) => return Ok(got),
             Err(e) => return if got > 0 { Ok(got) } else { Err(e) },
@@ -330,20 +334,41 @@ pub(crate) fn read(
     } else if nonblocking || got > 0 {
         flags |= libc::MSG_DONTWAIT;
     }
-    match transfer(
-        fd,
-        out.iter_mut().skip(seg).enumerate().map(|(k, o)| {
-            let from = if k == 0 { off.min(o.len()) } else { 0 };
-            (o[from..].as_mut_ptr(), o.len() - from)
-        }),
-        flags,
-        false,
-    ) {
+    let mut once = || {
+        transfer(
+            fd,
+            out.iter_mut().skip(seg).enumerate().map(|(k, o)| {
+                let from = if k == 0 { off.min(o.len()) } else { 0 };
+                (o[from..].as_mut_ptr(), o.len() - from)
+            }),
+            flags,
+            false,
+        )
+    };
+    let mut r = once();
+    if took_switch
+        && got == 0
+        && r == Err(libc::EAGAIN)
+        && kernel::readable_within(fd, RAW_AFTER_SWITCH)
+    {
+        // The peer's switch byte made the socket readable, and a program
+        // that polled for it reads now: the peer hands the connection
+        // over in order to go on (a program exec'd or sandboxed there),
+        // and what it writes next comes within moments. Said EAGAIN, a
+        // read after a readiness that the kernel alone would not have
+        // given (OpenSSH's client takes that as fatal).
+        r = once();
+    }
+    match r {
         Ok(n) => Ok(got + n),
         Err(_) if got > 0 => Ok(got),
         Err(e) => Err(e),
     }
 }
+
+/// How long a read that took only the peer's switch byte waits for the
+/// peer's first raw bytes before it says EAGAIN.
+const RAW_AFTER_SWITCH: Duration = Duration::from_millis(100);
 
 /// One byte off the kernel stream; Err(0) at EOF.
 fn take_one(fd: RawFd, wait: bool) -> Result<u8, i32> {
