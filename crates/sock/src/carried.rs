@@ -133,6 +133,25 @@ pub trait Carried: Send + Sync {
     fn go_bare(&self, _fd: RawFd) -> bool {
         false
     }
+    /// Right before this process puts itself under a seccomp filter
+    /// (`sandbox`), where `go_bare` cannot be done (between hosts, a
+    /// connection already carried): the connection handed to the kernel
+    /// and its stream moved on to plain data, what we had not read held
+    /// in memory, so that from now on its calls need no system call of
+    /// the library's. None where that cannot be done in time.
+    fn settle_for_sandbox(&self, _fd: RawFd) -> Option<std::sync::Arc<dyn Carried>> {
+        None
+    }
+    /// Its reads and writes are the kernel socket's from now on: the
+    /// table may say kernel.
+    fn is_plain(&self) -> bool {
+        false
+    }
+    /// Its writes are the kernel socket's (the program's own call does
+    /// them), while reads may still have bytes to hand out first.
+    fn kernel_writes(&self) -> bool {
+        false
+    }
 }
 
 /// Copies from `src` into the program's buffers `out` at the cursor

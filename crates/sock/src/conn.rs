@@ -275,15 +275,31 @@ pub fn route(fd: RawFd) -> Route {
         _ => None,
     });
     if let Ok(Some(link)) = remembered {
+        if link.is_plain() {
+            return now_kernel(fd);
+        }
         return Route::Via(link);
     }
     let r = settle(fd);
     let keep = match &r {
+        Route::Via(link) if link.is_plain() => return now_kernel(fd),
         Route::Via(link) => Some((fd, epoch, link.clone())),
         _ => None,
     };
     let _ = LAST.try_with(|l| *l.borrow_mut() = keep);
     r
+}
+
+/// A connection whose calls are the kernel socket's from now on
+/// (`Carried::is_plain`, after a seccomp filter): the table says so.
+fn now_kernel(fd: RawFd) -> Route {
+    let _ = LAST.try_with(|l| *l.borrow_mut() = None);
+    if let Some(mut g) = lookup(fd).as_ref().and_then(|c| c.lock_here()) {
+        if matches!(&*g, Setup::Via(link) if link.is_plain()) {
+            *g = Setup::Kernel;
+        }
+    }
+    Route::Kernel
 }
 
 /// Changes whenever an entry of the table comes or goes.
@@ -561,6 +577,18 @@ fn make_plain(g: &mut Setup, fd: RawFd) -> bool {
     stays
 }
 
+/// Every connection of the table with its descriptor, listed so that
+/// the table's lock is not held while they are worked on.
+fn every_conn() -> Vec<(RawFd, Arc<Conn>)> {
+    listed(&TABLE.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
+fn listed(t: &Option<HashMap<RawFd, Arc<Conn>>>) -> Vec<(RawFd, Arc<Conn>)> {
+    t.as_ref()
+        .map(|m| m.iter().map(|(fd, c)| (*fd, c.clone())).collect())
+        .unwrap_or_default()
+}
+
 /// Before this process puts itself under a seccomp filter (`sandbox`),
 /// after which any system call of ours beyond the program's own may kill
 /// it (OpenSSH's pre-authentication child is allowed read, write, poll
@@ -570,12 +598,7 @@ fn make_plain(g: &mut Setup, fd: RawFd) -> bool {
 /// plain (between hosts, a connection already carried: the bytes unread
 /// lie in our receive buffers) keeps its state, with a line on stderr.
 pub fn plain_before_sandbox() {
-    let conns: Vec<(RawFd, Arc<Conn>)> = {
-        let t = TABLE.lock().unwrap_or_else(|e| e.into_inner());
-        t.as_ref()
-            .map(|m| m.iter().map(|(fd, c)| (*fd, c.clone())).collect())
-            .unwrap_or_default()
-    };
+    let conns = every_conn();
     for (fd, c) in conns {
         let Some(mut g) = c.lock_here() else {
             warn_sandboxed(fd);
@@ -585,7 +608,28 @@ pub fn plain_before_sandbox() {
             continue;
         }
         if !make_plain(&mut g, fd) {
-            warn_sandboxed(fd);
+            // Between hosts, a connection already carried: handed over
+            // and moved on to plain data, what we had not read kept in
+            // memory for the reads to come.
+            let settled = match &*g {
+                Setup::Via(link) => link.settle_for_sandbox(fd),
+                _ => None,
+            };
+            let Some(settled) = settled else {
+                warn_sandboxed(fd);
+                continue;
+            };
+            let next = if settled.is_plain() {
+                Setup::Kernel
+            } else {
+                Setup::Via(settled)
+            };
+            match std::mem::replace(&mut *g, next) {
+                Setup::Via(link) if link.owner_pid() != crate::process::id() => {
+                    std::mem::forget(link)
+                }
+                old => drop(old),
+            }
             continue;
         }
         match std::mem::replace(&mut *g, Setup::Kernel) {
@@ -684,14 +728,11 @@ fn warn_unusable(fd: RawFd, tail: &[u8]) {
 /// request a process without the VI made for a connection this process
 /// carries. Whether there was one.
 pub fn serve_requests() -> bool {
-    let conns: Vec<(RawFd, Arc<Conn>)> = {
-        let Ok(t) = TABLE.try_lock() else {
-            return false;
-        };
-        t.as_ref()
-            .map(|m| m.iter().map(|(fd, c)| (*fd, c.clone())).collect())
-            .unwrap_or_default()
+    let Ok(t) = TABLE.try_lock() else {
+        return false;
     };
+    let conns = listed(&t);
+    drop(t);
     let mut served = false;
     for (fd, c) in conns {
         let Ok(g) = c.setup.try_lock() else { continue };
@@ -707,12 +748,7 @@ pub fn serve_requests() -> bool {
 /// Before exit: every connection carried here hands over what it sent
 /// (to the kernel, if a process we forked may still use it).
 pub fn flush_all() {
-    let conns: Vec<(RawFd, Arc<Conn>)> = {
-        let t = TABLE.lock().unwrap_or_else(|e| e.into_inner());
-        t.as_ref()
-            .map(|m| m.iter().map(|(fd, c)| (*fd, c.clone())).collect())
-            .unwrap_or_default()
-    };
+    let conns = every_conn();
     for (fd, c) in conns {
         let Some(g) = c.lock_here() else { continue };
         if let Setup::Via(link) = &*g {

@@ -175,6 +175,19 @@ macro_rules! data_hook {
     };
 }
 
+/// `data_hook` for a write: a connection whose writes are the kernel's
+/// (`Carried::kernel_writes`) gets the program's own call.
+macro_rules! write_hook {
+    ($fd:expr, $kernel:expr, $via:expr) => {
+        guarded(-1, || match conn::route($fd) {
+            Route::Kernel => $kernel,
+            Route::Via(link) if link.kernel_writes() => $kernel,
+            Route::Via(link) => $via(&*link),
+            Route::Fail(e) => result(Err(e)),
+        })
+    };
+}
+
 /// # Safety
 /// The C prototype of read(2).
 #[no_mangle]
@@ -203,7 +216,7 @@ pub unsafe extern "C" fn __read_chk(
 /// The C prototype of write(2).
 #[no_mangle]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
-    data_hook!(fd, (real().write)(fd, buf, n), |l| via_write(
+    write_hook!(fd, (real().write)(fd, buf, n), |l| via_write(
         l,
         fd,
         &[one(buf as *mut c_void, n)],
@@ -227,7 +240,7 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssiz
 /// The C prototype of writev(2).
 #[no_mangle]
 pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
-    data_hook!(fd, (real().writev)(fd, iov, cnt), |l| via_write(
+    write_hook!(fd, (real().writev)(fd, iov, cnt), |l| via_write(
         l,
         fd,
         &iov_parts(iov, cnt),
@@ -264,7 +277,7 @@ pub unsafe extern "C" fn __recv_chk(
 /// The C prototype of send(2).
 #[no_mangle]
 pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c_int) -> ssize_t {
-    data_hook!(fd, (real().send)(fd, buf, n, flags), |l| via_write(
+    write_hook!(fd, (real().send)(fd, buf, n, flags), |l| via_write(
         l,
         fd,
         &[one(buf as *mut c_void, n)],
@@ -303,7 +316,7 @@ pub unsafe extern "C" fn sendto(
     addr: *const sockaddr,
     alen: socklen_t,
 ) -> ssize_t {
-    data_hook!(fd, (real().sendto)(fd, buf, n, flags, addr, alen), |l| {
+    write_hook!(fd, (real().sendto)(fd, buf, n, flags, addr, alen), |l| {
         via_write(l, fd, &[one(buf as *mut c_void, n)], flags)
     })
 }
@@ -332,7 +345,7 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> s
 /// The C prototype of sendmsg(2).
 #[no_mangle]
 pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {
-    data_hook!(fd, (real().sendmsg)(fd, msg, flags), |l| {
+    write_hook!(fd, (real().sendmsg)(fd, msg, flags), |l| {
         if msg.is_null() {
             return result(Err(libc::EFAULT));
         }

@@ -67,6 +67,7 @@ mod handover;
 mod linger;
 pub mod page;
 mod reader;
+mod sandboxed;
 pub mod switched;
 mod writer;
 
@@ -659,6 +660,14 @@ impl crate::carried::Carried for NetLink {
     fn switched(&self, _fd: RawFd) -> Option<Arc<dyn crate::carried::Carried>> {
         let page = self.page.clone()?;
         Some(Arc::new(NetSwitched::new(page, self.record.clone())))
+    }
+    fn settle_for_sandbox(&self, fd: RawFd) -> Option<Arc<dyn crate::carried::Carried>> {
+        if self.owner_pid == crate::process::id() {
+            // Our own VI: handed over here, as at an exec.
+            self.hand_over_now(fd).ok()?;
+        }
+        let page = self.page.clone()?;
+        NetSwitched::new(page, self.record.clone()).settle_for_sandbox(fd)
     }
     fn hand_over(&self, fd: RawFd, always: bool) {
         if always || self.shared || crate::process::forks() != self.forks {

@@ -67,6 +67,15 @@ fn scan(bytes: &[u8]) -> Ahead {
     Ahead::Doorbells(bytes.len())
 }
 
+/// How long a process about to be sandboxed waits for its peer's part of
+/// the hand-over (`settle_for_sandbox`).
+const SANDBOX_SETTLE: Duration = Duration::from_secs(5);
+
+/// How long a read that moved the stream past the peer's switch byte
+/// waits for the peer's first raw bytes before it says EAGAIN (as
+/// `crate::switched::read` does on one host).
+const RAW_AFTER_SWITCH: Duration = Duration::from_millis(100);
+
 /// Pauses (of a millisecond) of a process waiting for a hand-over between
 /// two rings of the maker's watcher.
 const RING_AGAIN: u32 = 64;
@@ -170,6 +179,40 @@ impl NetSwitched {
                 Ok(Settled::Raw) | Err(_) => return Some(true),
             }
         }
+    }
+
+    /// Before this process puts itself under a seccomp filter: the
+    /// hand-over asked for and waited for, and the stream moved on past
+    /// the peer's switch byte, its count and what we had already (the
+    /// peer's part, which our switch byte asks of it, waited for up to
+    /// `SANDBOX_SETTLE`). Then only what we had not read is left, in the
+    /// page: handed out from memory (`Sandboxed`), no system call of ours
+    /// needed.
+    pub fn settle_for_sandbox(&self, fd: RawFd) -> Option<Arc<dyn Carried>> {
+        let deadline = std::time::Instant::now() + SANDBOX_SETTLE;
+        self.ensure_handed(fd).ok()?;
+        loop {
+            {
+                let _lock = self.page.lock(false)?;
+                if self.page.read_mode() == page::RAW && self.page.skip() == 0 {
+                    break;
+                }
+                match self.settle_stream(fd) {
+                    Ok(Settled::Raw) => break,
+                    Ok(Settled::Look) => continue,
+                    Ok(Settled::Wait) => {}
+                    Err(_) => return None,
+                }
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            kernel::readable_within(fd, left);
+        }
+        Some(Arc::new(super::sandboxed::Sandboxed::new(
+            self.page.clone(),
+        )))
     }
 
     /// A write from `at` (segment, offset) of `data` on: straight to the
@@ -297,6 +340,15 @@ impl Carried for NetSwitched {
         all: bool,
     ) -> Result<usize, i32> {
         self.ensure_handed(fd)?;
+        let awaited_switch = !self.page.plain() && self.page.read_mode() != page::RAW;
+        // Until when a read that would say EAGAIN waits instead, once the
+        // peer's switch prefix made the socket readable (below).
+        let mut grace: Option<std::time::Instant> = None;
+        let mut within_grace = |fd: RawFd| {
+            let until = *grace.get_or_insert_with(|| std::time::Instant::now() + RAW_AFTER_SWITCH);
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            !left.is_zero() && kernel::readable_within(fd, left)
+        };
         // Asked of the kernel (a system call) only where we may wait
         // ourselves: plain reads leave waiting to the kernel.
         let nonblocking = || dontwait || kernel::is_nonblocking(fd);
@@ -334,6 +386,11 @@ impl Carried for NetSwitched {
                             return Ok(got);
                         }
                         if nonblocking() {
+                            // As below: the rest of the peer's switch
+                            // prefix, or its first data, is on its way.
+                            if awaited_switch && got == 0 && within_grace(fd) {
+                                continue;
+                            }
                             return if got > 0 { Ok(got) } else { Err(libc::EAGAIN) };
                         }
                         kernel::wait_readable(fd);
@@ -351,13 +408,26 @@ impl Carried for NetSwitched {
             if all {
                 flags |= libc::MSG_WAITALL;
             }
-            let bufs = out
-                .iter_mut()
-                .skip(seg)
-                .enumerate()
-                .map(|(k, b)| if k == 0 { &mut b[off..] } else { &mut b[..] })
-                .map(|b| (b.as_mut_ptr(), b.len()));
-            return match crate::switched::transfer(fd, bufs, flags, false) {
+            let mut once = || {
+                let bufs = out
+                    .iter_mut()
+                    .skip(seg)
+                    .enumerate()
+                    .map(|(k, b)| if k == 0 { &mut b[off..] } else { &mut b[..] })
+                    .map(|b| (b.as_mut_ptr(), b.len()));
+                crate::switched::transfer(fd, bufs, flags, false)
+            };
+            let mut r = once();
+            while awaited_switch && got == 0 && r == Err(libc::EAGAIN) && within_grace(fd) {
+                // The peer's switch prefix made the socket readable, and
+                // a program that polled reads now: what the peer writes
+                // next comes within moments (it handed the connection
+                // over in order to go on). EAGAIN after a readiness the
+                // kernel alone would not have given is fatal to some
+                // (OpenSSH's client).
+                r = once();
+            }
+            return match r {
                 Ok(n) => Ok(got + n),
                 Err(_) if got > 0 => Ok(got),
                 Err(e) => Err(e),
@@ -372,6 +442,9 @@ impl Carried for NetSwitched {
         nosignal: bool,
     ) -> Result<usize, i32> {
         self.write_from(fd, data, (0, 0), dontwait, nosignal)
+    }
+    fn settle_for_sandbox(&self, fd: RawFd) -> Option<Arc<dyn Carried>> {
+        NetSwitched::settle_for_sandbox(self, fd)
     }
     fn flush(&self) {}
     fn shut(&self) {}
