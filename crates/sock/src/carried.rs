@@ -115,6 +115,12 @@ pub trait Carried: Send + Sync {
     /// the socket (`always`: an exec, whose new program may), so that the
     /// peer does not lose it with our VI.
     fn hand_over(&self, _fd: RawFd, _always: bool) {}
+    /// At the last close, before `hand_over`: on one host the connection
+    /// is switched, so that the peer reads what it has not yet through
+    /// the page and our close need not wait for its VI to take our
+    /// messages (`flush`: an event loop's close waited as long as its
+    /// peer took to run).
+    fn let_go(&self, _fd: RawFd) {}
     /// At the last close, after `hand_over`: what the peer still sends
     /// for the hand-over is taken off the socket (`netlink::linger`), so
     /// that closing does not reset the connection.

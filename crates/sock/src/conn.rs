@@ -216,6 +216,7 @@ fn finish(conn: &Conn, fd: RawFd) {
     match std::mem::replace(&mut *g, Setup::Kernel) {
         Setup::Via(link) => {
             if link.owner_pid() == crate::process::id() {
+                link.let_go(fd);
                 link.hand_over(fd, false);
                 link.linger(fd);
                 link.flush();

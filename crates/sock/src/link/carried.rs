@@ -106,6 +106,9 @@ impl crate::carried::Carried for Link {
             crate::switched::drain(&self.control, self.side, fd);
         }
     }
+    fn let_go(&self, _fd: RawFd) {
+        crate::switched::switch(&self.control, self.side);
+    }
     fn go_bare(&self, fd: RawFd) -> bool {
         crate::switched::bare_over(&self.control, self.side, fd)
     }
