@@ -92,6 +92,9 @@ const HELLO_BARRED: u32 = 4;
 /// Within a side's hello line: its reader asks it to send again, raw
 /// after its switch byte, what the reader did not use up (`ask_rewind`).
 const REWIND: usize = 4;
+/// Within the acceptor's hello line: its VI listener is up, so the
+/// connector may ask (`listening_word`).
+const LISTENING: usize = 8;
 
 /// A doorbell byte is in the kernel stream (or on its way there).
 const BELL: u64 = 1;
@@ -357,6 +360,13 @@ impl Control {
 
     fn hello_word(&self, side: Side) -> &AtomicU32 {
         self.word32(HELLOS + tx_index(side) * 64)
+    }
+
+    /// Set by the acceptor once its VI listener is up (futex-woken): the
+    /// connector sleeps on it instead of asking again and again while the
+    /// acceptor has not come to its first use (`link::meet`).
+    pub fn listening_word(&self) -> &AtomicU32 {
+        self.word32(HELLOS + tx_index(Side::Acceptor) * 64 + LISTENING)
     }
 
     /// Before `side` says hello at its first use: false if a process of

@@ -246,7 +246,20 @@ impl Link {
                 || control.stays_on_kernel(side)
         };
         let (nic, vi) = (&link.nic, &link.vi);
-        meet(fd, nic, vi, side, token, None, &switched, Hello::Sent, None).map_err(|e| {
+        let word = Some(link.control.listening_word());
+        meet(
+            fd,
+            nic,
+            vi,
+            side,
+            token,
+            None,
+            &switched,
+            Hello::Sent,
+            None,
+            word,
+        )
+        .map_err(|e| {
             if link.control.stays_on_kernel(side) {
                 HandshakeEnd::PeerWentBare
             } else {

@@ -345,6 +345,7 @@ impl NetLink {
             &|| false,
             hello,
             listening,
+            None,
         )?;
         // The kernel's stream tells of the peer's death (its FIN or reset,
         // the ICMP of a datagram to its closed port): the VI's keepalives,
