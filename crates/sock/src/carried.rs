@@ -121,6 +121,15 @@ pub trait Carried: Send + Sync {
     /// messages (`flush`: an event loop's close waited as long as its
     /// peer took to run).
     fn let_go(&self, _fd: RawFd) {}
+    /// Messages sent that the peer has not acknowledged yet (between
+    /// hosts: a close waits for them, else they could be lost with our
+    /// VI).
+    fn unacknowledged(&self) -> bool {
+        false
+    }
+    /// Asks the peer to acknowledge now what it holds (a close waits for
+    /// it), rather than after its acknowledgement delay.
+    fn ask_acknowledgement(&self) {}
     /// At the last close, after `hand_over`: what the peer still sends
     /// for the hand-over is taken off the socket (`netlink::linger`), so
     /// that closing does not reset the connection.

@@ -219,6 +219,16 @@ fn finish(conn: &Conn, fd: RawFd) {
                 link.let_go(fd);
                 link.hand_over(fd, false);
                 link.linger(fd);
+                // Between hosts, what the peer has not acknowledged is
+                // waited for aside: the program's close returns now.
+                if link.unacknowledged() {
+                    // Asked for now: the peer, having nothing to send
+                    // back, would hold it for its delay (~10 ms).
+                    link.ask_acknowledgement();
+                    if crate::netlink::acknowledged_later(fd, link.clone()) {
+                        return;
+                    }
+                }
                 link.flush();
                 link.shut();
                 drop(link);

@@ -72,6 +72,7 @@ pub mod switched;
 mod writer;
 
 pub use handover::{after_fork, before_fork, forked_child, start_watcher};
+pub use linger::acknowledged_later;
 use switched::NetSwitched;
 
 /// Header in front of each message: kind, flags, pad, number, length.
@@ -347,6 +348,13 @@ impl NetLink {
             listening,
             None,
         )?;
+        // Doorbells go out at once, as on one host (`kernel::no_delay`):
+        // with Nagle on, a reply written in two calls (a header, then a
+        // body) rang its second doorbell only once the first was
+        // acknowledged, which the reader's kernel delays up to 40 ms when
+        // it sends nothing back (nginx between two namespaces: ~40 ms a
+        // request).
+        kernel::no_delay(fd);
         // The kernel's stream tells of the peer's death (its FIN or reset,
         // the ICMP of a datagram to its closed port): the VI's keepalives,
         // by the device's default 20 a second each way on an idle
@@ -622,6 +630,17 @@ impl crate::carried::Carried for NetLink {
     }
     fn flush(&self) {
         self.flush_all(self.last_fd.load(Ordering::Relaxed))
+    }
+    fn ask_acknowledgement(&self) {
+        self.vi.request_ack();
+    }
+    fn unacknowledged(&self) -> bool {
+        if self.handed.get().is_some() {
+            return false;
+        }
+        let mut st = lock(&self.state);
+        self.reap(&mut st);
+        st.in_flight > 0 && !st.broken
     }
     /// Nothing to mark: the reader learns of the end from the kernel's FIN,
     /// which follows every doorbell.

@@ -14,20 +14,70 @@
 //! or after [`LINGER`]. One thread does it for all such sockets of the
 //! process.
 
+//!
+//! The same thread waits for the acknowledgements of what a connection
+//! sent before the program closed it (`acknowledged_later`): the link,
+//! its VI still serving the peer, and a copy of the socket (no FIN yet)
+//! stay until the peer has acknowledged everything, then go. Waited for
+//! in the close itself, an event loop stopped for the peer's delayed
+//! acknowledgement (nginx between two namespaces: ~50 ms a request).
+
 use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::switched::NetSwitched;
+use crate::carried::Carried;
 use crate::real::real;
 
 /// The longest a closed connection waits for its peer's switch prefix.
 const LINGER: Duration = Duration::from_secs(2);
+/// The longest a closed connection waits for the peer's acknowledgements
+/// (as a close did before: `super::LINGER`).
+const ACKS_LINGER: Duration = super::LINGER;
+/// How often the thread looks at connections waiting for
+/// acknowledgements (the progress thread takes them off the VI).
+const ACKS_LOOK: Duration = Duration::from_millis(1);
+
+/// What a lingering copy waits for.
+enum Waits {
+    /// The peer's switch prefix after our hand-over.
+    Switch(Arc<NetSwitched>),
+    /// The peer's acknowledgements of what we sent.
+    Acks(Arc<dyn Carried>),
+}
 
 struct Lingering {
     fd: RawFd,
-    switched: Arc<NetSwitched>,
+    waits: Waits,
     until: Instant,
+    /// When the peer was last asked to acknowledge (`Waits::Acks`).
+    asked: Instant,
+}
+
+/// How often a connection waiting for acknowledgements asks its peer
+/// again: a message placed after the peer answered the last request is
+/// otherwise acknowledged only after the peer's delay (4–16 ms seen).
+const ASK_AGAIN: Duration = Duration::from_millis(2);
+
+impl Lingering {
+    /// Whether it is done (then let go); `now` past its time counts.
+    fn done(&self, now: Instant) -> bool {
+        now >= self.until
+            || match &self.waits {
+                Waits::Switch(s) => s.settle_for_close(self.fd) != Some(false),
+                Waits::Acks(link) => !link.unacknowledged(),
+            }
+    }
+
+    /// Lets it go: the link ends, then the copy closes (our FIN).
+    fn let_go(self) {
+        if let Waits::Acks(link) = self.waits {
+            link.shut();
+            drop(link);
+        }
+        close(self.fd);
+    }
 }
 
 /// The sockets lingering, and the process whose thread looks after them.
@@ -52,17 +102,27 @@ pub fn hold(fd: RawFd, switched: Arc<NetSwitched>) {
     if switched.settle_for_close(fd) != Some(false) {
         return;
     }
+    let _ = linger(fd, Waits::Switch(switched), LINGER);
+}
+
+/// Called as the program closes `fd`, whose `link` has messages the peer
+/// has not acknowledged: the link and a copy of the socket stay with the
+/// thread until it has, and the close returns now. False if that cannot
+/// be done (the caller then waits itself).
+pub fn acknowledged_later(fd: RawFd, link: Arc<dyn Carried>) -> bool {
+    linger(fd, Waits::Acks(link), ACKS_LINGER)
+}
+
+fn linger(fd: RawFd, waits: Waits, limit: Duration) -> bool {
     let copy = crate::kernel::dup_high(fd, true);
     if copy < 0 {
-        return;
+        return false;
     }
     let me = crate::process::id();
     let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
     if held.pid != me {
         // Copies inherited from a parent are not ours to wait on.
-        for l in held.list.drain(..) {
-            close(l.fd);
-        }
+        forget_inherited(&mut held);
         held.pid = me;
         if std::thread::Builder::new()
             .name("viarun-linger".into())
@@ -71,14 +131,27 @@ pub fn hold(fd: RawFd, switched: Arc<NetSwitched>) {
         {
             held.pid = 0;
             close(copy);
-            return;
+            return false;
         }
     }
     held.list.push(Lingering {
         fd: copy,
-        switched,
-        until: Instant::now() + LINGER,
+        waits,
+        until: Instant::now() + limit,
+        asked: Instant::now(),
     });
+    true
+}
+
+/// A parent's lingering copies, in a child: closed, and its links (their
+/// VIs the parent's) left alone.
+fn forget_inherited(held: &mut Held) {
+    for l in held.list.drain(..) {
+        close(l.fd);
+        if let Waits::Acks(link) = l.waits {
+            std::mem::forget(link);
+        }
+    }
 }
 
 /// The thread: waits for any lingering socket to become readable, settles
@@ -93,20 +166,30 @@ fn watch() {
                 return;
             }
             let now = Instant::now();
-            held.list.retain(|l| {
-                let done = now >= l.until || l.switched.settle_for_close(l.fd) != Some(false);
-                if done {
-                    close(l.fd);
+            let (done, left): (Vec<Lingering>, Vec<Lingering>) =
+                held.list.drain(..).partition(|l| l.done(now));
+            held.list = left;
+            for l in done {
+                l.let_go();
+            }
+            for l in held.list.iter_mut() {
+                if let Waits::Acks(link) = &l.waits {
+                    if now.duration_since(l.asked) >= ASK_AGAIN {
+                        link.ask_acknowledgement();
+                        l.asked = now;
+                    }
                 }
-                !done
-            });
+            }
             if held.list.is_empty() {
                 // Done: the next hold starts a thread again.
                 held.pid = 0;
                 return;
             }
+            // Only the copies awaiting a switch prefix are watched in the
+            // kernel; acknowledgements come on the VIs (looked at often).
             held.list
                 .iter()
+                .filter(|l| matches!(l.waits, Waits::Switch(_)))
                 .map(|l| libc::pollfd {
                     fd: l.fd,
                     events: libc::POLLIN,
@@ -114,9 +197,18 @@ fn watch() {
                 })
                 .collect()
         };
+        let acks = {
+            let held = HELD.lock().unwrap_or_else(|e| e.into_inner());
+            held.list.iter().any(|l| matches!(l.waits, Waits::Acks(_)))
+        };
+        let ms = if acks {
+            ACKS_LOOK.as_millis() as i32
+        } else {
+            20
+        };
         // SAFETY: `fds` is our own array of pollfds (descriptors this
         // module holds); the C library's poll, not this library's hook.
-        unsafe { (real().poll)(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 20) };
+        unsafe { (real().poll)(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
     }
 }
 
@@ -126,9 +218,7 @@ pub fn forked_child() {
     // The parent's thread may have held the lock at the fork: then the
     // copies stay (closed at exec, they are close-on-exec).
     if let Ok(mut held) = HELD.try_lock() {
-        for l in held.list.drain(..) {
-            close(l.fd);
-        }
+        forget_inherited(&mut held);
         held.pid = 0;
     }
 }
@@ -139,6 +229,27 @@ pub fn forked_child() {
 pub fn wait_all(limit: Duration) {
     let start = Instant::now();
     let me = crate::process::id();
+    // What the peers have not acknowledged would go with the process:
+    // waited for here, each as long as a close waited for it before.
+    let acks: Vec<Lingering> = {
+        let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
+        if held.pid != me {
+            Vec::new()
+        } else {
+            let (acks, rest): (Vec<Lingering>, Vec<Lingering>) = held
+                .list
+                .drain(..)
+                .partition(|l| matches!(l.waits, Waits::Acks(_)));
+            held.list = rest;
+            acks
+        }
+    };
+    for l in acks {
+        if let Waits::Acks(link) = &l.waits {
+            link.flush();
+        }
+        l.let_go();
+    }
     while start.elapsed() < limit {
         {
             let held = HELD.lock().unwrap_or_else(|e| e.into_inner());
