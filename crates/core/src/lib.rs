@@ -56,3 +56,4 @@ pub use devices::rum::stats::{stats as udp_stats, StatsSnapshot as UdpStats};
 pub use error::{Result, ViaError};
 pub use openvia_wire::handshake::{Address, ViAttrs};
 pub use sys::floor::set_descriptor_floor;
+pub use vi::held::transport_busy;

@@ -140,10 +140,58 @@ pub fn insert(fd: RawFd, setup: Setup) {
         settling: AtomicU32::new(0),
         inode: crate::kernel::inode(fd).unwrap_or(0),
     });
-    let mut t = TABLE.lock().unwrap_or_else(|e| e.into_inner());
-    t.get_or_insert_with(HashMap::new).insert(fd, conn);
-    EPOCH.fetch_add(1, Ordering::AcqRel);
-    MARK[fd as usize].store(true, Ordering::Release);
+    let old = {
+        let mut t = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+        let old = t.get_or_insert_with(HashMap::new).insert(fd, conn);
+        EPOCH.fetch_add(1, Ordering::AcqRel);
+        MARK[fd as usize].store(true, Ordering::Release);
+        old
+    };
+    // The number came back for a new socket: the old one was closed
+    // without our hook seeing it.
+    if let Some(old) = old {
+        defer(old);
+    }
+    end_deferred();
+}
+
+/// Connections whose socket the program closed without the library
+/// seeing it (libuv, as in Node.js, closes with the raw system call),
+/// found when their descriptor number came back for another socket —
+/// perhaps one of the library's own, closed while it holds a VI's lock,
+/// where ending a link (its memory deregistered on every VI) would wait
+/// for that lock for good. Ended at the next new connection or at exit.
+static STALE: Mutex<Vec<Arc<Conn>>> = Mutex::new(Vec::new());
+static STALE_WAITING: AtomicBool = AtomicBool::new(false);
+
+fn defer(conn: Arc<Conn>) {
+    STALE.lock().unwrap_or_else(|e| e.into_inner()).push(conn);
+    STALE_WAITING.store(true, Ordering::Release);
+}
+
+/// Ends the connections `defer` kept: their sockets are gone, so there
+/// is nothing to hand over or wait for; their links end.
+fn end_deferred() {
+    if !STALE_WAITING.swap(false, Ordering::AcqRel) {
+        return;
+    }
+    let stale = std::mem::take(&mut *STALE.lock().unwrap_or_else(|e| e.into_inner()));
+    for conn in stale {
+        if Arc::strong_count(&conn) > 1 {
+            continue; // another holder (a call under way) ends it
+        }
+        let Some(mut g) = conn.lock_here() else {
+            continue;
+        };
+        match std::mem::replace(&mut *g, Setup::Kernel) {
+            Setup::Via(link) if link.owner_pid() != crate::process::id() => std::mem::forget(link),
+            Setup::AwaitAnswer { listener, .. } => {
+                // SAFETY: the answer socket we opened for this connection.
+                unsafe { (real().close)(listener) };
+            }
+            old => drop(old),
+        }
+    }
 }
 
 pub fn lookup(fd: RawFd) -> Option<Arc<Conn>> {
@@ -194,7 +242,12 @@ pub fn forget(fd: RawFd) {
         // call), so that the last holder below ends the VI.
         let _ = LAST.try_with(|l| l.borrow_mut().take());
         if let Some(conn) = conn {
-            if Arc::strong_count(&conn) == 1 {
+            if conn.inode != 0 && crate::kernel::inode(fd) != Some(conn.inode) {
+                // Not the socket we tracked under this number: the
+                // program closed that one unseen, and this close may be
+                // the library's own (see `defer`).
+                defer(conn);
+            } else if Arc::strong_count(&conn) == 1 {
                 finish(&conn, fd);
             }
         }
@@ -759,6 +812,7 @@ pub fn serve_requests() -> bool {
 /// Before exit: every connection carried here hands over what it sent
 /// (to the kernel, if a process we forked may still use it).
 pub fn flush_all() {
+    end_deferred();
     let conns = every_conn();
     for (fd, c) in conns {
         let Some(g) = c.lock_here() else { continue };

@@ -14,6 +14,11 @@ use crate::{closing, conn, guarded, process, set_errno, stdio};
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     guarded(-1, || {
+        if openvia_core::transport_busy() {
+            // The core closing a descriptor of its own (see data_hook).
+            // SAFETY: the core's descriptor, closed as it asked.
+            return unsafe { (crate::real::real().close)(fd) };
+        }
         stdio::before_replacing(fd);
         let r = closing::close(fd);
         stdio::follow_std(fd);

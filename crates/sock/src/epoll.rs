@@ -677,6 +677,10 @@ pub unsafe extern "C" fn epoll_wait(
     max: c_int,
     timeout: c_int,
 ) -> c_int {
+    if openvia_core::transport_busy() {
+        // The core's own wait (its progress thread; see data_hook).
+        return (real().epoll_wait)(epfd, ev, max, timeout);
+    }
     crate::guarded(-1, || {
         let kernel = pwait(epfd, std::ptr::null());
         wait(epfd, events(ev, max), limit_of_ms(timeout), &kernel).unwrap_or_else(|| {

@@ -167,10 +167,17 @@ fn iov_parts<'a>(iov: *const iovec, cnt: c_int) -> Vec<&'a [u8]> {
 
 macro_rules! data_hook {
     ($fd:expr, $kernel:expr, $via:expr) => {
-        guarded(-1, || match conn::route($fd) {
-            Route::Kernel => $kernel,
-            Route::Via(link) => $via(&*link),
-            Route::Fail(e) => result(Err(e)),
+        guarded(-1, || {
+            // The core's own I/O (under a VI lock, or on its threads)
+            // passes through our hooks too: never a program's connection.
+            if openvia_core::transport_busy() {
+                return $kernel;
+            }
+            match conn::route($fd) {
+                Route::Kernel => $kernel,
+                Route::Via(link) => $via(&*link),
+                Route::Fail(e) => result(Err(e)),
+            }
         })
     };
 }
@@ -179,11 +186,16 @@ macro_rules! data_hook {
 /// (`Carried::kernel_writes`) gets the program's own call.
 macro_rules! write_hook {
     ($fd:expr, $kernel:expr, $via:expr) => {
-        guarded(-1, || match conn::route($fd) {
-            Route::Kernel => $kernel,
-            Route::Via(link) if link.kernel_writes() => $kernel,
-            Route::Via(link) => $via(&*link),
-            Route::Fail(e) => result(Err(e)),
+        guarded(-1, || {
+            if openvia_core::transport_busy() {
+                return $kernel;
+            }
+            match conn::route($fd) {
+                Route::Kernel => $kernel,
+                Route::Via(link) if link.kernel_writes() => $kernel,
+                Route::Via(link) => $via(&*link),
+                Route::Fail(e) => result(Err(e)),
+            }
         })
     };
 }

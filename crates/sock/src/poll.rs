@@ -130,6 +130,10 @@ fn poll_with(fds: *mut pollfd, nfds: nfds_t, timeout: c_int) -> c_int {
 /// The C prototype of poll(2).
 #[no_mangle]
 pub unsafe extern "C" fn poll(fds: *mut pollfd, nfds: nfds_t, timeout: c_int) -> c_int {
+    if openvia_core::transport_busy() {
+        // The core waiting on descriptors of its own (see data_hook).
+        return (real().poll)(fds, nfds, timeout);
+    }
     crate::guarded(-1, || poll_with(fds, nfds, timeout))
 }
 

@@ -66,22 +66,14 @@ fn flush_vi(vi: &Vi) {
     let until = Instant::now() + LOCK_PATIENCE;
     loop {
         match vi.inner.try_lock() {
-            Ok(mut g) => {
+            Some(mut g) => {
                 if let Some(ch) = g.channel.as_mut() {
                     ch.flush_at_exit();
                 }
                 return;
             }
-            Err(std::sync::TryLockError::Poisoned(p)) => {
-                if let Some(ch) = p.into_inner().channel.as_mut() {
-                    ch.flush_at_exit();
-                }
-                return;
-            }
-            Err(std::sync::TryLockError::WouldBlock) if Instant::now() < until => {
-                std::thread::yield_now();
-            }
-            Err(std::sync::TryLockError::WouldBlock) => return,
+            None if Instant::now() < until => std::thread::yield_now(),
+            None => return,
         }
     }
 }

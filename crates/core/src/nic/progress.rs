@@ -33,9 +33,9 @@ impl NicShared {
         self.live_vis()
             .iter()
             .filter_map(|vi| match vi.inner.try_lock() {
-                Ok(g) => g.channel.as_ref().and_then(|c| c.timer_deadline_ns()),
+                Some(g) => g.channel.as_ref().and_then(|c| c.timer_deadline_ns()),
                 // Busy: its owner drives it; look again soon.
-                Err(_) => Some(crate::sys::now_ns() + 1_000_000),
+                None => Some(crate::sys::now_ns() + 1_000_000),
             })
             .min()
     }
@@ -78,7 +78,7 @@ impl NicShared {
         for vi in self.live_vis() {
             let due = vi.has_notify()
                 || (self.drive.timers
-                    && matches!(vi.inner.try_lock(), Ok(g) if g.channel.as_ref()
+                    && matches!(vi.inner.try_lock(), Some(g) if g.channel.as_ref()
                         .and_then(|c| c.timer_deadline_ns())
                         .is_some_and(|t| t + BUSY_TIMER_SLACK_NS <= now)));
             if due {
@@ -95,6 +95,7 @@ impl NicShared {
 }
 
 pub(super) fn progress_loop(weak: Weak<NicShared>, epoll: Arc<Epoll>, nap: Epoll) {
+    crate::vi::held::this_thread_is_transport();
     let mut last_activity = u64::MAX;
     let mut tokens = Vec::new();
     let mut poll = PollBeforeSleep::default();

@@ -12,12 +12,13 @@
 
 mod complete;
 mod done;
+pub mod held;
 pub mod peer;
 pub mod placement;
 pub mod queues;
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::cq::CompletionQueue;
@@ -130,7 +131,7 @@ pub struct Vi {
     state: AtomicU8,
     pub(crate) send_cq: Option<Arc<CompletionQueue>>,
     pub(crate) recv_cq: Option<Arc<CompletionQueue>>,
-    pub(crate) inner: Mutex<ViInner>,
+    pub(crate) inner: held::ViMutex<ViInner>,
     /// A peer-to-peer connection in progress.
     pub(crate) peer: Mutex<Option<peer::PeerConnect>>,
     /// Opaque value for the C shell (its handle).
@@ -161,7 +162,7 @@ impl Vi {
             state: AtomicU8::new(ViState::Idle as u8),
             send_cq,
             recv_cq,
-            inner: Mutex::new(ViInner {
+            inner: held::ViMutex::new(ViInner {
                 attrs,
                 sq: SendQueue::default(),
                 rq: RecvQueue::default(),
@@ -259,8 +260,8 @@ impl Vi {
         self.state.store(s as u8, Ordering::Release);
     }
 
-    pub(crate) fn lock(&self) -> MutexGuard<'_, ViInner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    pub(crate) fn lock(&self) -> held::Held<'_, ViInner> {
+        self.inner.lock()
     }
 
     pub fn attributes(&self) -> ViAttributes {
@@ -525,9 +526,8 @@ impl Vi {
         let mut deferred = Vec::new();
         let mut g = if only_if_free {
             match self.inner.try_lock() {
-                Ok(g) => g,
-                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-                Err(std::sync::TryLockError::WouldBlock) => return false,
+                Some(g) => g,
+                None => return false,
             }
         } else {
             self.lock()
@@ -594,8 +594,8 @@ impl Vi {
 
     pub(crate) fn has_notify(&self) -> bool {
         match self.inner.try_lock() {
-            Ok(g) => g.send_notify.is_some() || g.recv_notify.is_some(),
-            Err(_) => false,
+            Some(g) => g.send_notify.is_some() || g.recv_notify.is_some(),
+            None => false,
         }
     }
 
@@ -693,7 +693,7 @@ impl Vi {
 
 impl Drop for Vi {
     fn drop(&mut self) {
-        let inner = self.inner.get_mut().unwrap_or_else(|e| e.into_inner());
+        let inner = self.inner.get_mut();
         inner.sq.abandon(&self.nic.registry);
         inner.rq.abandon(&self.nic.registry);
     }

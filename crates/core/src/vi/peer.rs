@@ -47,6 +47,7 @@ pub fn start_peer(
     std::thread::Builder::new()
         .name("openvia-peer-connect".into())
         .spawn(move || {
+            crate::vi::held::this_thread_is_transport();
             let r = work(&cancel);
             if r.is_err() && vi2.state() == ViState::ConnectPending {
                 vi2.set_state(ViState::Idle);

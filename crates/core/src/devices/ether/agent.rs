@@ -119,7 +119,10 @@ impl Agent {
         let a = agent.clone();
         std::thread::Builder::new()
             .name("openvia-ether-agent".into())
-            .spawn(move || a.run())
+            .spawn(move || {
+                crate::vi::held::this_thread_is_transport();
+                a.run()
+            })
             .map_err(|_| ViaError::Resource("agent thread"))?;
         agents.insert(key, agent.clone());
         Ok(agent)

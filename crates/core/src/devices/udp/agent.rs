@@ -108,6 +108,7 @@ fn forward(out: &UnixDatagram, port: u16, tag: &[u8; TAG_LEN], from: SocketAddr,
 }
 
 fn agent_loop(sock: UdpSock, port: u16) {
+    crate::vi::held::this_thread_is_transport();
     let Ok(out) = UnixDatagram::unbound() else {
         return;
     };
