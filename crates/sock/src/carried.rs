@@ -127,9 +127,6 @@ pub trait Carried: Send + Sync {
     fn unacknowledged(&self) -> bool {
         false
     }
-    /// Asks the peer to acknowledge now what it holds (a close waits for
-    /// it), rather than after its acknowledgement delay.
-    fn ask_acknowledgement(&self) {}
     /// At the last close, after `hand_over`: what the peer still sends
     /// for the hand-over is taken off the socket (`netlink::linger`), so
     /// that closing does not reset the connection.

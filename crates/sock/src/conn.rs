@@ -274,13 +274,8 @@ fn finish(conn: &Conn, fd: RawFd) {
                 link.linger(fd);
                 // Between hosts, what the peer has not acknowledged is
                 // waited for aside: the program's close returns now.
-                if link.unacknowledged() {
-                    // Asked for now: the peer, having nothing to send
-                    // back, would hold it for its delay (~10 ms).
-                    link.ask_acknowledgement();
-                    if crate::netlink::acknowledged_later(fd, link.clone()) {
-                        return;
-                    }
+                if link.unacknowledged() && crate::netlink::acknowledged_later(fd, link.clone()) {
+                    return;
                 }
                 link.flush();
                 link.shut();
@@ -578,34 +573,30 @@ fn bare_by_inode(ino: u64, fd: RawFd) -> Option<bool> {
 /// connector still awaits its answer (not in a vfork child).
 fn make_plain(g: &mut Setup, fd: RawFd) -> bool {
     // A connector not answered yet (`nc -e`: it execs right after its
-    // connect) takes the answer first, where it may wait and allocate
-    // (not in a vfork child: it would wait in its parent's stead).
-    if let Setup::AwaitAnswer {
-        listener,
-        dst_port,
-        dst,
-        inherit,
-    } = &*g
-    {
+    // connect) takes the answer first — on one host the acceptor's, between
+    // hosts its decision —, where it may wait and allocate (not in a vfork
+    // child: it would wait in its parent's stead).
+    if let Setup::AwaitAnswer { inherit, .. } | Setup::AwaitNet { inherit, .. } = &*g {
         if crate::process::borrowing_parent_memory() || inherit.as_ref().is_some_and(|i| !i.claim())
         {
             return false;
         }
-        let next = settle::answered(fd, *listener, *dst_port, dst, inherit);
-        *g = next;
     }
-    // The same between hosts.
-    if let Setup::AwaitNet {
-        offer,
-        dst,
-        inherit,
-    } = &*g
-    {
-        if crate::process::borrowing_parent_memory() || inherit.as_ref().is_some_and(|i| !i.claim())
-        {
-            return false;
-        }
-        let next = settle::decided(fd, offer, dst, inherit);
+    let next = match &*g {
+        Setup::AwaitAnswer {
+            listener,
+            dst_port,
+            dst,
+            inherit,
+        } => Some(settle::answered(fd, *listener, *dst_port, dst, inherit)),
+        Setup::AwaitNet {
+            offer,
+            dst,
+            inherit,
+        } => Some(settle::decided(fd, offer, dst, inherit)),
+        _ => None,
+    };
+    if let Some(next) = next {
         *g = next;
     }
     let (stays, side) = match &*g {
@@ -727,7 +718,7 @@ fn net_go_bare(
     }
     let _ = crate::kernel::take_if_within(
         fd,
-        &[crate::link::HELLO, crate::link::BARE],
+        |b| b == crate::link::HELLO || b == crate::link::BARE,
         PEER_HELLO_WITHIN,
     );
     if let Some(record) = inherit.or(claimed) {

@@ -114,30 +114,22 @@ pub fn send_byte(fd: RawFd, b: u8) -> Result<(), i32> {
 /// not come, or the stream ended or failed). Allocates nothing: exec
 /// hooks use it in vfork children.
 pub fn take_byte_within(fd: RawFd, limit: std::time::Duration) -> Option<u8> {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one pollfd of ours.
-    if unsafe { (real().poll)(&mut p, 1, limit.as_millis() as i32) } != 1 {
-        return None;
-    }
-    let mut b = 0u8;
-    // SAFETY: one byte into our own variable.
-    let n = unsafe { (real().recv)(fd, (&mut b as *mut u8).cast(), 1, libc::MSG_DONTWAIT) };
-    (n == 1).then_some(b)
+    take_if_within(fd, |_| true, limit)
 }
 
-/// Takes the next byte if it is one of `wanted`, waiting for a byte at
-/// most `limit` (zero: only what is there now); a byte not wanted stays
-/// in the stream. None: no byte came, a byte not wanted heads the stream,
-/// or the stream ended or failed. Allocates nothing (exec hooks).
-pub fn take_if_within(fd: RawFd, wanted: &[u8], limit: std::time::Duration) -> Option<u8> {
+/// Takes the next byte if `wanted` says so, waiting for a byte at most
+/// `limit` (zero: only what is there now); a byte not wanted stays in the
+/// stream. None: no byte came, a byte not wanted heads the stream, or
+/// the stream ended or failed. Allocates nothing (exec hooks).
+pub fn take_if_within(
+    fd: RawFd,
+    wanted: impl Fn(u8) -> bool,
+    limit: std::time::Duration,
+) -> Option<u8> {
     let deadline = std::time::Instant::now() + limit;
     loop {
         match peek_state(fd) {
-            Peek::Byte(b) if wanted.contains(&b) => {
+            Peek::Byte(b) if wanted(b) => {
                 // SAFETY: one byte into our own variable; the peek saw it.
                 let mut got = 0u8;
                 let n = unsafe {

@@ -165,16 +165,19 @@ fn iov_parts<'a>(iov: *const iovec, cnt: c_int) -> Vec<&'a [u8]> {
     iov_slices(iov, cnt).into_iter().map(|b| &*b).collect()
 }
 
-macro_rules! data_hook {
-    ($fd:expr, $kernel:expr, $via:expr) => {
+/// A data call: to the kernel, or to the connection's link. The core's
+/// own I/O (under a VI lock, or on its threads) passes through these hooks
+/// too, and is never a program's connection. `writes`: a link whose writes
+/// are the kernel's (`Carried::kernel_writes`) gets the program's own call.
+macro_rules! hook {
+    ($writes:expr, $fd:expr, $kernel:expr, $via:expr) => {
         guarded(-1, || {
-            // The core's own I/O (under a VI lock, or on its threads)
-            // passes through our hooks too: never a program's connection.
             if openvia_core::transport_busy() {
                 return $kernel;
             }
             match conn::route($fd) {
                 Route::Kernel => $kernel,
+                Route::Via(link) if $writes && link.kernel_writes() => $kernel,
                 Route::Via(link) => $via(&*link),
                 Route::Fail(e) => result(Err(e)),
             }
@@ -182,21 +185,15 @@ macro_rules! data_hook {
     };
 }
 
-/// `data_hook` for a write: a connection whose writes are the kernel's
-/// (`Carried::kernel_writes`) gets the program's own call.
+macro_rules! data_hook {
+    ($fd:expr, $kernel:expr, $via:expr) => {
+        hook!(false, $fd, $kernel, $via)
+    };
+}
+
 macro_rules! write_hook {
     ($fd:expr, $kernel:expr, $via:expr) => {
-        guarded(-1, || {
-            if openvia_core::transport_busy() {
-                return $kernel;
-            }
-            match conn::route($fd) {
-                Route::Kernel => $kernel,
-                Route::Via(link) if link.kernel_writes() => $kernel,
-                Route::Via(link) => $via(&*link),
-                Route::Fail(e) => result(Err(e)),
-            }
-        })
+        hook!(true, $fd, $kernel, $via)
     };
 }
 

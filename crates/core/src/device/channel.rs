@@ -145,11 +145,6 @@ pub trait Channel: Send {
         false
     }
 
-    /// Asks the peer to acknowledge what it holds now rather than after
-    /// its acknowledgement delay (an end closing the connection waits for
-    /// that). Where the device has no such request, nothing happens.
-    fn request_ack(&mut self) {}
-
     /// No reply will be posted on this connection (its owner answers on
     /// another): acknowledge a delivered message on the next call that
     /// drives the connection (the program takes the message first) rather

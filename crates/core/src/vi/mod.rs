@@ -236,17 +236,6 @@ impl Vi {
         }
     }
 
-    /// Asks the peer to acknowledge at once what it holds of ours (see
-    /// `Channel::request_ack`): a closing end that waits for the
-    /// acknowledgements need not wait for the peer's delay.
-    pub fn request_ack(&self) {
-        if self.nic.check_owner().is_ok() {
-            if let Some(ch) = self.lock().channel.as_mut() {
-                ch.request_ack();
-            }
-        }
-    }
-
     /// The owning NIC's opaque token (the C shell's NIC handle).
     pub fn nic_token(&self) -> u64 {
         self.nic.token.load(Ordering::Relaxed)

@@ -61,7 +61,7 @@ impl Listening {
     pub(crate) fn announce(fd: RawFd, nic: &Nic, token: u64) -> Result<Listening, HandshakeEnd> {
         // The connector's side exec'd a program without the library
         // (`BARE`): no hello of ours may follow.
-        if kernel::take_if_within(fd, &[BARE], Duration::ZERO).is_some() {
+        if kernel::take_if_within(fd, |b| b == BARE, Duration::ZERO).is_some() {
             return Err(HandshakeEnd::PeerWentBare);
         }
         let local = local_address(nic, Side::Acceptor, token);
@@ -168,7 +168,7 @@ pub(crate) fn meet(
                 // The peer's side exec'd a program without the library
                 // and took our hello (between hosts): it never comes.
                 kernel::Peek::Byte(BARE) => {
-                    break match kernel::take_if_within(fd, &[BARE], Duration::ZERO) {
+                    break match kernel::take_if_within(fd, |b| b == BARE, Duration::ZERO) {
                         Some(_) => Err(HandshakeEnd::PeerWentBare),
                         None => Err(HandshakeEnd::Broken),
                     };
@@ -254,7 +254,7 @@ fn peer_hello_came(fd: RawFd, switched: &dyn Fn() -> bool) -> Result<(), Handsha
         match kernel::peek_state(fd) {
             kernel::Peek::Byte(HELLO) => return Ok(()),
             kernel::Peek::Byte(BARE) => {
-                return match kernel::take_if_within(fd, &[BARE], Duration::ZERO) {
+                return match kernel::take_if_within(fd, |b| b == BARE, Duration::ZERO) {
                     Some(_) => Err(HandshakeEnd::PeerWentBare),
                     None => Err(HandshakeEnd::Broken),
                 };

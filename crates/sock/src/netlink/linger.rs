@@ -51,14 +51,7 @@ struct Lingering {
     fd: RawFd,
     waits: Waits,
     until: Instant,
-    /// When the peer was last asked to acknowledge (`Waits::Acks`).
-    asked: Instant,
 }
-
-/// How often a connection waiting for acknowledgements asks its peer
-/// again: a message placed after the peer answered the last request is
-/// otherwise acknowledged only after the peer's delay (4–16 ms seen).
-const ASK_AGAIN: Duration = Duration::from_millis(2);
 
 impl Lingering {
     /// Whether it is done (then let go); `now` past its time counts.
@@ -66,7 +59,9 @@ impl Lingering {
         now >= self.until
             || match &self.waits {
                 Waits::Switch(s) => s.settle_for_close(self.fd) != Some(false),
-                Waits::Acks(link) => !link.unacknowledged(),
+                // A peer that reset or closed both ways acknowledges
+                // nothing more (as the close's own wait gave up then).
+                Waits::Acks(link) => !link.unacknowledged() || super::hung_up_both(self.fd),
             }
     }
 
@@ -138,7 +133,6 @@ fn linger(fd: RawFd, waits: Waits, limit: Duration) -> bool {
         fd: copy,
         waits,
         until: Instant::now() + limit,
-        asked: Instant::now(),
     });
     true
 }
@@ -171,14 +165,6 @@ fn watch() {
             held.list = left;
             for l in done {
                 l.let_go();
-            }
-            for l in held.list.iter_mut() {
-                if let Waits::Acks(link) = &l.waits {
-                    if now.duration_since(l.asked) >= ASK_AGAIN {
-                        link.ask_acknowledgement();
-                        l.asked = now;
-                    }
-                }
             }
             if held.list.is_empty() {
                 // Done: the next hold starts a thread again.
@@ -245,8 +231,10 @@ pub fn wait_all(limit: Duration) {
         }
     };
     for l in acks {
-        if let Waits::Acks(link) = &l.waits {
-            link.flush();
+        // Looked at, not flushed: the link's flush would watch the
+        // program's descriptor number, which may name another file now.
+        while !l.done(Instant::now()) {
+            std::thread::sleep(ACKS_LOOK);
         }
         l.let_go();
     }

@@ -632,16 +632,6 @@ impl<L: DatagramLink> Channel for RumChannel<L> {
         self.conn.set_liveness(keepalive, dead).is_ok()
     }
 
-    fn request_ack(&mut self) {
-        // A KEEPALIVE asking for an acknowledgement, sent now: its answer
-        // also says what the peer has delivered, which completes a
-        // reliable-reception send the peer acknowledged as received only.
-        if !self.closed && !self.peer_gone {
-            self.conn.request_ack();
-            self.flush(now());
-        }
-    }
-
     fn flush_at_exit(&mut self) {
         // An acknowledgement held for a reply would never leave: the
         // peer's send of a message we placed would then end flushed.
