@@ -45,6 +45,8 @@ void client_side(void);
 void nonblocking(int fd);
 void read_all(int fd, void *p, size_t n);
 void write_all(int fd, const void *p, size_t n);
+void ack(int fd);
+void await_ack(int fd);
 int pattern_file(char *b, size_t n, uint64_t seed);
 
 /* compat_alias.c */
@@ -92,6 +94,8 @@ void fork_used_server(int fd);
 /* compat_flow.c */
 void epollout_lt_writer(int fd);
 void epollout_reader(int fd);
+void epollout_short_reader(int fd);
+void epollout_short_writer(int fd);
 void epollout_writer(int fd);
 void linger0_client(int fd);
 void linger0_server(int fd);

@@ -1,5 +1,6 @@
 /* compat (see compat.c): writers waiting for room, and the ways a
- * connection ends. Modes epollout-et, epollout-lt, shutdown-wakes,
+ * connection ends. Modes epollout-et, epollout-lt, epollout-short,
+ * shutdown-wakes,
  * linger0. */
 #include "compat.h"
 
@@ -109,6 +110,66 @@ void epollout_reader(int fd) {
     if (got != ET_BYTES) FAIL("read %zu of %u", got, ET_BYTES);
 }
 
+
+/* epollout-short: as nginx writes a response: nonblocking, EPOLLOUT with
+ * EPOLLET, and a write or sendfile that takes less than it was given is
+ * taken to mean the socket is full, so the writer waits for the next
+ * EPOLLOUT edge (within 10 s, or fails) before it writes again. The
+ * reader reads all along. The kernel returns a short count only when the
+ * socket is full, and an edge follows once it has room; under viarun a
+ * write may be short for other reasons (sendfile moved one message per
+ * call), and the edge must come all the same: nginx between two hosts
+ * stopped sending a 50 MB file part way until this held. */
+#define SHORT_FILE (1u << 20)
+#define SHORT_BYTES (24u << 20)
+void epollout_short_writer(int fd) {
+    static char b[SHORT_FILE];
+    int f = pattern_file(b, sizeof b, 13);
+    char h;
+    read_all(fd, &h, 1);
+    if (fcntl(fd, F_SETFL, O_NONBLOCK)) FAIL("O_NONBLOCK");
+    int ep = epoll_create1(0);
+    struct epoll_event ev = {.events = EPOLLOUT | EPOLLET, .data.fd = fd}, out;
+    if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev)) FAIL("epoll");
+    size_t sent = 0, calls = 0, shorts = 0;
+    while (sent < SHORT_BYTES) {
+        size_t at = sent % SHORT_FILE, n = SHORT_FILE - at;
+        if (n > SHORT_BYTES - sent) n = SHORT_BYTES - sent;
+        ssize_t k;
+        if (calls++ % 2) {
+            off_t off = (off_t)at;
+            k = sendfile(fd, f, &off, n);
+            if (k > 0 && off != (off_t)(at + (size_t)k)) FAIL("sendfile offset %ld after %zd", (long)off, k);
+        } else {
+            k = write(fd, b + at, n);
+        }
+        if (k < 0 && errno != EAGAIN) FAIL("write: %s", strerror(errno));
+        if (k > 0) sent += (size_t)k;
+        if (k > 0 && (size_t)k == n) continue;
+        shorts++;
+        int r;
+        do r = epoll_wait(ep, &out, 1, 10000); while (r < 0 && errno == EINTR);
+        if (r != 1 || !(out.events & EPOLLOUT)) FAIL("no EPOLLOUT within 10 s after a short write at %zu bytes", sent);
+    }
+    if (shorts == 0) FAIL("never short: the test did not test");
+    close(ep);
+    close(f);
+    if (fcntl(fd, F_SETFL, 0)) FAIL("blocking again");
+    await_ack(fd);
+}
+void epollout_short_reader(int fd) {
+    static char b[1 << 16];
+    write_all(fd, "h", 1);
+    size_t got = 0;
+    while (got < SHORT_BYTES) {
+        ssize_t k = read(fd, b, sizeof b);
+        if (k <= 0) FAIL("read: %zd %s", k, k ? strerror(errno) : "EOF");
+        for (ssize_t i = 0; i < k; i++)
+            if (b[i] != (char)pattern(13, (got + (size_t)i) % SHORT_FILE)) FAIL("byte %zu differs", got + (size_t)i);
+        got += (size_t)k;
+    }
+    ack(fd);
+}
 
 /* shutdown-wakes: a thread blocked reading a connection that gets no
  * data is woken by shutdown(SHUT_RDWR) from another thread, with EOF (as

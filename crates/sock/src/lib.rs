@@ -140,11 +140,15 @@ fn via_write(link: &dyn Carried, fd: c_int, bufs: &[&[u8]], flags: c_int) -> ssi
     }
     let dontwait = flags & libc::MSG_DONTWAIT != 0;
     let nosignal = flags & libc::MSG_NOSIGNAL != 0;
+    room::answered(fd);
     let mut r = link.write(fd, bufs, dontwait, nosignal);
     if r == Err(libc::EAGAIN) && room::backoff(fd, link) {
         r = link.write(fd, bufs, dontwait, nosignal);
     }
-    if r == Err(libc::EAGAIN) {
+    // A short count says the socket is full, as EAGAIN does: a program
+    // waiting for an EPOLLOUT edge after it (nginx) needs one as much.
+    let total: usize = bufs.iter().map(|b| b.len()).sum();
+    if matches!(r, Err(libc::EAGAIN)) || matches!(r, Ok(n) if n < total) {
         room::watch(fd);
     }
     result(r)
@@ -382,30 +386,61 @@ pub unsafe extern "C" fn sendfile(
     data_hook!(
         out,
         (real().sendfile)(out, input, offset, count),
-        |l: &dyn Carried| {
-            // Read the file into a bounce buffer, then write it as the program would.
-            let mut buf = vec![0u8; count.min(link::SLOT_BYTES)];
-            let n = if offset.is_null() {
-                (real().read)(input, buf.as_mut_ptr().cast(), buf.len())
-            } else {
-                libc::pread(input, buf.as_mut_ptr().cast(), buf.len(), *offset)
-            };
-            if n <= 0 {
-                return n;
-            }
-            let w = via_write(l, out, &[&buf[..n as usize]], 0);
-            if w > 0 {
-                if !offset.is_null() {
-                    *offset += w as libc::off_t;
-                } else if w < n {
-                    libc::lseek(input, (w - n) as libc::off_t, libc::SEEK_CUR);
-                }
-            } else if offset.is_null() {
-                libc::lseek(input, -(n as libc::off_t), libc::SEEK_CUR);
-            }
-            w
-        }
+        |l: &dyn Carried| sendfile_via(l, out, input, offset, count)
     )
+}
+
+/// sendfile into a carried connection: the file is read into a bounce
+/// buffer a message at a time and written as the program would, until
+/// `count` bytes are sent or the connection has no room. A short count
+/// tells an event loop that the socket is full (nginx then waits for an
+/// EPOLLOUT edge), so it is returned only then, and `via_write` makes
+/// sure the edge comes.
+///
+/// # Safety
+/// `offset` is null or the program's offset, as sendfile(2) takes it.
+unsafe fn sendfile_via(
+    l: &dyn Carried,
+    out: c_int,
+    input: c_int,
+    offset: *mut libc::off_t,
+    count: size_t,
+) -> ssize_t {
+    let mut buf = vec![0u8; count.min(link::SLOT_BYTES)];
+    let mut sent: usize = 0;
+    while sent < count {
+        let want = buf.len().min(count - sent);
+        // SAFETY: at most `want` bytes into our own buffer; the program's
+        // file and offset, as it gave them.
+        let n = unsafe {
+            if offset.is_null() {
+                (real().read)(input, buf.as_mut_ptr().cast(), want)
+            } else {
+                libc::pread(input, buf.as_mut_ptr().cast(), want, *offset)
+            }
+        };
+        if n <= 0 {
+            return if sent > 0 { sent as ssize_t } else { n };
+        }
+        let w = via_write(l, out, &[&buf[..n as usize]], 0);
+        let took = w.max(0);
+        // SAFETY: the program's offset (or the file's own position).
+        unsafe {
+            if !offset.is_null() {
+                *offset += took as libc::off_t;
+            } else if took < n {
+                libc::lseek(input, (took - n) as libc::off_t, libc::SEEK_CUR);
+            }
+        }
+        if w < 0 {
+            return if sent > 0 { sent as ssize_t } else { w };
+        }
+        sent += w as usize;
+        if w < n {
+            break;
+        }
+    }
+    sent as ssize_t
 }
 
 /// # Safety

