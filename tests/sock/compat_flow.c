@@ -10,15 +10,21 @@
  * fills, so its writability must be announced anew when the data ring
  * has room again; a writer that gets no edge within 10 s fails. */
 #define ET_BYTES (8u << 20)
-void epollout_writer(int fd) {
-    /* Both ends use the connection first (under viarun the first use
-     * meets the peer's), then the writer goes nonblocking. */
+/* The writer's start: both ends use the connection first (under viarun
+ * the first use meets the peer's), then the writer goes nonblocking and
+ * waits for EPOLLOUT edges on the epoll set returned. */
+static int edge_writer_start(int fd) {
     char h;
     read_all(fd, &h, 1);
     if (fcntl(fd, F_SETFL, O_NONBLOCK)) FAIL("O_NONBLOCK");
     int ep = epoll_create1(0);
-    struct epoll_event ev = {.events = EPOLLOUT | EPOLLET, .data.fd = fd}, out;
+    struct epoll_event ev = {.events = EPOLLOUT | EPOLLET, .data.fd = fd};
     if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev)) FAIL("epoll");
+    return ep;
+}
+void epollout_writer(int fd) {
+    int ep = edge_writer_start(fd);
+    struct epoll_event out;
     static char b[1 << 20];
     size_t sent = 0, again = 0;
     while (sent < ET_BYTES) {
@@ -125,12 +131,8 @@ void epollout_reader(int fd) {
 void epollout_short_writer(int fd) {
     static char b[SHORT_FILE];
     int f = pattern_file(b, sizeof b, 13);
-    char h;
-    read_all(fd, &h, 1);
-    if (fcntl(fd, F_SETFL, O_NONBLOCK)) FAIL("O_NONBLOCK");
-    int ep = epoll_create1(0);
-    struct epoll_event ev = {.events = EPOLLOUT | EPOLLET, .data.fd = fd}, out;
-    if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev)) FAIL("epoll");
+    int ep = edge_writer_start(fd);
+    struct epoll_event out;
     size_t sent = 0, calls = 0, shorts = 0;
     while (sent < SHORT_BYTES) {
         size_t at = sent % SHORT_FILE, n = SHORT_FILE - at;
