@@ -8,7 +8,7 @@
  *                       exec-bare exec-bare-connect exec-bare-used exec-bare-ahead
  *                       exec-closerange exec-closeloop exec-closefrom exec-used exec-self fork-used fork-close
  *                       fork-stream fork-first fork-race
- *                       epollout-et epollout-lt epollout-short fork-settling shutdown-wakes
+ *                       epollout-et epollout-lt epollout-short sigsuspend fork-settling shutdown-wakes
  *                       linger0 ipv6 reuseport reuseport-plain selfloop stress reconnect
  *                       hangup
  *                       hangup-exit hangup-kill hangup-et wake nonblock
@@ -649,6 +649,7 @@ int main(int argc, char **argv) {
         else if (strcmp(mode, "exec-closefrom") == 0) exec_closing_on(fd, "from", "exec-dialer");
         else if (strcmp(mode, "epollout-et") == 0 || strcmp(mode, "epollout-lt") == 0) epollout_reader(fd);
         else if (strcmp(mode, "epollout-short") == 0) epollout_short_reader(fd);
+        else if (strcmp(mode, "sigsuspend") == 0) sigsuspend_client(fd);
         else if (strcmp(mode, "fork-settling") == 0) fork_settling_client(fd);
         else if (strcmp(mode, "exec-used") == 0) exec_used_client(fd);
         else if (strcmp(mode, "fork-used") == 0) fork_used_client(fd);
@@ -705,6 +706,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "epollout-et") == 0) epollout_writer(fd);
     else if (strcmp(mode, "epollout-lt") == 0) epollout_lt_writer(fd);
     else if (strcmp(mode, "epollout-short") == 0) epollout_short_writer(fd);
+    else if (strcmp(mode, "sigsuspend") == 0) sigsuspend_server(fd);
     else if (strcmp(mode, "fork-settling") == 0) fork_settling_server(fd);
     else if (strcmp(mode, "exec-used") == 0) exec_used_server(fd);
     else if (strcmp(mode, "fork-used") == 0) fork_used_server(fd);

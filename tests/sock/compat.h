@@ -100,6 +100,8 @@ void epollout_writer(int fd);
 void linger0_client(int fd);
 void linger0_server(int fd);
 void shutdown_wakes_server(int fd);
+void sigsuspend_client(int fd);
+void sigsuspend_server(int fd);
 
 /* compat_stdio.c */
 int stdio_handler(void);

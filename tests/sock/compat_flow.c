@@ -1,6 +1,6 @@
 /* compat (see compat.c): writers waiting for room, and the ways a
  * connection ends. Modes epollout-et, epollout-lt, epollout-short,
- * shutdown-wakes,
+ * sigsuspend, shutdown-wakes,
  * linger0. */
 #include "compat.h"
 
@@ -220,4 +220,44 @@ void linger0_client(int fd) {
     char c;
     ssize_t k = read(fd, &c, 1);
     if (!(k < 0 && errno == ECONNRESET)) FAIL("read after the peer's reset: %zd %s", k, k < 0 ? strerror(errno) : "");
+}
+
+/* sigsuspend: a program that blocks a signal and takes it in sigsuspend,
+ * as nginx's master takes SIGTERM. The acceptor blocks SIGTERM once the
+ * connection is in use (under viarun the library's threads run by then),
+ * the connector sends it SIGTERM, and sigsuspend must then return with the
+ * handler run. A library thread that left its signals unblocked took the
+ * pending signal itself (the kernel hands a process's signal to any thread
+ * not blocking it), the handler ran there and sigsuspend never returned:
+ * nginx under viarun ignored `kill` for good. Fails after 5 s. */
+static volatile sig_atomic_t term_seen, alarm_seen;
+static void on_term(int s) { (void)s; term_seen = 1; }
+static void on_alarm(int s) { (void)s; alarm_seen = 1; }
+void sigsuspend_server(int fd) {
+    char c;
+    read_all(fd, &c, 1);
+    struct sigaction sa = {.sa_handler = on_term}, al = {.sa_handler = on_alarm};
+    sigemptyset(&sa.sa_mask);
+    sigemptyset(&al.sa_mask);
+    if (sigaction(SIGTERM, &sa, NULL) || sigaction(SIGALRM, &al, NULL)) FAIL("sigaction");
+    sigset_t term, none;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    sigemptyset(&none);
+    if (sigprocmask(SIG_BLOCK, &term, NULL)) FAIL("sigprocmask");
+    write_all(fd, "k", 1);
+    read_all(fd, &c, 1); /* the connector has sent SIGTERM */
+    /* As nginx: the flags are looked at only once sigsuspend returns. */
+    alarm(5);
+    sigsuspend(&none);
+    alarm(0);
+    if (alarm_seen || !term_seen) FAIL("SIGTERM sent while blocked did not end sigsuspend (%s)", term_seen ? "taken by another thread" : "lost");
+    sigprocmask(SIG_UNBLOCK, &term, NULL);
+}
+void sigsuspend_client(int fd) {
+    char c;
+    write_all(fd, "h", 1);
+    read_all(fd, &c, 1);
+    if (kill(getppid(), SIGTERM)) FAIL("kill");
+    write_all(fd, "d", 1);
 }

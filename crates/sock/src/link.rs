@@ -101,6 +101,45 @@ struct ProcessNic {
 
 static NICS: Mutex<[Option<ProcessNic>; 2]> = Mutex::new([None, None]);
 
+std::thread_local! {
+    /// This thread used up a message from another host and has written
+    /// nothing since: the VI holds its acknowledgement for a reply.
+    static READ_UNANSWERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// This thread used up a message from another host (`network_blocked`).
+pub(crate) fn read_from_network() {
+    READ_UNANSWERED.set(true);
+}
+
+/// This thread wrote to another host: what it read is acknowledged with it.
+pub(crate) fn wrote_to_network() {
+    READ_UNANSWERED.set(false);
+}
+
+/// Before this thread sleeps in the kernel (poll, epoll, select, a
+/// read's wait) having read from another host and written nothing since:
+/// the network NIC hears of it until the guard is dropped, so that its
+/// progress thread runs the protocol's timers meanwhile. Without this it
+/// took a thread that had just read for one still polling and left them
+/// to it for 20 ms: the acknowledgement the VI held for a reply that never
+/// came went out that late, and a peer closing after it (nginx, its FIN
+/// sent once everything is acknowledged) gave a client waiting in select
+/// its EOF ~19 ms after the answer. Only then: each such word wakes the
+/// progress thread (nginx with keep-alive between two namespaces lost a
+/// tenth of its requests a second when every sleep did).
+pub(crate) fn network_blocked() -> Option<openvia_core::nic::BlockedElsewhere> {
+    if !READ_UNANSWERED.replace(false) {
+        return None;
+    }
+    let g = NICS.lock().unwrap_or_else(|e| e.into_inner());
+    let pid = crate::process::id();
+    g[Medium::Network as usize]
+        .as_ref()
+        .filter(|p| p.pid == pid)
+        .map(|p| p.nic.blocked_elsewhere())
+}
+
 pub(crate) fn process_nic(medium: Medium) -> Result<(Nic, PtagId), ViaError> {
     let mut g = NICS.lock().unwrap_or_else(|e| e.into_inner());
     let slot = &mut g[medium as usize];

@@ -273,6 +273,7 @@ fn nap(vi: &Vi, tcp: RawFd, events: libc::c_short, limit: Duration) {
         tv_sec: left.as_secs() as libc::time_t,
         tv_nsec: left.subsec_nanos() as libc::c_long,
     };
+    let _blocked = crate::link::network_blocked();
     // SAFETY: two pollfds and a timespec of ours, alive across the call.
     unsafe { (crate::real::real().ppoll)(p.as_mut_ptr(), 2, &ts, std::ptr::null()) };
 }

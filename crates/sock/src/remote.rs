@@ -207,10 +207,7 @@ impl Registry {
             agent_wakes: AtomicU32::new(0),
         });
         let agent = reg.clone();
-        std::thread::Builder::new()
-            .name("viarun-agent".into())
-            .spawn(move || agent.serve())
-            .ok()?;
+        openvia_core::sys::thread::spawn_quiet("viarun-agent", move || agent.serve()).ok()?;
         Some(reg)
     }
 

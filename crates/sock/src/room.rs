@@ -114,11 +114,7 @@ pub fn watch(fd: RawFd) {
         // First here, or a child of the process that started the thread:
         // the parent's waiting connections are not ours.
         w.clear();
-        if std::thread::Builder::new()
-            .name("viarun-room".into())
-            .spawn(watcher)
-            .is_err()
-        {
+        if openvia_core::sys::thread::spawn_quiet("viarun-room", watcher).is_err() {
             WATCHER_PID.store(0, Ordering::Release);
             return;
         }

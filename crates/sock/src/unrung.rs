@@ -165,6 +165,9 @@ pub fn sleep(limit: Option<Duration>, mut wait: impl FnMut(Option<Duration>) -> 
         return wait(limit);
     }
     let start = Instant::now();
+    let _blocked = (limit != Some(Duration::ZERO))
+        .then(crate::link::network_blocked)
+        .flatten();
     loop {
         let rest = limit.map(|l| l.saturating_sub(start.elapsed()));
         if COUNT.load(Ordering::Acquire) == 0 || rest == Some(Duration::ZERO) {

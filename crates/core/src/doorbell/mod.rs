@@ -70,6 +70,10 @@ pub struct LocalDoorbell {
     event: EventFd,
     /// The progress thread naps (deaf to sockets) while the program polls.
     napping: std::sync::atomic::AtomicBool,
+    /// Threads blocked outside a Wait, in the kernel on descriptors of
+    /// their own (`blocked_elsewhere`): not on the page, as nothing rings
+    /// them through it.
+    elsewhere: AtomicU32,
     /// Only threads of this process ring it (the network device has no
     /// shared-memory peers): plain fences then, no membarrier, whose IPIs
     /// to every CPU would be paid on every block for nothing.
@@ -91,6 +95,7 @@ impl LocalDoorbell {
             map,
             event: EventFd::new()?,
             napping: std::sync::atomic::AtomicBool::new(false),
+            elsewhere: AtomicU32::new(0),
             local_only,
         })
     }
@@ -159,9 +164,25 @@ impl LocalDoorbell {
         self.napping.store(on, Ordering::SeqCst);
     }
 
-    /// Whether a thread of this process is blocked in a Wait.
+    /// Whether a thread of this process is blocked, in a Wait or
+    /// elsewhere (`blocked_elsewhere`).
     pub fn has_waiters(&self) -> bool {
         page(&self.map).waiters.load(Ordering::SeqCst) != 0
+            || self.elsewhere.load(Ordering::SeqCst) != 0
+    }
+
+    /// A thread stops polling to block outside a Wait: as for `block`, the
+    /// progress thread must serve every VI's timers again instead of
+    /// napping. Counted until `unblocked_elsewhere`.
+    pub fn blocked_elsewhere(&self) {
+        self.elsewhere.fetch_add(1, Ordering::SeqCst);
+        if self.napping.load(Ordering::SeqCst) {
+            self.event.signal();
+        }
+    }
+
+    pub fn unblocked_elsewhere(&self) {
+        self.elsewhere.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// The progress thread announces that it is about to sleep.

@@ -180,6 +180,17 @@ pub struct Nic {
     pub(crate) shared: Arc<NicShared>,
 }
 
+/// A thread of the program blocked outside a Wait (`Nic::blocked_elsewhere`).
+pub struct BlockedElsewhere {
+    shared: Arc<NicShared>,
+}
+
+impl Drop for BlockedElsewhere {
+    fn drop(&mut self) {
+        self.shared.doorbell.unblocked_elsewhere();
+    }
+}
+
 impl Nic {
     /// `VipOpenNic`: NULL, "" and "/dev/via_lo" open the shared-memory device.
     pub fn open(device_name: Option<&str>) -> Result<Nic> {
@@ -240,10 +251,10 @@ impl Nic {
         });
         exit::track(&shared);
         let weak = Arc::downgrade(&shared);
-        let handle = std::thread::Builder::new()
-            .name("openvia-progress".into())
-            .spawn(move || progress_loop(weak, epoll, nap))
-            .map_err(|_| ViaError::Resource("progress thread"))?;
+        let handle = crate::sys::thread::spawn_quiet("openvia-progress", move || {
+            progress_loop(weak, epoll, nap)
+        })
+        .map_err(|_| ViaError::Resource("progress thread"))?;
         *shared.progress.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
         Ok(Nic { shared })
     }
@@ -281,6 +292,19 @@ impl Nic {
             max_ptags: MAX_PTAGS as u64,
             reliability_support: info.reliability,
             rdma_read_support: info.rdma_read,
+        }
+    }
+
+    /// The calling thread blocks outside the VIPL's Waits (in poll or
+    /// epoll on descriptors of its own) while the guard lives. The
+    /// progress thread takes a program that made calls lately for one
+    /// that polls, and then leaves protocol timers to it (acknowledgements
+    /// held for a reply among them) for up to `progress_interval_us`; a
+    /// thread asleep elsewhere runs none, so it says so here.
+    pub fn blocked_elsewhere(&self) -> BlockedElsewhere {
+        self.shared.doorbell.blocked_elsewhere();
+        BlockedElsewhere {
+            shared: self.shared.clone(),
         }
     }
 

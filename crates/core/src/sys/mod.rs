@@ -19,6 +19,7 @@ pub mod packet;
 pub mod poll;
 pub mod process;
 pub mod seqpacket;
+pub mod thread;
 pub mod xdp;
 mod xsk_ring;
 

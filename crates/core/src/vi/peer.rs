@@ -44,26 +44,24 @@ pub fn start_peer(
     let (result, cancel) = (pc.result.clone(), pc.cancel.clone());
     *vi.peer.lock().unwrap_or_else(|e| e.into_inner()) = Some(pc);
     let vi2 = vi.clone();
-    std::thread::Builder::new()
-        .name("openvia-peer-connect".into())
-        .spawn(move || {
-            crate::vi::held::this_thread_is_transport();
-            let r = work(&cancel);
-            if r.is_err() && vi2.state() == ViState::ConnectPending {
-                vi2.set_state(ViState::Idle);
-            }
-            // Let go of the VI before the outcome is known: a program that
-            // drops its own handle right after must be the one whose drop
-            // closes the connection, not this thread (which an exit stops
-            // midway).
-            let nic = vi2.nic.clone();
-            drop(vi2);
-            let (m, cv) = &*result;
-            *m.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
-            cv.notify_all();
-            nic.doorbell.ring_local();
-        })
-        .map_err(|_| ViaError::Resource("thread"))?;
+    crate::sys::thread::spawn_quiet("openvia-peer-connect", move || {
+        crate::vi::held::this_thread_is_transport();
+        let r = work(&cancel);
+        if r.is_err() && vi2.state() == ViState::ConnectPending {
+            vi2.set_state(ViState::Idle);
+        }
+        // Let go of the VI before the outcome is known: a program that
+        // drops its own handle right after must be the one whose drop
+        // closes the connection, not this thread (which an exit stops
+        // midway).
+        let nic = vi2.nic.clone();
+        drop(vi2);
+        let (m, cv) = &*result;
+        *m.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+        cv.notify_all();
+        nic.doorbell.ring_local();
+    })
+    .map_err(|_| ViaError::Resource("thread"))?;
     Ok(())
 }
 

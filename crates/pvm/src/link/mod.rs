@@ -359,16 +359,17 @@ impl PreparedLink {
         let sender = {
             let (side, events, waker, nic) =
                 (side.clone(), events.clone(), waker.clone(), nic.clone());
-            std::thread::Builder::new()
-                .name(format!("pvm-send-{via:x}"))
-                .spawn(move || {
+            openvia_core::sys::thread::spawn_quiet_from(
+                std::thread::Builder::new().name(format!("pvm-send-{via:x}")),
+                move || {
                     let _keep = nic;
                     if let Err(why) = send_loop(&side, rx) {
                         let _ = events.send(LinkEvent::Down { via, why });
                         waker.wake();
                     }
-                })
-                .map_err(|_| ViaError::Resource("thread"))?
+                },
+            )
+            .map_err(|_| ViaError::Resource("thread"))?
         };
         let recv = Arc::new(RecvSide {
             vi: Arc::downgrade(&vi),

@@ -556,21 +556,19 @@ impl Task {
             outcome.clone(),
             disc.to_vec(),
         );
-        std::thread::Builder::new()
-            .name("pvm-direct-connect".into())
-            .spawn(move || {
-                let vi = prepared.vi().clone();
-                let r = match role {
-                    Role::Wait => nic.accept_on(&vi, &disc, CONNECT_LIMIT),
-                    Role::Call {
-                        their_disc,
-                        their_addr,
-                    } => nic.connect_on(&vi, &disc, (&their_addr, &their_disc), CONNECT_LIMIT),
-                };
-                *out.lock().unwrap_or_else(|e| e.into_inner()) = Some(r.map(|_| prepared));
-                waker.wake();
-            })
-            .ok()?;
+        openvia_core::sys::thread::spawn_quiet("pvm-direct-connect", move || {
+            let vi = prepared.vi().clone();
+            let r = match role {
+                Role::Wait => nic.accept_on(&vi, &disc, CONNECT_LIMIT),
+                Role::Call {
+                    their_disc,
+                    their_addr,
+                } => nic.connect_on(&vi, &disc, (&their_addr, &their_disc), CONNECT_LIMIT),
+            };
+            *out.lock().unwrap_or_else(|e| e.into_inner()) = Some(r.map(|_| prepared));
+            waker.wake();
+        })
+        .ok()?;
         Some(State::Connecting(outcome))
     }
 

@@ -183,10 +183,7 @@ impl Task {
                 connect();
                 Ok(())
             }
-            None => std::thread::Builder::new()
-                .name("pvm-host-link".into())
-                .spawn(connect)
-                .map(drop),
+            None => openvia_core::sys::thread::spawn_quiet("pvm-host-link", connect).map(drop),
         };
         if spawned.is_ok() {
             if let Some(h) = self.host_links.hosts.get_mut(&host) {

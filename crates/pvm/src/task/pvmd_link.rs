@@ -58,17 +58,19 @@ impl Lifeline {
         let (stop_rd, stop_wr) =
             unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         let gone = life.gone.clone();
-        let spawned = std::thread::Builder::new()
-            .name("pvmd-watch".into())
-            .stack_size(64 * 1024)
-            .spawn(move || {
+        let spawned = openvia_core::sys::thread::spawn_quiet_from(
+            std::thread::Builder::new()
+                .name("pvmd-watch".into())
+                .stack_size(64 * 1024),
+            move || {
                 if wait_hangup(&sock, &stop_rd) {
                     gone.store(true, Ordering::Release);
                     if let Some(h) = home {
                         h.pool.ring_bell(h.slot);
                     }
                 }
-            });
+            },
+        );
         if let Ok(t) = spawned {
             life.stop = Some(stop_wr);
             life.watcher = Some(t);

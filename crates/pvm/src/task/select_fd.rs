@@ -54,10 +54,11 @@ impl SelectFd {
         // gather and the thread's start must still count as new.
         let mut seen = home.pool.bell(home.slot);
         let (h, e, s) = (home.clone(), efd.clone(), stop.clone());
-        let spawned = std::thread::Builder::new()
-            .name("pvm-getfds".into())
-            .stack_size(64 * 1024)
-            .spawn(move || {
+        let spawned = openvia_core::sys::thread::spawn_quiet_from(
+            std::thread::Builder::new()
+                .name("pvm-getfds".into())
+                .stack_size(64 * 1024),
+            move || {
                 while !s.load(Ordering::Acquire) {
                     h.pool.watch_bell(h.slot, seen);
                     let now = h.pool.bell(h.slot);
@@ -66,7 +67,8 @@ impl SelectFd {
                         signal(&e);
                     }
                 }
-            });
+            },
+        );
         match spawned {
             Ok(t) => Ok(SelectFd {
                 efd,

@@ -118,18 +118,16 @@ fn settle_aside(fd: RawFd, conn: &Arc<Conn>) -> bool {
         return false;
     }
     let c = conn.clone();
-    let started = std::thread::Builder::new()
-        .name("viarun-settle".into())
-        .spawn(move || {
-            let g = c.setup.lock().unwrap_or_else(|e| e.into_inner());
-            let _ = settle_locked(dup, g);
-            c.settling.store(0, Ordering::Release);
-            openvia_core::sys::futex::wake_all(&c.settling);
-            crate::room::poke(dup);
-            // SAFETY: closing the duplicate this thread was given.
-            unsafe { (real().close)(dup) };
-        })
-        .is_ok();
+    let started = openvia_core::sys::thread::spawn_quiet("viarun-settle", move || {
+        let g = c.setup.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = settle_locked(dup, g);
+        c.settling.store(0, Ordering::Release);
+        openvia_core::sys::futex::wake_all(&c.settling);
+        crate::room::poke(dup);
+        // SAFETY: closing the duplicate this thread was given.
+        unsafe { (real().close)(dup) };
+    })
+    .is_ok();
     if !started {
         // SAFETY: closing the duplicate no thread took.
         unsafe { (real().close)(dup) };

@@ -99,28 +99,26 @@ pub fn start_watcher() {
     if LINKS.load(Ordering::Acquire) <= 0 || WATCHING.swap(true, Ordering::AcqRel) {
         return;
     }
-    let spawned = std::thread::Builder::new()
-        .name("viarun-handover".into())
-        .spawn(|| {
-            let bell = bell::open();
-            let idle = if bell.is_some() {
-                bell::IDLE_LOOK
-            } else {
-                Duration::from_millis(50)
-            };
-            let mut pause = idle;
-            loop {
-                match &bell {
-                    Some(b) => b.wait(pause),
-                    None => std::thread::sleep(pause),
-                }
-                pause = if scan() {
-                    Duration::from_millis(1)
-                } else {
-                    (pause * 2).min(idle)
-                };
+    let spawned = openvia_core::sys::thread::spawn_quiet("viarun-handover", || {
+        let bell = bell::open();
+        let idle = if bell.is_some() {
+            bell::IDLE_LOOK
+        } else {
+            Duration::from_millis(50)
+        };
+        let mut pause = idle;
+        loop {
+            match &bell {
+                Some(b) => b.wait(pause),
+                None => std::thread::sleep(pause),
             }
-        });
+            pause = if scan() {
+                Duration::from_millis(1)
+            } else {
+                (pause * 2).min(idle)
+            };
+        }
+    });
     if spawned.is_err() {
         WATCHING.store(false, Ordering::Release);
     }

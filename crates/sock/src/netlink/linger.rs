@@ -119,11 +119,7 @@ fn linger(fd: RawFd, waits: Waits, limit: Duration) -> bool {
         // Copies inherited from a parent are not ours to wait on.
         forget_inherited(&mut held);
         held.pid = me;
-        if std::thread::Builder::new()
-            .name("viarun-linger".into())
-            .spawn(watch)
-            .is_err()
-        {
+        if openvia_core::sys::thread::spawn_quiet("viarun-linger", watch).is_err() {
             held.pid = 0;
             close(copy);
             return false;

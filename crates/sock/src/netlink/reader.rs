@@ -35,6 +35,7 @@ fn doorbell_look() -> Spin {
 /// over, a sleep until the socket is readable.
 fn doorbell_wait(fd: RawFd, look: &mut Spin) {
     if !look.go_on_busy() {
+        let _blocked = crate::link::network_blocked();
         kernel::wait_readable(fd)
     }
 }
@@ -92,6 +93,7 @@ impl NetLink {
             st.arrived.pop_front();
             st.taken = 0;
             st.consumed = st.consumed.wrapping_add(1);
+            crate::link::read_from_network();
             if belled {
                 st.owed += 1;
             }

@@ -41,6 +41,7 @@ impl NetLink {
             return s.write_from(fd, data, (0, 0), dontwait, nosignal);
         }
         let total: usize = data.iter().map(|d| d.len()).sum();
+        crate::link::wrote_to_network();
         let (mut taken, mut seg, mut off) = (0usize, 0usize, 0usize);
         // The VI is gone: if the peer handed the connection to the kernel
         // (its switch byte comes), so do we, and the rest goes there.

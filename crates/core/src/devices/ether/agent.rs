@@ -117,13 +117,11 @@ impl Agent {
             answering: Mutex::new(ids::claim_exact(medium.ifindex, AGENT_ID).ok().flatten()),
         });
         let a = agent.clone();
-        std::thread::Builder::new()
-            .name("openvia-ether-agent".into())
-            .spawn(move || {
-                crate::vi::held::this_thread_is_transport();
-                a.run()
-            })
-            .map_err(|_| ViaError::Resource("agent thread"))?;
+        crate::sys::thread::spawn_quiet("openvia-ether-agent", move || {
+            crate::vi::held::this_thread_is_transport();
+            a.run()
+        })
+        .map_err(|_| ViaError::Resource("agent thread"))?;
         agents.insert(key, agent.clone());
         Ok(agent)
     }

@@ -152,9 +152,7 @@ pub fn ensure_agent(port: u16) -> io::Result<()> {
         true,
     )
     .or_else(|_| UdpSock::bind(SocketAddr::new(IpAddr::from([0, 0, 0, 0]), port), true))?;
-    std::thread::Builder::new()
-        .name("openvia-agent".into())
-        .spawn(move || agent_loop(sock, port))?;
+    crate::sys::thread::spawn_quiet("openvia-agent", move || agent_loop(sock, port))?;
     started.push(port);
     Ok(())
 }
