@@ -8,7 +8,7 @@
  *                       exec-bare exec-bare-connect exec-bare-used exec-bare-ahead
  *                       exec-closerange exec-closeloop exec-closefrom exec-used exec-self fork-used fork-close
  *                       fork-stream fork-first fork-race
- *                       epollout-et epollout-lt epollout-short sigsuspend fork-settling shutdown-wakes
+ *                       epollout-et epollout-lt epollout-short sigsuspend rawclose halfclose fork-settling shutdown-wakes
  *                       linger0 ipv6 reuseport reuseport-plain selfloop stress reconnect
  *                       hangup
  *                       hangup-exit hangup-kill hangup-et wake nonblock
@@ -615,6 +615,7 @@ int main(int argc, char **argv) {
     if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof a) || listen(lfd, 8) ||
         getsockname(lfd, (struct sockaddr *)&a, &len)) FAIL("listen");
     if (strcmp(mode, "stress") == 0) return stress(lfd, &a);
+    if (strcmp(mode, "rawclose") == 0) return rawclose(lfd, &a);
     int reconnect = strcmp(mode, "reconnect") == 0;
     int hangup = strncmp(mode, "hangup", 6) == 0;
     if (pipe(accepted_pipe) || pipe(turn_pipe)) FAIL("pipe");
@@ -650,6 +651,7 @@ int main(int argc, char **argv) {
         else if (strcmp(mode, "epollout-et") == 0 || strcmp(mode, "epollout-lt") == 0) epollout_reader(fd);
         else if (strcmp(mode, "epollout-short") == 0) epollout_short_reader(fd);
         else if (strcmp(mode, "sigsuspend") == 0) sigsuspend_client(fd);
+        else if (strcmp(mode, "halfclose") == 0) halfclose_client(fd);
         else if (strcmp(mode, "fork-settling") == 0) fork_settling_client(fd);
         else if (strcmp(mode, "exec-used") == 0) exec_used_client(fd);
         else if (strcmp(mode, "fork-used") == 0) fork_used_client(fd);
@@ -707,6 +709,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "epollout-lt") == 0) epollout_lt_writer(fd);
     else if (strcmp(mode, "epollout-short") == 0) epollout_short_writer(fd);
     else if (strcmp(mode, "sigsuspend") == 0) sigsuspend_server(fd);
+    else if (strcmp(mode, "halfclose") == 0) halfclose_server(fd);
     else if (strcmp(mode, "fork-settling") == 0) fork_settling_server(fd);
     else if (strcmp(mode, "exec-used") == 0) exec_used_server(fd);
     else if (strcmp(mode, "fork-used") == 0) fork_used_server(fd);

@@ -100,6 +100,9 @@ void epollout_writer(int fd);
 void linger0_client(int fd);
 void linger0_server(int fd);
 void shutdown_wakes_server(int fd);
+int rawclose(int lfd, struct sockaddr_in *a);
+void halfclose_client(int fd);
+void halfclose_server(int fd);
 void sigsuspend_client(int fd);
 void sigsuspend_server(int fd);
 

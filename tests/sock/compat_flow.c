@@ -1,6 +1,6 @@
 /* compat (see compat.c): writers waiting for room, and the ways a
  * connection ends. Modes epollout-et, epollout-lt, epollout-short,
- * sigsuspend, shutdown-wakes,
+ * sigsuspend, rawclose, halfclose, shutdown-wakes,
  * linger0. */
 #include "compat.h"
 
@@ -260,4 +260,88 @@ void sigsuspend_client(int fd) {
     read_all(fd, &c, 1);
     if (kill(getppid(), SIGTERM)) FAIL("kill");
     write_all(fd, "d", 1);
+}
+
+/* rawclose: an acceptor that closes each connection with the raw system
+ * call, as libuv (Node.js) does: `syscall(SYS_close, fd)`. Six connections
+ * one after another, each a request and its answer; the connector must
+ * read the answer and then EOF, never ECONNRESET. After each close a pipe
+ * takes the freed number (usually), and its bytes must be the pipe's:
+ * under viarun a close it did not see left the connection in its table,
+ * the next socket reset, and a reused number still named the old
+ * connection. */
+#define RAW_CONNS 6
+int rawclose(int lfd, struct sockaddr_in *a) {
+    if (fork() == 0) {
+        close(lfd);
+        client_side();
+        for (int i = 0; i < RAW_CONNS; i++) {
+            int fd = socket(AF_INET, SOCK_STREAM, 0);
+            if (fd < 0 || connect(fd, (struct sockaddr *)a, sizeof *a)) FAIL("connect %d", i);
+            char req[8] = {'q', (char)('0' + i)}, ans[8];
+            write_all(fd, req, sizeof req);
+            read_all(fd, ans, sizeof ans);
+            if (ans[0] != 'a' || ans[1] != (char)('0' + i)) FAIL("answer %d: %.2s", i, ans);
+            ssize_t k = read(fd, ans, 1);
+            if (k != 0) FAIL("connection %d: %s after the answer", i, k < 0 ? strerror(errno) : "a byte, not EOF");
+            close(fd);
+        }
+        exit(0);
+    }
+    for (int i = 0; i < RAW_CONNS; i++) {
+        int fd = accept(lfd, NULL, NULL);
+        if (fd < 0) FAIL("accept %d", i);
+        char req[8], ans[8] = {'a', (char)('0' + i)};
+        read_all(fd, req, sizeof req);
+        if (req[0] != 'q' || req[1] != (char)('0' + i)) FAIL("request %d", i);
+        write_all(fd, ans, sizeof ans);
+        if (syscall(SYS_close, fd)) FAIL("syscall close: %s", strerror(errno));
+        int p[2];
+        if (pipe(p)) FAIL("pipe");
+        char b[3];
+        write_all(p[1], "abc", 3);
+        read_all(p[0], b, 3);
+        if (memcmp(b, "abc", 3)) FAIL("pipe on descriptor %d (the closed connection's was %d) read %.3s", p[0], fd, b);
+        close(p[0]);
+        close(p[1]);
+    }
+    int st;
+    if (wait(&st) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) FAIL("connector failed");
+    printf("compat rawclose: ok\n");
+    return 0;
+}
+
+/* halfclose: the acceptor writes 300 000 bytes and shuts its side with
+ * shutdown(SHUT_WR); a write after that fails with EPIPE; it then still
+ * reads the connector's answer, which the connector sends once it has
+ * read every byte and then EOF. Between hosts the FIN waits aside for
+ * the peer's acknowledgements (Node.js ends each response with a
+ * shutdown, and its event loop waited in the call): nothing may be lost
+ * or come after the EOF, and the read side must stay open. */
+#define HALF_BYTES 300000
+void halfclose_server(int fd) {
+    static char b[HALF_BYTES];
+    for (size_t i = 0; i < sizeof b; i++) b[i] = (char)pattern(17, i);
+    write_all(fd, b, sizeof b);
+    if (shutdown(fd, SHUT_WR)) FAIL("shutdown: %s", strerror(errno));
+    if (send(fd, "x", 1, MSG_NOSIGNAL) != -1 || errno != EPIPE)
+        FAIL("a write after shutdown(SHUT_WR): %s, not EPIPE", strerror(errno));
+    char a[3];
+    read_all(fd, a, 3);
+    if (memcmp(a, "bye", 3)) FAIL("answer %.3s", a);
+}
+void halfclose_client(int fd) {
+    static char b[HALF_BYTES + 1];
+    size_t got = 0;
+    for (;;) {
+        ssize_t k = read(fd, b + got, sizeof b - got);
+        if (k < 0) FAIL("read: %s", strerror(errno));
+        if (k == 0) break;
+        got += (size_t)k;
+        if (got > HALF_BYTES) FAIL("more than was sent");
+    }
+    if (got != HALF_BYTES) FAIL("EOF after %zu of %u bytes", got, HALF_BYTES);
+    for (size_t i = 0; i < got; i++)
+        if (b[i] != (char)pattern(17, i)) FAIL("byte %zu differs", i);
+    write_all(fd, "bye", 3);
 }

@@ -58,7 +58,7 @@ expect client "$UDP1"
 # Each socket feature (compat.c), the dialing child in the other
 # namespace: kernel TCP first (the reference), then both under viarun,
 # where the connections must have gone over udp.
-for mode in poll select epoll-lt epoll-et epoll-nested peek dup threads sendfile aliases seccomp splice exec exec-vfork exec-connect exec-bare exec-bare-connect exec-closerange exec-closeloop exec-closefrom exec-used exec-self fork-used fork-close fork-stream fork-first fork-race stdio stdio-exec stdio-dup2 epollout-et epollout-lt epollout-short sigsuspend fork-settling shutdown-wakes linger0 \
+for mode in poll select epoll-lt epoll-et epoll-nested peek dup threads sendfile aliases seccomp splice exec exec-vfork exec-connect exec-bare exec-bare-connect exec-closerange exec-closeloop exec-closefrom exec-used exec-self fork-used fork-close fork-stream fork-first fork-race stdio stdio-exec stdio-dup2 epollout-et epollout-lt epollout-short sigsuspend rawclose halfclose fork-settling shutdown-wakes linger0 \
     reuseport reuseport-plain stress reconnect hangup hangup-exit hangup-kill hangup-et wake nonblock slow-settle; do
     export COMPAT_ADDR=10.77.0.2 COMPAT_CLIENT_NETNS="/var/run/netns/$OV_NS_A"
     ip netns exec "$OV_NS_B" "$compat" "$mode" >/dev/null
@@ -87,6 +87,7 @@ for mode in poll select epoll-lt epoll-et epoll-nested peek dup threads sendfile
     fi
     n=1
     [ "$mode" = stress ] && n=3
+    [ "$mode" = rawclose ] && n=6
     expect compat "viarun: $n connections over udp, 0 over kernel TCP"
 done
 # Python's subprocess (vfork) on a used connection: head reads from it,

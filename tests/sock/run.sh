@@ -47,7 +47,7 @@ pair "$V" die "$VS" survivor
 expect client "$SHM1"
 # Each socket feature (compat.c): kernel TCP first (the reference), then
 # both ends under viarun, where the connections must have gone over shm.
-for mode in poll select epoll-lt epoll-et epoll-nested peek dup threads sendfile aliases seccomp splice exec exec-vfork exec-connect exec-bare exec-bare-connect exec-bare-used exec-bare-ahead exec-closerange exec-closeloop exec-closefrom exec-used exec-self fork-used fork-close fork-stream fork-first fork-race stdio stdio-exec stdio-dup2 epollout-et epollout-lt epollout-short sigsuspend fork-settling shutdown-wakes linger0 \
+for mode in poll select epoll-lt epoll-et epoll-nested peek dup threads sendfile aliases seccomp splice exec exec-vfork exec-connect exec-bare exec-bare-connect exec-bare-used exec-bare-ahead exec-closerange exec-closeloop exec-closefrom exec-used exec-self fork-used fork-close fork-stream fork-first fork-race stdio stdio-exec stdio-dup2 epollout-et epollout-lt epollout-short sigsuspend rawclose halfclose fork-settling shutdown-wakes linger0 \
     reuseport reuseport-plain selfloop ipv6 stress reconnect hangup hangup-exit hangup-kill hangup-et wake nonblock epoll-quiet poll-quiet select-quiet \
     epoll2-quiet epoll-busy poll-busy select-busy epoll-unseen epoll-mod; do
     "$dir/compat" "$mode"
@@ -75,6 +75,7 @@ for mode in poll select epoll-lt epoll-et epoll-nested peek dup threads sendfile
     fi
     n=1
     [ "$mode" = stress ] && n=3
+    [ "$mode" = rawclose ] && n=6
     expect compat "viarun: $n connections over shm, 0 over kernel TCP"
 done
 # A waiter in epoll, poll or select that spins costs its peer no doorbell

@@ -127,6 +127,13 @@ pub trait Carried: Send + Sync {
     fn unacknowledged(&self) -> bool {
         false
     }
+    /// Whether everything sent is acknowledged, looking for up to about a
+    /// round trip (between hosts) before saying no: a close or shutdown
+    /// that waits aside for the rest sends its FIN only at the waiting
+    /// thread's next look, a millisecond later.
+    fn acknowledged_soon(&self) -> bool {
+        !self.unacknowledged()
+    }
     /// At the last close, after `hand_over`: what the peer still sends
     /// for the hand-over is taken off the socket (`netlink::linger`), so
     /// that closing does not reset the connection.

@@ -274,7 +274,8 @@ fn finish(conn: &Conn, fd: RawFd) {
                 link.linger(fd);
                 // Between hosts, what the peer has not acknowledged is
                 // waited for aside: the program's close returns now.
-                if link.unacknowledged() && crate::netlink::acknowledged_later(fd, link.clone()) {
+                if !link.acknowledged_soon() && crate::netlink::acknowledged_later(fd, link.clone())
+                {
                     return;
                 }
                 link.flush();

@@ -35,6 +35,7 @@ mod netlink;
 mod netwait;
 mod poll;
 mod process;
+mod rawsys;
 mod reader;
 mod real;
 mod region;
@@ -451,6 +452,17 @@ pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
         // Settle first: the peer must see our hello (and VI) before a FIN.
         if let Route::Via(link) = conn::route(fd) {
             if how != libc::SHUT_RD {
+                // Between hosts the FIN waits aside for the peer's
+                // acknowledgements: the program's call returns now.
+                if !link.acknowledged_soon()
+                    && crate::netlink::shutdown_when_acknowledged(fd, link.clone())
+                {
+                    link.shut();
+                    return match how {
+                        libc::SHUT_RDWR => (real().shutdown)(fd, libc::SHUT_RD),
+                        _ => 0,
+                    };
+                }
                 link.flush();
                 link.shut();
             }

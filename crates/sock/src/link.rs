@@ -533,6 +533,16 @@ impl Link {
         nosignal: bool,
     ) -> Result<usize, i32> {
         crate::epoll::stamp_mine();
+        let seen = self.tx_word().seen();
+        if seen.shut && !seen.switched {
+            // shutdown(SHUT_WR) came (in any process holding the socket):
+            // the kernel says EPIPE to a write after it.
+            if !nosignal {
+                // SAFETY: raising a signal in this thread, as the kernel would.
+                unsafe { libc::raise(libc::SIGPIPE) };
+            }
+            return Err(libc::EPIPE);
+        }
         let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
         let total: usize = data.iter().map(|d| d.len()).sum();
         let mut nonblock = None;

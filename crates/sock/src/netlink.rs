@@ -52,7 +52,7 @@ use std::time::Duration;
 
 use openvia_core::descriptor::{status, DataSegment, DescPtr};
 use openvia_core::nic::Nic;
-use openvia_core::spin::MAX_SPIN_NS;
+use openvia_core::spin::{Window, MAX_SPIN_NS};
 
 use crate::waitspin::WaitSpin;
 use openvia_core::vi::{reliability, Vi, ViState};
@@ -72,7 +72,7 @@ pub mod switched;
 mod writer;
 
 pub use handover::{after_fork, before_fork, forked_child, start_watcher};
-pub use linger::acknowledged_later;
+pub use linger::{acknowledged_later, shutdown_when_acknowledged};
 use switched::NetSwitched;
 
 /// Header in front of each message: kind, flags, pad, number, length.
@@ -147,6 +147,9 @@ pub struct NetLink {
     /// How long the next blocking read spins before it sleeps (adapts).
     spin: Mutex<WaitSpin>,
     nonblocking: AtomicBool,
+    /// shutdown(SHUT_WR) came: writes fail with EPIPE (the kernel's FIN
+    /// may wait for the peer's acknowledgements, `acknowledged_later`).
+    write_shut: AtomicBool,
     /// The descriptor of the last read or write, for a flush at close or
     /// exit (which come without one) to notice a peer gone.
     last_fd: AtomicI32,
@@ -428,6 +431,7 @@ impl NetLink {
             reading: Mutex::new(()),
             spin: Mutex::new(spin_window()),
             nonblocking: AtomicBool::new(false),
+            write_shut: AtomicBool::new(false),
             last_fd: AtomicI32::new(-1),
             page,
             handed: OnceLock::new(),
@@ -640,9 +644,22 @@ impl crate::carried::Carried for NetLink {
         self.reap(&mut st);
         st.in_flight > 0 && !st.broken
     }
-    /// Nothing to mark: the reader learns of the end from the kernel's FIN,
-    /// which follows every doorbell.
-    fn shut(&self) {}
+    fn acknowledged_soon(&self) -> bool {
+        let mut look = Window::new(FLUSH_LOOK, SPIN_CONTENDED_NS).start();
+        loop {
+            if !self.unacknowledged() {
+                return true;
+            }
+            if !look.go_on_busy() {
+                return false;
+            }
+        }
+    }
+    /// Writes end here; the reader learns of the end from the kernel's
+    /// FIN, which follows every doorbell.
+    fn shut(&self) {
+        self.write_shut.store(true, Ordering::Release);
+    }
     fn set_nonblocking(&self, on: bool) {
         self.nonblocking.store(on, Ordering::Relaxed);
     }

@@ -45,6 +45,9 @@ enum Waits {
     Switch(Arc<NetSwitched>),
     /// The peer's acknowledgements of what we sent.
     Acks(Arc<dyn Carried>),
+    /// The same, then the kernel's shutdown(SHUT_WR) (our FIN) while the
+    /// program keeps its descriptor.
+    AcksThenShutdown(Arc<dyn Carried>),
 }
 
 struct Lingering {
@@ -61,15 +64,26 @@ impl Lingering {
                 Waits::Switch(s) => s.settle_for_close(self.fd) != Some(false),
                 // A peer that reset or closed both ways acknowledges
                 // nothing more (as the close's own wait gave up then).
-                Waits::Acks(link) => !link.unacknowledged() || super::hung_up_both(self.fd),
+                Waits::Acks(link) | Waits::AcksThenShutdown(link) => {
+                    !link.unacknowledged() || super::hung_up_both(self.fd)
+                }
             }
     }
 
-    /// Lets it go: the link ends, then the copy closes (our FIN).
+    /// Lets it go: the link ends, then the copy closes (our FIN); or,
+    /// after a shutdown, the FIN goes and the link stays the program's.
     fn let_go(self) {
-        if let Waits::Acks(link) = self.waits {
-            link.shut();
-            drop(link);
+        match self.waits {
+            Waits::Acks(link) => {
+                link.shut();
+                drop(link);
+            }
+            Waits::AcksThenShutdown(_) => {
+                // SAFETY: our copy of the program's socket; shutdown acts
+                // on the socket, whichever descriptor names it.
+                unsafe { (real().shutdown)(self.fd, libc::SHUT_WR) };
+            }
+            Waits::Switch(_) => {}
         }
         close(self.fd);
     }
@@ -106,6 +120,16 @@ pub fn hold(fd: RawFd, switched: Arc<NetSwitched>) {
 /// be done (the caller then waits itself).
 pub fn acknowledged_later(fd: RawFd, link: Arc<dyn Carried>) -> bool {
     linger(fd, Waits::Acks(link), ACKS_LINGER)
+}
+
+/// Called as the program shuts `fd` for writing, its `link` with messages
+/// the peer has not acknowledged: the FIN goes from the thread once it
+/// has (or the peer hung up, or `ACKS_LINGER` passed), and the shutdown
+/// returns now. An event loop (Node.js ends each response so) waited in
+/// the call before, its other connections with it. False if that cannot
+/// be done (the caller then waits itself).
+pub fn shutdown_when_acknowledged(fd: RawFd, link: Arc<dyn Carried>) -> bool {
+    linger(fd, Waits::AcksThenShutdown(link), ACKS_LINGER)
 }
 
 fn linger(fd: RawFd, waits: Waits, limit: Duration) -> bool {
@@ -181,7 +205,9 @@ fn watch() {
         };
         let acks = {
             let held = HELD.lock().unwrap_or_else(|e| e.into_inner());
-            held.list.iter().any(|l| matches!(l.waits, Waits::Acks(_)))
+            held.list
+                .iter()
+                .any(|l| matches!(l.waits, Waits::Acks(_) | Waits::AcksThenShutdown(_)))
         };
         let ms = if acks {
             ACKS_LOOK.as_millis() as i32
@@ -221,7 +247,7 @@ pub fn wait_all(limit: Duration) {
             let (acks, rest): (Vec<Lingering>, Vec<Lingering>) = held
                 .list
                 .drain(..)
-                .partition(|l| matches!(l.waits, Waits::Acks(_)));
+                .partition(|l| matches!(l.waits, Waits::Acks(_) | Waits::AcksThenShutdown(_)));
             held.list = rest;
             acks
         }

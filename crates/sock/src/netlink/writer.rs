@@ -40,6 +40,9 @@ impl NetLink {
         if let Some(s) = self.handed.get() {
             return s.write_from(fd, data, (0, 0), dontwait, nosignal);
         }
+        if self.write_shut.load(Ordering::Acquire) {
+            return pipe(0);
+        }
         let total: usize = data.iter().map(|d| d.len()).sum();
         crate::link::wrote_to_network();
         let (mut taken, mut seg, mut off) = (0usize, 0usize, 0usize);
