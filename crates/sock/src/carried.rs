@@ -134,6 +134,9 @@ pub trait Carried: Send + Sync {
     fn acknowledged_soon(&self) -> bool {
         !self.unacknowledged()
     }
+    /// shutdown(SHUT_WR) whose FIN waits aside (`acknowledged_soon` said
+    /// no): writes say EPIPE from now on; `shut` follows with the FIN.
+    fn close_writes(&self) {}
     /// At the last close, after `hand_over`: what the peer still sends
     /// for the hand-over is taken off the socket (`netlink::linger`), so
     /// that closing does not reset the connection.

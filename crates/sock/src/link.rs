@@ -221,6 +221,10 @@ pub struct Link {
     /// followed through the program's fcntl(F_SETFL) and ioctl(FIONBIO)
     /// (lib.rs): a read or write that must know it makes no system call.
     nonblocking: AtomicBool,
+    /// shutdown(SHUT_WR) came here and its FIN waits aside for the peer
+    /// to take what was sent (`netlink::shutdown_when_acknowledged`):
+    /// writes say EPIPE meanwhile.
+    writes_closed: AtomicBool,
     /// The program waits for this connection in epoll, which lets its
     /// token stand between waits: a read that uses every message up
     /// offers it again (`reader`), so that the peer's next message finds
@@ -360,6 +364,7 @@ impl Link {
             forks: crate::process::forks(),
             shared: AtomicBool::new(false),
             nonblocking: AtomicBool::new(false),
+            writes_closed: AtomicBool::new(false),
             standing: AtomicBool::new(false),
         };
         for j in 0..RECV_SLOTS {
@@ -534,7 +539,7 @@ impl Link {
     ) -> Result<usize, i32> {
         crate::epoll::stamp_mine();
         let seen = self.tx_word().seen();
-        if seen.shut && !seen.switched {
+        if (seen.shut || self.writes_closed.load(Ordering::Acquire)) && !seen.switched {
             // shutdown(SHUT_WR) came (in any process holding the socket):
             // the kernel says EPIPE to a write after it.
             if !nosignal {
@@ -746,6 +751,20 @@ impl Link {
     /// kernel from now on.
     pub fn shut(&self) {
         self.tx_word().shut();
+    }
+
+    /// Writes end here, before the peer is told (`shut`, after the flush).
+    pub fn close_writes(&self) {
+        self.writes_closed.store(true, Ordering::Release);
+    }
+
+    /// Messages the peer has not taken yet (looked at without waiting).
+    pub fn unacknowledged(&self) -> bool {
+        if self.tx_word().seen().switched {
+            return false;
+        }
+        let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        self.reap(&mut tx, false).is_ok() && tx.in_flight > 0
     }
 }
 

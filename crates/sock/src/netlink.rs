@@ -660,6 +660,9 @@ impl crate::carried::Carried for NetLink {
     fn shut(&self) {
         self.write_shut.store(true, Ordering::Release);
     }
+    fn close_writes(&self) {
+        self.write_shut.store(true, Ordering::Release);
+    }
     fn set_nonblocking(&self, on: bool) {
         self.nonblocking.store(on, Ordering::Relaxed);
     }
@@ -733,6 +736,12 @@ impl crate::carried::Carried for NetLink {
 /// after a fork to take their peers' hand-over answers (`linger`).
 pub fn wait_lingering() {
     linger::wait_all(Duration::from_millis(500));
+}
+
+/// At `_exit`: waits only for what the peers have not acknowledged (a
+/// close or shutdown sent it aside), which would go with the process.
+pub fn wait_acknowledgements() {
+    linger::wait_all(Duration::ZERO);
 }
 
 impl Drop for NetLink {

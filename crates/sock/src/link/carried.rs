@@ -10,6 +10,10 @@ use super::Link;
 use crate::control::peer_of;
 use crate::kernel;
 
+/// How long a close or shutdown looks for the reader to take the last
+/// messages before its FIN waits aside (`acknowledged_soon`).
+const ACKNOWLEDGED_LOOK: std::time::Duration = std::time::Duration::from_micros(100);
+
 impl crate::carried::Carried for Link {
     fn read(
         &self,
@@ -35,6 +39,27 @@ impl crate::carried::Carried for Link {
     }
     fn shut(&self) {
         Link::shut(self)
+    }
+    fn close_writes(&self) {
+        Link::close_writes(self)
+    }
+    fn unacknowledged(&self) -> bool {
+        Link::unacknowledged(self)
+    }
+    fn acknowledged_soon(&self) -> bool {
+        // The reader takes the messages when it runs: give it the CPU a
+        // few times (a two-CPU box has none spare) before the wait goes
+        // aside, where the FIN waits for the linger thread's next look.
+        let start = std::time::Instant::now();
+        loop {
+            if !Link::unacknowledged(self) {
+                return true;
+            }
+            if start.elapsed() >= ACKNOWLEDGED_LOOK {
+                return false;
+            }
+            std::thread::yield_now();
+        }
     }
     fn set_nonblocking(&self, on: bool) {
         Link::set_nonblocking(self, on)

@@ -78,7 +78,8 @@ impl Lingering {
                 link.shut();
                 drop(link);
             }
-            Waits::AcksThenShutdown(_) => {
+            Waits::AcksThenShutdown(link) => {
+                link.shut();
                 // SAFETY: our copy of the program's socket; shutdown acts
                 // on the socket, whichever descriptor names it.
                 unsafe { (real().shutdown)(self.fd, libc::SHUT_WR) };
