@@ -837,7 +837,9 @@ static REAL_EXIT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsiz
 /// happens here first, as it did in the close itself before.
 #[no_mangle]
 pub unsafe extern "C" fn _exit(status: c_int) -> ! {
-    if !openvia_core::transport_busy() {
+    // (Not in a vfork child, which runs in its parent's memory: what
+    // lingers there is the parent's.)
+    if !openvia_core::transport_busy() && !process::borrowing_parent_memory() {
         let _ = catch_unwind(netlink::wait_acknowledgements);
     }
     let mut p = REAL_EXIT.load(std::sync::atomic::Ordering::Acquire);
