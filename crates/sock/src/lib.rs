@@ -824,48 +824,6 @@ extern "C" fn at_exit() {
     let _ = catch_unwind(netlink::wait_lingering);
 }
 
-/// The C library's `_exit`, found on first use (0: not yet), without a
-/// lock: a vfork child may call it.
-static REAL_EXIT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-/// # Safety
-/// The C prototype of `_exit` (and `_Exit`). A program that ends so
-/// (Python's `os._exit` in a forking server's child, after its shutdown
-/// and close) runs no exit handler: what a close or shutdown left waiting
-/// aside for the peer's acknowledgements (`netlink::acknowledged_later`)
-/// would be lost with the process, and the peer reset. So that wait
-/// happens here first, as it did in the close itself before.
-#[no_mangle]
-pub unsafe extern "C" fn _exit(status: c_int) -> ! {
-    // (Not in a vfork child, which runs in its parent's memory: what
-    // lingers there is the parent's.)
-    if !openvia_core::transport_busy() && !process::borrowing_parent_memory() {
-        let _ = catch_unwind(netlink::wait_acknowledgements);
-    }
-    let mut p = REAL_EXIT.load(std::sync::atomic::Ordering::Acquire);
-    if p == 0 {
-        // SAFETY: dlsym with a constant NUL-terminated name: the C
-        // library's definition, after ours.
-        p = unsafe { libc::dlsym(libc::RTLD_NEXT, c"_exit".as_ptr()) } as usize;
-        REAL_EXIT.store(p, std::sync::atomic::Ordering::Release);
-    }
-    if p != 0 {
-        // SAFETY: the address dlsym gave for `_exit`, of this type.
-        let real: unsafe extern "C" fn(c_int) -> ! = unsafe { std::mem::transmute(p) };
-        unsafe { real(status) }
-    }
-    // SAFETY: the system call itself, if the C library's was not found.
-    unsafe { libc::syscall(libc::SYS_exit_group, status as libc::c_long) };
-    unreachable!("exit_group returned")
-}
-
-/// # Safety
-/// As `_exit`.
-#[no_mangle]
-pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
-    unsafe { _exit(status) }
-}
-
 extern "C" fn init() {
     process::init();
     // Before anything makes a descriptor of ours: where they go.

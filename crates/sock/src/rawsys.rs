@@ -13,6 +13,13 @@
 //! the number and six integers (the most any system call has) and passes
 //! them on. Nothing here may use a lock: the standard library's own
 //! futex calls (and this library's) come through this function too.
+//!
+//! `_exit` and `_Exit` end a process past every exit handler (Python's
+//! `os._exit` in a forking server's child, right after its shutdown and
+//! close): what a close or shutdown left waiting aside for the peer's
+//! acknowledgements (`netlink::acknowledged_later`) would go with it and
+//! the peer read a reset. They wait for that first, as the close did in
+//! the call before.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -21,18 +28,27 @@ use libc::c_long;
 type RawSyscall =
     unsafe extern "C" fn(c_long, c_long, c_long, c_long, c_long, c_long, c_long) -> c_long;
 
-/// The C library's `syscall`, found on first use (0: not yet). Resolved
-/// without a lock: two threads racing store the same address.
+/// The C library's `syscall` and `_exit`, found on first use (0: not
+/// yet).
 static NEXT: AtomicUsize = AtomicUsize::new(0);
+static NEXT_EXIT: AtomicUsize = AtomicUsize::new(0);
+
+/// The C library's definition of `name` (after this library's), kept in
+/// `slot`; 0 if none. Without a lock: two threads racing store the same
+/// address, and a vfork child may call it.
+fn resolved(slot: &AtomicUsize, name: &std::ffi::CStr) -> usize {
+    let mut p = slot.load(Ordering::Acquire);
+    if p == 0 {
+        // SAFETY: dlsym with a NUL-terminated name; RTLD_NEXT finds the
+        // definition after this library's (the C library's).
+        p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
+        slot.store(p, Ordering::Release);
+    }
+    p
+}
 
 fn next() -> Option<RawSyscall> {
-    let mut p = NEXT.load(Ordering::Acquire);
-    if p == 0 {
-        // SAFETY: dlsym with a constant NUL-terminated name; RTLD_NEXT
-        // finds the definition after this library's (the C library's).
-        p = unsafe { libc::dlsym(libc::RTLD_NEXT, c"syscall".as_ptr()) } as usize;
-        NEXT.store(p, Ordering::Release);
-    }
+    let p = resolved(&NEXT, c"syscall");
     // SAFETY: a non-null address dlsym gave for `syscall`, whose integer
     // arguments this type passes as its variadic call would (see above).
     (p != 0).then(|| unsafe { std::mem::transmute::<usize, RawSyscall>(p) })
@@ -63,4 +79,31 @@ pub unsafe extern "C" fn syscall(
             -1
         }
     }
+}
+
+/// # Safety
+/// The C prototype of `_exit` (see the module's text).
+#[no_mangle]
+pub unsafe extern "C" fn _exit(status: libc::c_int) -> ! {
+    // (Not in a vfork child, which runs in its parent's memory: what
+    // lingers there is the parent's.)
+    if !openvia_core::transport_busy() && !crate::process::borrowing_parent_memory() {
+        let _ = std::panic::catch_unwind(crate::netlink::wait_acknowledgements);
+    }
+    let p = resolved(&NEXT_EXIT, c"_exit");
+    if p != 0 {
+        // SAFETY: the address dlsym gave for `_exit`, of this type.
+        let real: unsafe extern "C" fn(libc::c_int) -> ! = unsafe { std::mem::transmute(p) };
+        unsafe { real(status) }
+    }
+    // SAFETY: the system call itself, if the C library's was not found.
+    unsafe { libc::syscall(libc::SYS_exit_group, status as c_long) };
+    unreachable!("exit_group returned")
+}
+
+/// # Safety
+/// As `_exit`.
+#[no_mangle]
+pub unsafe extern "C" fn _Exit(status: libc::c_int) -> ! {
+    unsafe { _exit(status) }
 }
