@@ -15,8 +15,9 @@
 //!
 //! A poke is not always heard: between two namespaces, with doorbells
 //! sent at once (TCP_NODELAY), a writer in edge-triggered epoll_wait got
-//! no edge from about one poke in fifty (compat `epollout-short` stalled
-//! in 10 of 11 runs; why the kernel let it pass is not found). So a
+//! no edge from some pokes, the socket writable all the while (compat
+//! `epollout-short`, a few dozen pokes a run, stalled in 10 of 11 runs;
+//! why the kernel let them pass is not found). So a
 //! poked connection stays watched until the program writes on it again
 //! (`answered`, from each write while something is watched), and is
 //! poked again after 1, 2, 4… ms of silence, eight times at most. An
