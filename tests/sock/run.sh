@@ -121,6 +121,14 @@ done
 python3 "$here/leak_check.py"
 $VS python3 "$here/leak_check.py" 2>"$dir/compat.err" || { cat "$dir/compat.err"; exit 1; }
 expect compat "viarun: 100 connections over shm, 0 over kernel TCP"
+# Connections one after another between two processes take up the VI the
+# last one kept, and what its writer left behind is never read as the new
+# one's (reuse_check.py: every byte checked).
+python3 "$here/reuse_check.py" 300
+$VS python3 "$here/reuse_check.py" 300 2>"$dir/py.err" || { cat "$dir/py.err"; exit 1; }
+expect py "viarun: 300 connections over shm, 0 over kernel TCP"
+grep -Eq '^viarun: [1-9][0-9]* on a VI kept from an earlier connection$' "$dir/py.err" ||
+    { echo "reuse_check: no VI was taken up again:"; cat "$dir/py.err"; exit 1; }
 # Python's subprocess on sockets (subprocess_check.py): a connection handed
 # to `cat` with the default close_fds, `head` run on a used one, and a
 # second program on a connection a first one used and took away with it

@@ -95,6 +95,16 @@ const REWIND: usize = 4;
 /// Within the acceptor's hello line: its VI listener is up, so the
 /// connector may ask (`listening_word`).
 const LISTENING: usize = 8;
+/// Within a side's hello line: the pid of the side's process that uses
+/// the connection (the acceptor's is first the one that made the page).
+const USER_PID: usize = 12;
+/// Within a side's hello line: the VI pair it offers to take up again
+/// (`link::reuse`).
+const REUSE_OFFER: usize = 24;
+/// Within the acceptor's hello line: where the ends stand on the offer.
+const REUSE_STATE: usize = 16;
+/// `listening_word`: the acceptor's VI listener is up.
+pub const LISTENING_FRESH: u32 = 1;
 
 /// A doorbell byte is in the kernel stream (or on its way there).
 const BELL: u64 = 1;
@@ -367,6 +377,29 @@ impl Control {
     /// acceptor has not come to its first use (`link::meet`).
     pub fn listening_word(&self) -> &AtomicU32 {
         self.word32(HELLOS + tx_index(Side::Acceptor) * 64 + LISTENING)
+    }
+
+    /// `side`'s process that uses the connection (0: not known yet).
+    pub fn user_pid(&self, side: Side) -> u32 {
+        self.word32(HELLOS + tx_index(side) * 64 + USER_PID)
+            .load(Ordering::Acquire)
+    }
+
+    /// Process `pid` uses the connection on `side` (or, before either
+    /// end's first use, answered or asked for it).
+    pub fn note_user(&self, side: Side, pid: u32) {
+        self.word32(HELLOS + tx_index(side) * 64 + USER_PID)
+            .store(pid, Ordering::Release);
+    }
+
+    /// The VI pair `side` offers to take up again (`link::reuse`).
+    pub fn reuse_offer(&self, side: Side) -> &AtomicU64 {
+        self.word64(HELLOS + tx_index(side) * 64 + REUSE_OFFER)
+    }
+
+    /// Where the two ends stand on taking a kept VI up (`link::reuse`).
+    pub fn reuse_word(&self) -> &AtomicU32 {
+        self.word32(HELLOS + tx_index(Side::Acceptor) * 64 + REUSE_STATE)
     }
 
     /// Before `side` says hello at its first use: false if a process of

@@ -595,7 +595,7 @@ fn declined(fd: c_int) {
                 std::mem::size_of::<libc::sockaddr_storage>() as socklen_t,
             );
             if here {
-                rendezvous::answer(p, l, || None);
+                rendezvous::answer(p, l, |_| None);
             } else if let (Some(l), Some(p)) =
                 (remote::socket_addr(&local), remote::socket_addr(&peer))
             {
@@ -621,12 +621,17 @@ fn accepted_here(
     let mut control = None;
     let mut page_fd = None;
     let answer = ports.and_then(|(p, l)| {
-        rendezvous::answer(p, l, || {
+        rendezvous::answer(p, l, |connector| {
             // Carried only with room for its exec record (`inherit`).
             if fd as usize >= conn::MAX_FD || !inherit::room_for_a_record(fd) {
                 return None;
             }
             let (page, memfd) = control::Control::create()?;
+            // Whose VIs kept from earlier connections may serve this one
+            // (`link::reuse`): until either end's first use says otherwise,
+            // this process's and the connector's.
+            page.note_user(control::Side::Acceptor, crate::process::id());
+            page.note_user(control::Side::Connector, connector);
             control = Some(page);
             page_fd = Some(memfd);
             page_fd

@@ -12,8 +12,9 @@
 //! Both ends start the stream with one `H` byte, written before the VI
 //! handshake, which wakes a peer that sleeps in poll so that it joins the
 //! handshake. This file sets the link up and writes; `reader` reads;
-//! `link/meet` is the VI handshake, `link/tx` the writer's account of
-//! the ring, `link/carried` the link as the library's calls see it.
+//! `link/meet` is the VI handshake, `link/reuse` the VIs kept for the
+//! next connection to the same process, `link/tx` the writer's account
+//! of the ring, `link/carried` the link as the library's calls see it.
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,6 +34,7 @@ use crate::region::{Region, DESC_BYTES};
 
 mod carried;
 mod meet;
+mod reuse;
 mod tx;
 
 /// For tests: the network device on loopback, with an agent port of this
@@ -225,6 +227,11 @@ pub struct Link {
     /// to take what was sent (`netlink::shutdown_when_acknowledged`):
     /// writes say EPIPE meanwhile.
     writes_closed: AtomicBool,
+    /// The VI's pair (the token of the connection it was made for) and
+    /// this connection's generation on it, sent with every message as
+    /// immediate data (`reuse`).
+    pair: u64,
+    pub(crate) generation: u32,
     /// The program waits for this connection in epoll, which lets its
     /// token stand between waits: a read that uses every message up
     /// offers it again (`reader`), so that the peer's next message finds
@@ -268,6 +275,7 @@ impl Link {
         // on the connection before its first use (`conn::go_bare_before_
         // exec`): it stays on the kernel, and no byte of ours may enter a
         // stream that program reads.
+        control.note_user(side, crate::process::id());
         if !control.say_hello(side) {
             return Err(HandshakeEnd::PeerWentBare);
         }
@@ -275,40 +283,53 @@ impl Link {
         if let Some(r) = &record {
             r.note_hello_sent();
         }
-        let mut link = Link::create(side, control).map_err(|_| HandshakeEnd::Broken)?;
-        let shared = record.as_ref().is_some_and(|r| r.may_be_shared());
-        link.shared.store(shared, Ordering::Relaxed);
-        link.set_nonblocking(kernel::is_nonblocking(fd));
-        let control = link.control.clone();
         // A peer that went bare after our hello took it off its stream
         // and never meets: ended like a switch (no byte of the stream
         // taken), then told apart.
-        let switched = move || {
-            control.rx(side).seen().switched
-                || control.tx(side).seen().switched
-                || control.stays_on_kernel(side)
+        let switched = {
+            let control = control.clone();
+            move || {
+                control.rx(side).seen().switched
+                    || control.tx(side).seen().switched
+                    || control.stays_on_kernel(side)
+            }
         };
-        let (nic, vi) = (&link.nic, &link.vi);
-        let word = Some(link.control.listening_word());
-        meet(
-            fd,
-            nic,
-            vi,
-            side,
-            token,
-            None,
-            &switched,
-            Hello::Sent,
-            None,
-            word,
-        )
-        .map_err(|e| {
-            if link.control.stays_on_kernel(side) {
+        let went_bare = |e: HandshakeEnd| {
+            if control.stays_on_kernel(side) {
                 HandshakeEnd::PeerWentBare
             } else {
                 e
             }
-        })?;
+        };
+        let mut link = match reuse::meet_again(fd, side, &control, &switched).map_err(went_bare)? {
+            Some(kept) => {
+                let link = Link::from_kept(side, control.clone(), kept);
+                meet::take_peer_hello(fd, &switched).map_err(went_bare)?;
+                link
+            }
+            None => {
+                let link =
+                    Link::create(side, control.clone(), token).map_err(|_| HandshakeEnd::Broken)?;
+                let word = Some(link.control.listening_word());
+                meet(
+                    fd,
+                    &link.nic,
+                    &link.vi,
+                    side,
+                    token,
+                    None,
+                    &switched,
+                    Hello::Sent,
+                    None,
+                    word,
+                )
+                .map_err(went_bare)?;
+                link
+            }
+        };
+        let shared = record.as_ref().is_some_and(|r| r.may_be_shared());
+        link.shared.store(shared, Ordering::Relaxed);
+        link.set_nonblocking(kernel::is_nonblocking(fd));
         kernel::no_delay(fd);
         if let Some(page) = link.control.take_fd() {
             link.record = match record {
@@ -328,7 +349,7 @@ impl Link {
         Ok(link)
     }
 
-    fn create(side: Side, control: Arc<Control>) -> Result<Link, ViaError> {
+    fn create(side: Side, control: Arc<Control>, pair: u64) -> Result<Link, ViaError> {
         let (nic, ptag) = process_nic(Medium::Local)?;
         let (region, vi) = Region::open(
             &nic,
@@ -338,35 +359,7 @@ impl Link {
             MSG_BYTES,
             None,
         )?;
-        let link = Link {
-            nic,
-            vi,
-            region,
-            owner_pid: crate::process::id(),
-            side,
-            control,
-            tx: Mutex::new(Tx {
-                free: (0..SEND_SLOTS).collect(),
-                in_flight: 0,
-                sent: 0,
-                head: 0,
-                tail: 0,
-                ends: std::collections::VecDeque::with_capacity(SEND_SLOTS),
-            }),
-            rx: Mutex::new(Rx {
-                current: None,
-                later: std::collections::VecDeque::with_capacity(RECV_SLOTS),
-                consumed: 0,
-                bell_in_socket: false,
-                spin: Default::default(),
-            }),
-            record: None,
-            forks: crate::process::forks(),
-            shared: AtomicBool::new(false),
-            nonblocking: AtomicBool::new(false),
-            writes_closed: AtomicBool::new(false),
-            standing: AtomicBool::new(false),
-        };
+        let link = Link::from_kept(side, control, reuse::Kept::fresh(pair, nic, vi, region));
         for j in 0..RECV_SLOTS {
             link.post_recv(j)?;
         }
@@ -633,6 +626,11 @@ impl Link {
                 return self.write_switched(fd, data, start, taken, dontwait, nosignal);
             };
             let d = self.fill(i, buf, 8);
+            // SAFETY: `d` is the free slot just filled, not yet posted.
+            unsafe {
+                (*d.0).cs.control |= openvia_core::descriptor::control::IMMEDIATE;
+                (*d.0).cs.immediate_data = self.generation;
+            }
             let posted = self.vi.post_send(d.0, self.region.handle).is_ok();
             if posted {
                 tx.in_flight += 1;
@@ -771,7 +769,7 @@ impl Link {
 impl Drop for Link {
     fn drop(&mut self) {
         if self.owner_pid == crate::process::id() {
-            self.region.release(&self.nic, &self.vi);
+            reuse::keep_or_end(self);
         }
     }
 }

@@ -160,8 +160,8 @@ impl Link {
                         rx.current = rx.later.pop_front().map(|(p, l)| (p, l, 0));
                     }
                     if rx.current.is_none() {
-                        if let Ok(d) = self.vi.recv_done() {
-                            rx.current = self.completed(d);
+                        if let Some(m) = self.next_arrived() {
+                            rx.current = m;
                         }
                     }
                     if rx.current.is_none() {
@@ -174,8 +174,8 @@ impl Link {
                 rx.current = Some((place, len, 0));
                 continue;
             }
-            if let Ok(d) = self.vi.recv_done() {
-                match self.completed(d) {
+            if let Some(arrived) = self.next_arrived() {
+                match arrived {
                     Some(m) => {
                         rx.current = Some(m);
                         continue;
@@ -307,8 +307,8 @@ impl Link {
             }
             // Polling the VI keeps the device's progress thread asleep and
             // takes a message the moment it lands.
-            if let Ok(d) = self.vi.recv_done() {
-                rx.current = self.completed(d);
+            if let Some(m) = self.next_arrived() {
+                rx.current = m;
                 return Spin::Changed;
             }
             // The clock every few looks: a look is quick, and a message
@@ -390,8 +390,8 @@ impl Link {
     /// receive is no message: the next read finds the VI broken and asks
     /// the kernel).
     fn take_arrived(&self, rx: &mut Rx) {
-        while let Ok(d) = self.vi.recv_done() {
-            if let Some((place, len, _)) = self.completed(d) {
+        while let Some(arrived) = self.next_arrived() {
+            if let Some((place, len, _)) = arrived {
                 rx.later.push_back((place, len));
             }
         }
@@ -438,13 +438,34 @@ impl Link {
         }
     }
 
-    fn completed(&self, d: DescPtr) -> Option<(usize, usize, usize)> {
+    /// The next message the VI completed: None if none did, Some(None)
+    /// for a flushed or malformed receive. A message of the VI's earlier
+    /// connection (`link::reuse`: another generation) is dropped on the
+    /// way, its receive posted again.
+    fn next_arrived(&self) -> Option<Option<(usize, usize, usize)>> {
+        loop {
+            let d = self.vi.recv_done().ok()?;
+            match self.completed(d) {
+                Completed::Stale => continue,
+                Completed::Message(m) => return Some(Some(m)),
+                Completed::Failed => return Some(None),
+            }
+        }
+    }
+
+    fn completed(&self, d: DescPtr) -> Completed {
         let st = d.status();
         let j = self.recv_slot_of(d);
         // SAFETY: the descriptor is ours and completed.
-        let got = unsafe { (*d.0).cs.length as usize };
+        let (got, generation) = unsafe { ((*d.0).cs.length as usize, (*d.0).cs.immediate_data) };
         if st & status::ERROR_MASK != 0 || got < 8 {
-            return None;
+            return Completed::Failed;
+        }
+        if st & status::IMMEDIATE == 0 || generation != self.generation {
+            return match self.post_recv(j) {
+                Ok(()) => Completed::Stale,
+                Err(_) => Completed::Failed,
+            };
         }
         let buf = self.recv_buffer(j);
         // SAFETY: the receive buffer holds at least the 8 bytes it got.
@@ -455,9 +476,23 @@ impl Link {
             )
         };
         if self.post_recv(j).is_err() {
-            return None;
+            return Completed::Failed;
         }
         // The peer's words, bounds-checked.
-        (len <= SLOT_BYTES && place + len <= RING_BYTES).then_some((place, len, 0))
+        if len <= SLOT_BYTES && place + len <= RING_BYTES {
+            Completed::Message((place, len, 0))
+        } else {
+            Completed::Failed
+        }
     }
+}
+
+/// What a completed receive held.
+enum Completed {
+    /// A message of this connection: (place, length, 0 taken).
+    Message((usize, usize, usize)),
+    /// A message of the VI's earlier connection, dropped.
+    Stale,
+    /// A flushed receive (the peer is gone) or malformed words.
+    Failed,
 }

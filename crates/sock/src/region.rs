@@ -197,6 +197,22 @@ impl Region {
     /// Ends `vi` and keeps the memory for a later link (anonymous memory,
     /// once the VI is destroyed: nothing posted names it any more) or
     /// gives it back; for the process that made them.
+    /// Moves the region out (its VI is kept: `link::reuse`), leaving one
+    /// behind that owns nothing.
+    pub(crate) fn take(&mut self) -> Region {
+        std::mem::replace(
+            self,
+            Region {
+                base: 0,
+                len: 0,
+                handle: 0,
+                slots: 0,
+                buf_bytes: 0,
+                ptag: None,
+            },
+        )
+    }
+
     pub(crate) fn release(&self, nic: &Nic, vi: &Arc<Vi>) {
         let _ = vi.disconnect();
         let destroyed = nic.destroy_vi(vi).is_ok();

@@ -99,31 +99,37 @@ fn listen_on(kind: &str, port: u16) -> Option<RawFd> {
 
 /// Connected to `kind/port`, its peer checked to be our user; None if no
 /// such listener or another user's.
-fn connect_to(kind: &str, port: u16) -> Option<RawFd> {
+/// A connection to the name `kind`/`port` of a process of our user, and
+/// that process's pid.
+fn connect_to(kind: &str, port: u16) -> Option<(RawFd, u32)> {
     let fd = unix_socket()?;
     let (a, len) = unix_addr(kind, port);
     // SAFETY: `a` is a valid sockaddr_un of `len` bytes.
     let r = unsafe { (real().connect)(fd, &a as *const sockaddr_un as *const sockaddr, len) };
-    if r != 0 || !same_user(fd) {
-        close(fd);
-        return None;
+    match (r, same_user(fd)) {
+        (0, Some(pid)) => Some((fd, pid)),
+        _ => {
+            close(fd);
+            None
+        }
     }
-    Some(fd)
 }
 
-fn same_user(fd: RawFd) -> bool {
+/// The peer's pid, if it is a process of our user.
+fn same_user(fd: RawFd) -> Option<u32> {
     // SAFETY: ucred is plain data, getsockopt writes at most `len` bytes.
     unsafe {
         let mut c: libc::ucred = std::mem::zeroed();
         let mut len = std::mem::size_of::<libc::ucred>() as socklen_t;
-        libc::getsockopt(
+        (libc::getsockopt(
             fd,
             libc::SOL_SOCKET,
             libc::SO_PEERCRED,
             &mut c as *mut libc::ucred as *mut libc::c_void,
             &mut len,
         ) == 0
-            && c.uid == libc::getuid()
+            && c.uid == libc::getuid())
+        .then_some(c.pid as u32)
     }
 }
 
@@ -161,7 +167,7 @@ pub fn drain_probes(registry: RawFd) {
 /// Whether a listener under viarun (our user) holds `port` on this host.
 pub fn listener_exists(port: u16) -> bool {
     match connect_to("l", port) {
-        Some(fd) => {
+        Some((fd, _)) => {
             close(fd);
             true
         }
@@ -176,15 +182,16 @@ pub fn connector_socket(local_port: u16) -> Option<RawFd> {
 
 /// Acceptor side: answers the connector at `peer_port` (if it is waiting
 /// under viarun). `control` is asked for the connection's control page
-/// only then; with one the answer is yes and the page goes along.
-/// Some(token) when both agreed on openvia, None otherwise.
+/// only then (with the connector's pid); with one the answer is yes and
+/// the page goes along. Some(token) when both agreed on openvia, None
+/// otherwise.
 pub fn answer(
     peer_port: u16,
     listen_port: u16,
-    control: impl FnOnce() -> Option<RawFd>,
+    control: impl FnOnce(u32) -> Option<RawFd>,
 ) -> Option<u64> {
-    let fd = connect_to("c", peer_port)?;
-    let control = control();
+    let (fd, connector) = connect_to("c", peer_port)?;
+    let control = control(connector);
     let token = openvia_core::sys::random_u64() | 1;
     let mut msg = [0u8; ANSWER_LEN];
     msg[0..4].copy_from_slice(&MAGIC.to_le_bytes());
@@ -310,7 +317,7 @@ pub fn unstash_page(listener: RawFd) -> Option<RawFd> {
         let fd = accept_queued(listener)?;
         let mut msg = [0u8; 8];
         let mut passed = None;
-        let n = if same_user(fd) {
+        let n = if same_user(fd).is_some() {
             recv_with_fd(fd, &mut msg, &mut passed)
         } else {
             -1
@@ -363,7 +370,7 @@ pub fn await_answer(listener: RawFd, dst_port: u16, tcp: RawFd) -> Option<(u64, 
             }
             return None;
         };
-        if !same_user(fd) {
+        if same_user(fd).is_none() {
             close(fd);
             continue;
         }
@@ -647,7 +654,7 @@ mod tests {
         assert!(unstash_page(listener).is_none(), "nothing stashed yet");
         // Something else queued first (a late answer's connection) is
         // passed over.
-        let stray = connect_to("c", port).expect("connect");
+        let (stray, _) = connect_to("c", port).expect("connect");
         assert!(send_with_fd(stray, b"nonsense", None) > 0);
         close(stray);
         // SAFETY: a NUL-terminated name; the flags are valid.

@@ -31,8 +31,15 @@ pub fn key_of(fd: RawFd, peer: Option<String>) -> String {
     key(local, peer)
 }
 
+/// Whether lines are wanted (`viarun --stats`): a key costs two system
+/// calls.
+pub fn wanted() -> bool {
+    std::env::var_os("VIARUN_STATS_FILE").is_some()
+}
+
 /// Notes that this process, on `side` of the connection `key`, set it up
-/// over `device`.
+/// over `device` (or `kept`: on a VI kept from an earlier connection,
+/// besides its device's line; `back`: it stayed on the kernel after all).
 pub fn record(device: &str, key: &str, side: Side) {
     let Some(path) = std::env::var_os("VIARUN_STATS_FILE") else {
         return;

@@ -60,11 +60,14 @@ impl Ends {
 /// "viarun: 3 connections over shm, 0 over kernel TCP". A `back` line is
 /// an end of a connection agreed on a device that stayed on the kernel
 /// after all (its peer exec'd a program without the library before
-/// using it): it moves that key's connection to the kernel's count.
+/// using it): it moves that key's connection to the kernel's count. A
+/// `kept` line is an end of a connection that took up a VI kept from an
+/// earlier one (`link::reuse`): counted on a line of its own.
 fn summary(lines: &str) -> String {
     let mut devices: Vec<(String, Ends)> = Vec::new();
     let mut kernel = Ends::default();
     let mut back = Ends::default();
+    let mut kept = Ends::default();
     for line in lines.lines() {
         let mut f = line.split(' ');
         let (Some(device), Some(key), Some(side)) = (f.next(), f.next(), f.next()) else {
@@ -76,6 +79,10 @@ fn summary(lines: &str) -> String {
         }
         if device == "back" {
             back.note(key, side);
+            continue;
+        }
+        if device == "kept" {
+            kept.note(key, side);
             continue;
         }
         match devices.iter_mut().find(|(d, _)| d == device) {
@@ -109,6 +116,12 @@ fn summary(lines: &str) -> String {
         }
     }
     out += &format!("{} over kernel TCP", kernel.count());
+    if kept.count() > 0 {
+        out += &format!(
+            "\nviarun: {} on a VI kept from an earlier connection",
+            kept.count()
+        );
+    }
     out
 }
 
@@ -201,6 +214,13 @@ mod tests {
         assert_eq!(
             summary(""),
             "viarun: 0 connections over shm, 0 over kernel TCP"
+        );
+        // c-d went on a VI kept from a-b: a line of its own.
+        let kept = "shm a-b c\nshm a-b a\nshm c-d c\nshm c-d a\nkept c-d c\nkept c-d a\n";
+        assert_eq!(
+            summary(kept),
+            "viarun: 2 connections over shm, 0 over kernel TCP\n\
+             viarun: 1 on a VI kept from an earlier connection"
         );
     }
 }

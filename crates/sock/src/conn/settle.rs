@@ -214,7 +214,12 @@ fn settle_locked(fd: RawFd, mut g: std::sync::MutexGuard<'_, Setup>) -> Route {
                 control.clone(),
                 inherit.as_ref().or(claimed.as_ref()).cloned(),
             ) {
-                Ok(link) => Setup::Via(Arc::new(link)),
+                Ok(link) => {
+                    if link.generation != 0 && stats::wanted() {
+                        stats::record("kept", &stats::key_of(fd, None), *side);
+                    }
+                    Setup::Via(Arc::new(link))
+                }
                 Err(HandshakeEnd::PeerNeverCame) => Setup::Kernel,
                 Err(HandshakeEnd::PeerWentBare) => {
                     // Counted over the device when both sides agreed.

@@ -137,7 +137,7 @@ pub(crate) fn meet(
                 Err(ViaError::Timeout) => {}
                 Err(_) => return Err(HandshakeEnd::Broken),
             }
-            word.store(1, Ordering::Release);
+            word.store(crate::control::LISTENING_FRESH, Ordering::Release);
             openvia_core::sys::futex::wake_all(word);
             Ok(())
         }
@@ -187,6 +187,12 @@ pub(crate) fn meet(
         openvia_core::connect_wait_end(nic.shared(), &local);
     }
     met?;
+    take_peer_hello(fd, switched)
+}
+
+/// Takes the peer's hello, which heads our kernel stream once its end
+/// met ours (waits for it).
+pub(super) fn take_peer_hello(fd: RawFd, switched: &dyn Fn() -> bool) -> Result<(), HandshakeEnd> {
     // A sibling that switched the connection meanwhile (above) put its
     // switch byte where the peer's hello was awaited: left for the
     // switched reader, which drops what comes before it and itself.
@@ -211,19 +217,32 @@ fn acceptor_listens(
     word: &AtomicU32,
     switched: &dyn Fn() -> bool,
 ) -> Result<(), HandshakeEnd> {
+    await_word(fd, word, |w| w != 0, switched).map(|_| ())
+}
+
+/// One host: waits until the peer's end sets `word` to a value `done`
+/// takes (the value), or the connection is switched or the peer gone.
+pub(super) fn await_word(
+    fd: RawFd,
+    word: &AtomicU32,
+    done: impl Fn(u32) -> bool,
+    switched: &dyn Fn() -> bool,
+) -> Result<u32, HandshakeEnd> {
     // Looked at, yielding, for a moment first: with a CPU free the
-    // acceptor is usually there within tens of microseconds, sooner than
+    // peer is usually there within tens of microseconds, sooner than
     // a futex wake-up comes (which cost a connection ~35 µs here).
     let look_until = std::time::Instant::now() + LISTEN_LOOK_FIRST;
     while std::time::Instant::now() < look_until {
-        if word.load(Ordering::Acquire) != 0 {
-            return Ok(());
+        let w = word.load(Ordering::Acquire);
+        if done(w) {
+            return Ok(w);
         }
         std::thread::yield_now();
     }
     loop {
-        if word.load(Ordering::Acquire) != 0 {
-            return Ok(());
+        let w = word.load(Ordering::Acquire);
+        if done(w) {
+            return Ok(w);
         }
         if switched() {
             return Err(HandshakeEnd::Switched);
@@ -235,7 +254,7 @@ fn acceptor_listens(
         }
         // Looked at again now and then: a switch or a peer's end wakes
         // nobody here.
-        openvia_core::sys::futex::wait(word, 0, Some(LISTEN_LOOK));
+        openvia_core::sys::futex::wait(word, w, Some(LISTEN_LOOK));
     }
 }
 
