@@ -16,7 +16,10 @@ use crate::inherit::Inherit;
 use crate::real::real;
 use crate::remote;
 
+mod aside;
 mod settle;
+
+pub(crate) use aside::hold_across_fork;
 
 use settle::settle;
 

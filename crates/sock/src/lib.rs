@@ -27,6 +27,7 @@ mod descriptors;
 mod epoll;
 mod exec;
 mod fdroom;
+mod forkheld;
 mod holder;
 mod inherit;
 mod kernel;

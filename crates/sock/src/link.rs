@@ -50,6 +50,7 @@ pub(crate) fn loopback_network_for_tests() {
 }
 
 pub(crate) use meet::{meet, Hello, Listening};
+pub(crate) use reuse::hold_across_fork;
 use tx::Tx;
 
 /// Most bytes of one message (of a write cut into messages).

@@ -18,9 +18,12 @@ extern "C" fn before_fork() {
     let _ = std::panic::catch_unwind(crate::netlink::start_watcher);
     crate::netlink::before_fork();
     crate::epoll::before_fork();
+    crate::conn::hold_across_fork();
+    crate::link::hold_across_fork();
 }
 
 extern "C" fn forked_parent() {
+    crate::forkheld::release(false);
     crate::epoll::forked_parent();
     crate::netlink::after_fork();
 }
@@ -37,6 +40,7 @@ pub fn forks() -> u32 {
 
 extern "C" fn forked_child() {
     PID.store(std::process::id(), Ordering::Relaxed);
+    crate::forkheld::release(true);
     crate::epoll::forked_child();
     crate::netlink::forked_child();
     // Connections our parent carries are handed back to the kernel when

@@ -118,9 +118,10 @@ fn unsettled(conn: &Conn) -> bool {
     }
 }
 
-/// Settles `conn` on a thread of its own, through a duplicate of `fd`
-/// (the program may close its descriptor meanwhile); false if no thread
-/// could be made (the caller then settles it itself).
+/// Settles `conn` aside (`aside`: on a kept thread, or a new one),
+/// through a duplicate of `fd` (the program may close its descriptor
+/// meanwhile); false if there was no descriptor for that (the caller
+/// then settles it itself).
 fn settle_aside(fd: RawFd, conn: &Arc<Conn>) -> bool {
     let me = crate::process::id();
     if conn
@@ -137,23 +138,16 @@ fn settle_aside(fd: RawFd, conn: &Arc<Conn>) -> bool {
         return false;
     }
     let c = conn.clone();
-    let started = openvia_core::sys::thread::spawn_quiet("viarun-settle", move || {
+    super::aside::SETTLERS.run(Box::new(move || {
         let g = c.setup.lock().unwrap_or_else(|e| e.into_inner());
         let _ = settle_locked(dup, g);
         c.settling.store(0, Ordering::Release);
         openvia_core::sys::futex::wake_all(&c.settling);
         crate::room::poke(dup);
-        // SAFETY: closing the duplicate this thread was given.
+        // SAFETY: closing the duplicate this job was given.
         unsafe { (real().close)(dup) };
-    })
-    .is_ok();
-    if !started {
-        // SAFETY: closing the duplicate no thread took.
-        unsafe { (real().close)(dup) };
-        conn.settling.store(0, Ordering::Release);
-        openvia_core::sys::futex::wake_all(&conn.settling);
-    }
-    started
+    }));
+    true
 }
 
 fn settle_locked(fd: RawFd, mut g: std::sync::MutexGuard<'_, Setup>) -> Route {

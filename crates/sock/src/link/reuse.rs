@@ -166,6 +166,12 @@ const KEEP_MAX: usize = 32;
 
 static KEPT: Mutex<Vec<Kept>> = Mutex::new(Vec::new());
 
+/// Before fork (`forkheld`): the kept VIs are the parent's, not the
+/// child's to end (and their memory is not there).
+pub(crate) fn hold_across_fork() {
+    crate::forkheld::hold(&KEPT, |kept| std::mem::forget(std::mem::take(kept)));
+}
+
 /// Takes the first kept VI that `pick` chooses, after moving out every
 /// entry that is not this process's or no longer whole (released by the
 /// caller of `sweep`, outside the lock).
