@@ -45,6 +45,7 @@ fn set_soft(r: libc::rlimit, soft: u64) -> bool {
         rlim_cur: soft,
         rlim_max: r.rlim_max,
     };
+    crate::kernel::forget_descriptor_limit();
     // SAFETY: setrlimit from our own struct; only the soft limit changes.
     unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &new) == 0 }
 }

@@ -3,6 +3,7 @@
 //! the program made the socket blocking or not.
 
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::real::real;
 
@@ -238,13 +239,40 @@ pub fn pipe_inode(fd: RawFd) -> Option<u64> {
     inode_and_type(fd).and_then(|(ino, t)| (t == libc::S_IFIFO).then_some(ino))
 }
 
-/// The soft limit on descriptors (None if unknown).
+/// The soft limit on descriptors (None if unknown), asked of the kernel
+/// at most every `LIMIT_FRESH`: setting a connection up asked it six
+/// times at each end (a system call each), and it changes only when the
+/// program sets it (or the library: `forget_descriptor_limit`). A limit
+/// the program lowered a moment before is seen that much later: a
+/// descriptor the library then puts at its floor finds no room there and
+/// goes low (`dup_high`).
 pub fn descriptor_limit() -> Option<u64> {
+    let now = openvia_core::sys::now_ns();
+    let cached = LIMIT.load(Ordering::Acquire);
+    if cached != 0 && now.saturating_sub(LIMIT_ASKED_NS.load(Ordering::Relaxed)) < LIMIT_FRESH_NS {
+        return Some(cached - 1);
+    }
     // SAFETY: getrlimit into our own struct.
     let mut r: libc::rlimit = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
-    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0).then_some(r.rlim_cur)
+    let limit =
+        (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0).then_some(r.rlim_cur);
+    if let Some(l) = limit.filter(|&l| l < u64::MAX) {
+        LIMIT_ASKED_NS.store(now, Ordering::Relaxed);
+        LIMIT.store(l + 1, Ordering::Release);
+    }
+    limit
 }
+
+/// The library changed the limit: the next `descriptor_limit` asks.
+pub fn forget_descriptor_limit() {
+    LIMIT.store(0, Ordering::Release);
+}
+
+/// The soft limit last asked, plus one (0: none), and when it was asked.
+static LIMIT: AtomicU64 = AtomicU64::new(0);
+static LIMIT_ASKED_NS: AtomicU64 = AtomicU64::new(0);
+const LIMIT_FRESH_NS: u64 = 10_000_000;
 
 /// A copy of `fd` for the library to keep (close-on-exec or not), at the
 /// library's floor (`fdroom`: the program's original limit, or the upper

@@ -97,14 +97,18 @@ fn sockopt_int(fd: c_int, level: c_int, name: c_int) -> Option<c_int> {
     (r == 0).then_some(v)
 }
 
-/// A TCP stream socket of IPv4 or IPv6.
+/// The family of a TCP socket of IPv4 or IPv6 (None for anything else).
+/// Two questions: in those families TCP is the stream type's alone.
+fn tcp_family(fd: c_int) -> Option<c_int> {
+    if sockopt_int(fd, libc::SOL_SOCKET, libc::SO_PROTOCOL) != Some(libc::IPPROTO_TCP) {
+        return None;
+    }
+    sockopt_int(fd, libc::SOL_SOCKET, libc::SO_DOMAIN)
+        .filter(|&f| f == libc::AF_INET || f == libc::AF_INET6)
+}
+
 fn is_tcp(fd: c_int) -> bool {
-    sockopt_int(fd, libc::SOL_SOCKET, libc::SO_TYPE) == Some(libc::SOCK_STREAM)
-        && sockopt_int(fd, libc::SOL_SOCKET, libc::SO_PROTOCOL) == Some(libc::IPPROTO_TCP)
-        && matches!(
-            sockopt_int(fd, libc::SOL_SOCKET, libc::SO_DOMAIN),
-            Some(libc::AF_INET) | Some(libc::AF_INET6)
-        )
+    tcp_family(fd).is_some()
 }
 
 fn iov_slices<'a>(iov: *const iovec, cnt: c_int) -> Vec<&'a mut [u8]> {
@@ -731,12 +735,16 @@ unsafe fn connect_again(fd: c_int, addr: *const sockaddr, alen: socklen_t) -> c_
 #[no_mangle]
 pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, alen: socklen_t) -> c_int {
     guarded(-1, || {
-        if addr.is_null() || !is_tcp(fd) || fd as usize >= conn::MAX_FD {
+        if addr.is_null() || fd < 0 || fd as usize >= conn::MAX_FD {
             return (real().connect)(fd, addr, alen);
         }
+        // Asked again (a nonblocking connect's completion): known already.
         if conn::lookup(fd).is_some() {
             return connect_again(fd, addr, alen);
         }
+        let Some(family) = tcp_family(fd) else {
+            return (real().connect)(fd, addr, alen);
+        };
         let mut dst: libc::sockaddr_storage = std::mem::zeroed();
         std::ptr::copy_nonoverlapping(
             addr.cast::<u8>(),
@@ -758,8 +766,6 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, alen: socklen
         if room && (!here || rendezvous::listener_exists(dst_port)) {
             let mut local = rendezvous::name_of(fd, false).and_then(|a| rendezvous::port_of(&a));
             if local == Some(0) {
-                let family =
-                    sockopt_int(fd, libc::SOL_SOCKET, libc::SO_DOMAIN).unwrap_or(libc::AF_INET);
                 local = rendezvous::bind_any(fd, family)
                     .then(|| rendezvous::name_of(fd, false).and_then(|a| rendezvous::port_of(&a)))
                     .flatten();

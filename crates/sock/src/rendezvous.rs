@@ -33,13 +33,24 @@ fn errno() -> c_int {
 /// The abstract Unix socket name of the library's endpoint `kind/id` for
 /// this user (another user's processes use other names).
 pub fn abstract_name(kind: &str, id: impl std::fmt::Display) -> String {
+    name_for(uid(), kind, id)
+}
+
+fn uid() -> u32 {
     // SAFETY: getuid cannot fail.
-    let uid = unsafe { libc::getuid() };
+    unsafe { libc::getuid() }
+}
+
+fn name_for(uid: u32, kind: &str, id: impl std::fmt::Display) -> String {
     format!("openvia-viarun/{uid}/{kind}/{id}")
 }
 
 fn unix_addr(kind: &str, port: u16) -> (sockaddr_un, socklen_t) {
-    let name = abstract_name(kind, port);
+    unix_addr_for(uid(), kind, port)
+}
+
+fn unix_addr_for(uid: u32, kind: &str, port: u16) -> (sockaddr_un, socklen_t) {
+    let name = name_for(uid, kind, port);
     // SAFETY: sockaddr_un is plain data; zero is a valid value.
     let mut a: sockaddr_un = unsafe { std::mem::zeroed() };
     a.sun_family = libc::AF_UNIX as libc::sa_family_t;
@@ -103,10 +114,11 @@ fn listen_on(kind: &str, port: u16) -> Option<RawFd> {
 /// that process's pid.
 fn connect_to(kind: &str, port: u16) -> Option<(RawFd, u32)> {
     let fd = unix_socket()?;
-    let (a, len) = unix_addr(kind, port);
+    let uid = uid();
+    let (a, len) = unix_addr_for(uid, kind, port);
     // SAFETY: `a` is a valid sockaddr_un of `len` bytes.
     let r = unsafe { (real().connect)(fd, &a as *const sockaddr_un as *const sockaddr, len) };
-    match (r, same_user(fd)) {
+    match (r, of_user(fd, uid)) {
         (0, Some(pid)) => Some((fd, pid)),
         _ => {
             close(fd);
@@ -117,6 +129,11 @@ fn connect_to(kind: &str, port: u16) -> Option<(RawFd, u32)> {
 
 /// The peer's pid, if it is a process of our user.
 fn same_user(fd: RawFd) -> Option<u32> {
+    of_user(fd, uid())
+}
+
+/// The peer's pid, if it is a process of user `uid`.
+fn of_user(fd: RawFd, uid: u32) -> Option<u32> {
     // SAFETY: ucred is plain data, getsockopt writes at most `len` bytes.
     unsafe {
         let mut c: libc::ucred = std::mem::zeroed();
@@ -128,8 +145,8 @@ fn same_user(fd: RawFd) -> Option<u32> {
             &mut c as *mut libc::ucred as *mut libc::c_void,
             &mut len,
         ) == 0
-            && c.uid == libc::getuid())
-        .then_some(c.pid as u32)
+            && c.uid == uid)
+            .then_some(c.pid as u32)
     }
 }
 
