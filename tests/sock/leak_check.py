@@ -1,8 +1,9 @@
 """For tests/sock/run.sh: a server that accepts one connection after
 another (a forked client dials 100 times, each connection used both ways
 and closed) must hold as many descriptors after the 100th as after the
-first. Under viarun each connection once left its device listener (a
-Unix socket) open until the process ended: 99 more descriptors."""
+first (fewer is fine). Under viarun each connection once left its
+device listener (a Unix socket) open until the process ended: 99 more
+descriptors."""
 import os
 import socket
 import sys
@@ -42,6 +43,9 @@ _, st = os.waitpid(pid, 0)
 if st != 0:
     sys.exit("leak_check: the client failed")
 last = descriptors()
-if last != first:
+# Not more than after the first: the VI kept from the connections
+# (crates/sock/src/link/reuse.rs: its socket and the client's eventfd)
+# may be gone by now, the client having exited.
+if last > first:
     sys.exit(f"leak_check: {first} descriptors after the first connection, {last} after {N}")
 print(f"leak_check: {N} connections, {last} descriptors after the first and the last: ok")
