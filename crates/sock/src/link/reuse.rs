@@ -172,9 +172,9 @@ pub(crate) fn hold_across_fork() {
     crate::forkheld::hold(&KEPT, |kept| std::mem::forget(std::mem::take(kept)));
 }
 
-/// Takes the first kept VI that `pick` chooses, after moving out every
-/// entry that is not this process's or no longer whole (released by the
-/// caller of `sweep`, outside the lock).
+/// Takes the newest kept VI that `pick` chooses (the likeliest to be
+/// kept at the peer's end too), after moving out every entry that is not
+/// this process's or no longer whole (released outside the lock).
 fn take(pick: impl Fn(&Kept) -> bool) -> Option<Kept> {
     let mut gone = Vec::new();
     let found = {
