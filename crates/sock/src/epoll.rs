@@ -293,44 +293,31 @@ pub fn closed_range(first: RawFd, last: RawFd) {
 
 type Sets = Option<HashMap<RawFd, Arc<Set>>>;
 
-std::thread_local! {
-    /// The table's lock, held by the forking thread across fork.
-    static FORK_HELD: std::cell::RefCell<Option<std::sync::MutexGuard<'static, Sets>>> =
-        const { std::cell::RefCell::new(None) };
-}
-
-/// Before fork: the table's lock is taken, so that the child does not
-/// inherit it held by a thread it does not have; the tokens our waits
-/// let stand come back (the child's waits go to the kernel, and a message
-/// that took one would ring no doorbell for it).
-pub fn before_fork() {
-    let g = SETS.lock().unwrap_or_else(|e| e.into_inner());
-    for set in g.iter().flat_map(|m| m.values()) {
-        for m in lock(&set.members).iter() {
-            if let Some(l) = &m.link {
-                l.revoke_poll_token();
+/// Before fork (`forkheld`): the table's lock is taken, so that the
+/// child does not inherit it held by a thread it does not have; the
+/// tokens our waits let stand come back (the child's waits go to the
+/// kernel, and a message that took one would ring no doorbell for it).
+/// In the child its sets' connections are its parent's links, which it
+/// does not look at (`conn::poll_link`), so it forgets the table (its
+/// waits go to the kernel). Leaked, not dropped: dropping a link there
+/// must not touch what the parent still uses.
+pub fn hold_across_fork() {
+    crate::forkheld::hold_after(
+        &SETS,
+        |sets| {
+            for set in sets.iter().flat_map(|m| m.values()) {
+                for m in lock(&set.members).iter() {
+                    if let Some(l) = &m.link {
+                        l.revoke_poll_token();
+                    }
+                }
             }
-        }
-    }
-    let _ = FORK_HELD.try_with(|h| *h.borrow_mut() = Some(g));
-}
-
-/// After fork, in the parent: the lock goes back.
-pub fn forked_parent() {
-    let _ = FORK_HELD.try_with(|h| h.borrow_mut().take());
-}
-
-/// After fork, in the child: its sets' connections are its parent's
-/// links, which it does not look at (`conn::poll_link`), so it forgets
-/// the table (its waits go to the kernel). Leaked, not dropped: dropping
-/// a link here must not touch what the parent still uses.
-pub fn forked_child() {
-    let _ = FORK_HELD.try_with(|h| {
-        if let Some(mut g) = h.borrow_mut().take() {
-            std::mem::forget(g.take());
+        },
+        |sets| {
+            std::mem::forget(sets.take());
             WATCHED.store(0, Ordering::Release);
-        }
-    });
+        },
+    );
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

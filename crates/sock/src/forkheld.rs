@@ -16,7 +16,18 @@ std::thread_local! {
 /// Before fork: takes `lock`; in the child, `in_child` then clears what
 /// it guards before the lock goes.
 pub(crate) fn hold<T: 'static>(lock: &'static Mutex<T>, in_child: fn(&mut T)) {
+    hold_after(lock, |_| {}, in_child);
+}
+
+/// As [`hold`], with `before` run on what the lock guards once it is
+/// taken, before the fork.
+pub(crate) fn hold_after<T: 'static>(
+    lock: &'static Mutex<T>,
+    before: fn(&mut T),
+    in_child: fn(&mut T),
+) {
     let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
+    before(&mut g);
     let _ = HELD.try_with(|h| {
         h.borrow_mut().push(Box::new(move |child| {
             if child {

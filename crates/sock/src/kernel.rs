@@ -240,8 +240,9 @@ pub fn pipe_inode(fd: RawFd) -> Option<u64> {
 }
 
 /// The soft limit on descriptors (None if unknown), asked of the kernel
-/// at most every `LIMIT_FRESH`: setting a connection up asked it six
-/// times at each end (a system call each), and it changes only when the
+/// at most every `LIMIT_FRESH_NS`: setting a connection up asked it
+/// several times at each end (a system call each: 2,593 for 200
+/// connections of `conn_rate.py`, 835 now), and it changes only when the
 /// program sets it (or the library: `forget_descriptor_limit`). A limit
 /// the program lowered a moment before is seen that much later: a
 /// descriptor the library then puts at its floor finds no room there and

@@ -17,14 +17,13 @@ extern "C" fn before_fork() {
     // The child may ask for a connection carried between hosts here.
     let _ = std::panic::catch_unwind(crate::netlink::start_watcher);
     crate::netlink::before_fork();
-    crate::epoll::before_fork();
+    crate::epoll::hold_across_fork();
     crate::conn::hold_across_fork();
     crate::link::hold_across_fork();
 }
 
 extern "C" fn forked_parent() {
     crate::forkheld::release(false);
-    crate::epoll::forked_parent();
     crate::netlink::after_fork();
 }
 
@@ -41,7 +40,6 @@ pub fn forks() -> u32 {
 extern "C" fn forked_child() {
     PID.store(std::process::id(), Ordering::Relaxed);
     crate::forkheld::release(true);
-    crate::epoll::forked_child();
     crate::netlink::forked_child();
     // Connections our parent carries are handed back to the kernel when
     // used here (`switched`); a record tells the library of any program
