@@ -17,12 +17,17 @@
 //!   mapping made at listen, so a server that forks after listen shares
 //!   it; `notes`) and answers `HERE`, or `BUSY` when it has no room for a
 //!   note without giving away one still undecided (the connector then
-//!   stays on the kernel). The connector then sends `COMMIT`: from then
-//!   on it follows whatever the acceptor decides. `COMMITTED` back lets it
-//!   connect knowing the note is there;
+//!   stays on the kernel). The connector then sends `COMMIT` and connects
+//!   at once, without waiting to hear that it came: from then on it
+//!   follows whatever the acceptor decides;
 //! - whichever process accepts the TCP connection from `P'` decides: yes
 //!   only if the note says committed (a connector whose `HERE` was lost
-//!   and went to the kernel never committed). The decision (with a token
+//!   and went to the kernel never committed). The `COMMIT` left before
+//!   the connector's SYN, so it is in the agent's socket before the
+//!   connection can be accepted; an acceptor that finds the note only
+//!   probed waits a little for the agent to take it up (`COMMIT_WAIT`:
+//!   the agent's thread may not have run yet, or the datagram was lost
+//!   and the connector's first query will commit). The decision (with a token
 //!   and the acceptor's network address) is kept in the table and sent to
 //!   the connector's UDP port; a connector that has not heard it asks
 //!   again (`QUERY`, which also counts as its commit) until it does, as
@@ -49,7 +54,8 @@ const MAGIC: [u8; 4] = *b"OVH1";
 const PROBE: u8 = 1;
 const HERE: u8 = 2;
 const COMMIT: u8 = 3;
-const COMMITTED: u8 = 4;
+// 4 was COMMITTED, the answer to COMMIT, which the connector no longer
+// waits for (a round trip of every connection).
 const QUERY: u8 = 5;
 const ANSWER: u8 = 6;
 /// From an acceptor on this host whose listener holds no registration:
@@ -68,6 +74,13 @@ const HOST_MAX: usize = 32;
 const NEGATIVE_FOR: Duration = Duration::from_secs(5);
 /// Resend interval of probes and commits, and a query's first.
 const RESEND: Duration = Duration::from_millis(10);
+/// How long an acceptor waits for the commit of a connector whose probe
+/// was answered (`Registry::committed`): longer than a connector waits
+/// before its first query, which commits too.
+const COMMIT_WAIT: Duration = Duration::from_millis(20);
+/// How long a connector listens for the acceptor's answer before its
+/// first query.
+const FIRST_QUERY_AFTER: Duration = Duration::from_millis(2);
 /// Longest gap between a waiting connector's queries.
 const QUERY_EVERY_MAX: Duration = Duration::from_millis(200);
 /// How old an undecided note is before a query makes the agent look who
@@ -296,7 +309,7 @@ impl Registry {
                         if n.nonce == m.token && (n.state == PROBED || n.state == NOTED_COMMIT) =>
                     {
                         n.state = NOTED_COMMIT;
-                        Some(Msg::new(COMMITTED, m.lport, m.cport).encode())
+                        None
                     }
                     _ => None,
                 },
@@ -399,11 +412,36 @@ impl Registry {
     }
 
     /// Acceptor: whether the connector at `peer` committed (so a yes is
-    /// worth preparing).
+    /// worth preparing). A note still only probed is waited on for up to
+    /// `COMMIT_WAIT`: the connector sent its commit before it connected.
     pub fn committed(&self, peer: SocketAddr) -> bool {
-        let mut t = self.notes.lock();
-        t.find(&ip16(peer.ip()), peer.port(), self.port)
-            .is_some_and(|n| n.state == NOTED_COMMIT)
+        self.committed_within(peer, COMMIT_WAIT)
+    }
+
+    fn committed_within(&self, peer: SocketAddr, limit: Duration) -> bool {
+        let start = Instant::now();
+        let mut looks = 0u32;
+        loop {
+            let state = {
+                let mut t = self.notes.lock();
+                t.find(&ip16(peer.ip()), peer.port(), self.port)
+                    .map(|n| n.state)
+            };
+            match state {
+                Some(NOTED_COMMIT) => return true,
+                Some(PROBED) if start.elapsed() < limit => {}
+                _ => return false,
+            }
+            // The agent's thread is about to run: a few yields first, then
+            // naps, so that a connector that never commits (its HERE was
+            // lost) costs little CPU.
+            looks += 1;
+            if looks <= 64 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
     }
 
     /// Acceptor of a connection from `peer`: decides (yes only if the
@@ -537,31 +575,39 @@ fn exchange_every(
     every: Duration,
 ) -> Result<Option<Msg>, ()> {
     let start = Instant::now();
-    let mut buf = [0u8; 256];
     while start.elapsed() < limit {
         match udp.send(&ask.encode()) {
             Err(e) if e.kind() == ErrorKind::ConnectionRefused => return Err(()),
             _ => {}
         }
         let slice = every.min(limit.saturating_sub(start.elapsed()));
-        let until = Instant::now() + slice;
-        while Instant::now() < until {
-            let _ = udp.set_read_timeout(Some(
-                until
-                    .saturating_duration_since(Instant::now())
-                    .max(Duration::from_micros(100)),
-            ));
-            match udp.recv(&mut buf) {
-                Ok(n) => {
-                    if let Some(m) = Msg::decode(&buf[..n]).filter(|m| {
-                        want.contains(&m.kind) && m.lport == ask.lport && m.cport == ask.cport
-                    }) {
-                        return Ok(Some(m));
-                    }
+        if let Some(m) = listen(udp, ask, want, Instant::now() + slice)? {
+            return Ok(Some(m));
+        }
+    }
+    Ok(None)
+}
+
+/// Takes datagrams until one of a kind in `want` for `ask`'s ports comes
+/// (Some) or `until` passes (None); Err(()) when the port is closed.
+fn listen(udp: &UdpSocket, ask: &Msg, want: &[u8], until: Instant) -> Result<Option<Msg>, ()> {
+    let mut buf = [0u8; 256];
+    while Instant::now() < until {
+        let _ = udp.set_read_timeout(Some(
+            until
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_micros(100)),
+        ));
+        match udp.recv(&mut buf) {
+            Ok(n) => {
+                if let Some(m) = Msg::decode(&buf[..n]).filter(|m| {
+                    want.contains(&m.kind) && m.lport == ask.lport && m.cport == ask.cport
+                }) {
+                    return Ok(Some(m));
                 }
-                Err(e) if e.kind() == ErrorKind::ConnectionRefused => return Err(()),
-                Err(_) => break,
             }
+            Err(e) if e.kind() == ErrorKind::ConnectionRefused => return Err(()),
+            Err(_) => break,
         }
     }
     Ok(None)
@@ -620,10 +666,16 @@ impl Offer {
                 return None;
             }
         }
-        // Committed from here on, heard or not (a lost COMMIT costs a
-        // "no"; QUERY commits again).
-        let _ = exchange(&offer.udp, &offer.ask(COMMIT), &[COMMITTED], limit);
-        Some(offer)
+        // Committed from here on, heard or not: a lost COMMIT is made up
+        // by the first query, which commits too, within the acceptor's
+        // `COMMIT_WAIT`; past it the answer is no, which we follow.
+        match offer.udp.send(&offer.ask(COMMIT).encode()) {
+            Err(e) if e.kind() == ErrorKind::ConnectionRefused => {
+                note_plain(dst);
+                None
+            }
+            _ => Some(offer),
+        }
     }
 
     /// Waits for the acceptor's decision while TCP socket `tcp` lives;
@@ -632,6 +684,15 @@ impl Offer {
     /// growing gaps (10 ms doubling to 200 ms): a server slow to accept
     /// is not asked a hundred times a second by each connector.
     pub fn decision(&self, tcp: RawFd) -> Option<Msg> {
+        // The acceptor's answer is on its way when the acceptor is quick:
+        // a query sent at once crossed it in every connection, each costing
+        // a datagram, and a wake-up of the listener's agent to answer it.
+        let first = Instant::now() + FIRST_QUERY_AFTER;
+        match listen(&self.udp, &self.ask(QUERY), &[ANSWER], first) {
+            Ok(Some(a)) => return a.yes.then_some(a),
+            Err(()) => return None,
+            Ok(None) => {}
+        }
         let mut every = RESEND;
         loop {
             let limit = every.max(Duration::from_millis(50));
@@ -753,6 +814,9 @@ mod tests {
             .collect();
         for (i, (offer, peer)) in offers.iter().enumerate() {
             let token = i as u64 + 1;
+            // As the acceptor does: the last commits may still be on their
+            // way to the agent (the connector does not wait for them).
+            assert!(reg.committed(*peer), "connection {i} committed");
             assert_eq!(
                 reg.decide(*peer, Some((token, &[1]))),
                 Some(token),
@@ -805,9 +869,98 @@ mod tests {
         assert_eq!(reg.decide(peer, Some((99, &[1, 2, 3]))), Some(99));
         let a = offer.decision(-1).expect("yes");
         assert_eq!((a.token, a.host()), (99, &[1u8, 2, 3][..]));
+        // The answer came unasked: no query crossed it (a probe's round
+        // trip through the agent first, so that one sent would be counted).
+        let flush_port = UdpSocket::bind("127.0.0.1:0")
+            .and_then(|s| s.local_addr())
+            .expect("a free port")
+            .port();
+        let dst = SocketAddr::from(([127, 0, 0, 1], reg.port));
+        assert!(Offer::make(dst, flush_port).is_some());
+        assert_eq!(reg.queries.load(Ordering::Relaxed), 0, "no query sent");
         let other = SocketAddr::from(([127, 0, 0, 1], cport.wrapping_add(1)));
         assert!(!reg.committed(other));
         assert_eq!(reg.decide(other, Some((5, &[1]))), None);
+        reg.stop();
+    }
+
+    /// A connector sends its commit once and connects without waiting to
+    /// hear of it (it waited a round trip, and sent it again every 10 ms
+    /// until answered): against an agent of the test's that answers the
+    /// probe and nothing else, the offer is made and one commit came.
+    #[test]
+    fn a_connector_commits_once_without_waiting_for_an_answer() {
+        let agent = UdpSocket::bind("127.0.0.1:0").expect("agent socket");
+        let dst = agent.local_addr().expect("agent address");
+        let counter = std::thread::spawn(move || {
+            let mut buf = [0u8; 256];
+            let (n, from) = agent.recv_from(&mut buf).expect("the probe");
+            let probe = Msg::decode(&buf[..n]).expect("a message");
+            assert_eq!(probe.kind, PROBE);
+            let here = Msg::new(HERE, probe.lport, probe.cport).encode();
+            agent.send_to(&here, from).expect("HERE");
+            // Commits counted over longer than the connector's resend
+            // interval times ten.
+            agent
+                .set_read_timeout(Some(Duration::from_millis(150)))
+                .expect("timeout");
+            let mut commits = 0;
+            while let Ok(n) = agent.recv(&mut buf) {
+                if Msg::decode(&buf[..n]).is_some_and(|m| m.kind == COMMIT) {
+                    commits += 1;
+                }
+            }
+            commits
+        });
+        let cport = UdpSocket::bind("127.0.0.1:0")
+            .and_then(|s| s.local_addr())
+            .expect("a free port")
+            .port();
+        let offer = Offer::make(dst, cport);
+        assert!(offer.is_some(), "committed on the agent's HERE");
+        assert_eq!(
+            counter.join().expect("counter"),
+            1,
+            "one commit, unanswered"
+        );
+    }
+
+    /// An acceptor that finds the connector's note only probed waits for
+    /// the commit the connector sent before it connected (the agent may
+    /// not have read it yet), and says no when none comes.
+    #[test]
+    fn an_acceptor_waits_for_a_commit_on_its_way() {
+        let reg = Registry::start(SocketAddr::from(([127, 0, 0, 1], 0)), 16).expect("registry");
+        let dst = SocketAddr::from(([127, 0, 0, 1], reg.port));
+        let probed = |nonce: u64| {
+            let udp = UdpSocket::bind("127.0.0.1:0").expect("connector socket");
+            udp.connect(dst).expect("connect");
+            let offer = Offer {
+                cport: udp.local_addr().expect("address").port(),
+                udp,
+                lport: dst.port(),
+                nonce,
+            };
+            let here = exchange(
+                &offer.udp,
+                &offer.ask(PROBE),
+                &[HERE],
+                Duration::from_secs(5),
+            );
+            assert!(matches!(here, Ok(Some(_))), "the agent noted the probe");
+            let peer = SocketAddr::from(([127, 0, 0, 1], offer.cport));
+            (offer, peer)
+        };
+        let (offer, peer) = probed(11);
+        let late = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(5));
+            offer.udp.send(&offer.ask(COMMIT).encode()).expect("COMMIT");
+            offer
+        });
+        assert!(reg.committed(peer), "the commit came within the wait");
+        drop(late.join());
+        let (_never, peer) = probed(12);
+        assert!(!reg.committed(peer), "no commit: no");
         reg.stop();
     }
 
