@@ -37,7 +37,11 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+mod pool;
 mod take_up;
+
+#[cfg(test)]
+pub(crate) use pool::POOL_TESTS;
 
 use take_up::net_page_of_used;
 pub use take_up::take_up;
@@ -47,6 +51,7 @@ use take_up::{record_kind, take_up_one};
 use crate::conn;
 use crate::control::Side;
 use crate::kernel::{dup_high, inode};
+use crate::netlink::spare::Spare;
 use crate::real::real;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"viarunI1");
@@ -183,8 +188,8 @@ pub fn room_for_a_record(socket: RawFd) -> bool {
     let held = HELD.load(Ordering::Relaxed);
     // The program's sockets below the library's floor, our records' two
     // descriptors each (and the core's for the connection) above it
-    // (`fdroom`, `kernel::dup_high`).
-    held < MAX_HELD && crate::fdroom::room_for_one_more(socket, held)
+    // (`fdroom`, `kernel::dup_high`); a kept memfd (`pool`) counts as one.
+    held < MAX_HELD && crate::fdroom::room_for_one_more(socket, held + pool::count())
 }
 
 /// What state a record takes a connection up in (`Record::kind`).
@@ -285,6 +290,9 @@ pub struct Inherit {
     taken_up: bool,
     /// This process's forks when it made the record (`may_be_shared`).
     forks_at: u32,
+    /// Between hosts: the hand-over page and registered memory in the
+    /// memfd, without a VI, for the next connection (`netlink::spare`).
+    spare: std::sync::Mutex<Option<Spare>>,
 }
 
 // SAFETY: the record is reached only through its atomic `used` word after
@@ -348,18 +356,37 @@ impl Inherit {
         if host.len() > HOST_MAX {
             return None;
         }
-        // SAFETY: a NUL-terminated name; no CLOEXEC: it must outlive exec.
-        let record_fd = moved_high(unsafe { libc::memfd_create(RECORD_NAME.as_ptr(), 0) });
-        if record_fd < 0 {
-            return None;
-        }
-        let mut held = Inherit::holding(record_fd, std::ptr::null_mut(), socket_inode)?;
-        let len = std::mem::size_of::<Record>();
-        // SAFETY: sizing the memfd just made.
-        if unsafe { libc::ftruncate(record_fd, len as libc::off_t) } != 0 {
-            return None;
-        }
-        held.record = map(record_fd)?;
+        let kept = matches!(kind, AGREED_NET | AWAIT_NET)
+            .then(pool::take)
+            .flatten();
+        let mut held = match kept {
+            Some((record_fd, record, spare)) => {
+                let Some(mut held) = Inherit::holding(record_fd, record, socket_inode) else {
+                    // SAFETY: the kept record's mapping; its memfd was
+                    // closed by `holding`, the spare goes with it.
+                    unsafe { libc::munmap(record.cast(), std::mem::size_of::<Record>()) };
+                    return None;
+                };
+                *held.spare.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(spare);
+                held
+            }
+            None => {
+                // SAFETY: a NUL-terminated name; no CLOEXEC: it must
+                // outlive exec.
+                let record_fd = moved_high(unsafe { libc::memfd_create(RECORD_NAME.as_ptr(), 0) });
+                if record_fd < 0 {
+                    return None;
+                }
+                let mut held = Inherit::holding(record_fd, std::ptr::null_mut(), socket_inode)?;
+                let len = std::mem::size_of::<Record>();
+                // SAFETY: sizing the memfd just made.
+                if unsafe { libc::ftruncate(record_fd, len as libc::off_t) } != 0 {
+                    return None;
+                }
+                held.record = map(record_fd)?;
+                held
+            }
+        };
         let (aux_fd, aux_inode) = match aux {
             Some(a) => {
                 // Not close-on-exec, as the record's.
@@ -420,6 +447,7 @@ impl Inherit {
             record,
             taken_up: false,
             forks_at: crate::process::forks(),
+            spare: std::sync::Mutex::new(None),
         })
     }
 
@@ -434,6 +462,20 @@ impl Inherit {
         let fd = SLOTS[self.slot].record_fd.load(Ordering::Acquire);
         let net = matches!(self.record().kind, AGREED_NET | AWAIT_NET);
         (net && fd >= 0).then_some((fd, PAGE_AT))
+    }
+
+    /// Keeps `spare` (this connection's page and memory, its VI ended) in
+    /// the record for the next connection (`netlink::spare`); given back
+    /// at once where the record may be shared.
+    pub fn keep_spare(&self, spare: Spare) {
+        if !self.may_be_shared() && self.net_page().is_some() {
+            *self.spare.lock().unwrap_or_else(|e| e.into_inner()) = Some(spare);
+        }
+    }
+
+    /// The page and memory a kept memfd brought (`keep_spare`), if any.
+    pub fn take_spare(&self) -> Option<Spare> {
+        self.spare.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
     /// Turns this record, which no other process holds (`may_be_shared`),
@@ -571,14 +613,34 @@ impl Drop for Inherit {
         let record_fd = slot.record_fd.load(Ordering::Acquire);
         note_held(aux, false);
         note_held(record_fd, false);
+        // The memfd goes to the pool with its page and memory where no
+        // other process can hold it (and not from a vfork child, whose
+        // descriptor table is not ours).
+        let spare = self
+            .spare
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let kept = match spare {
+            Some(spare)
+                if record_fd >= 0
+                    && !self.record.is_null()
+                    && !self.may_be_shared()
+                    && !crate::process::borrowing_parent_memory() =>
+            {
+                pool::put(record_fd, self.record, spare).is_ok()
+            }
+            // Given back here (`Spare`'s drop says by whom).
+            _ => false,
+        };
         // SAFETY: our own mapping and descriptors (those the program has
         // not closed itself), used by nothing else in this process once
         // the last holder lets go.
         unsafe {
-            if !self.record.is_null() {
+            if !kept && !self.record.is_null() {
                 libc::munmap(self.record.cast(), std::mem::size_of::<Record>());
             }
-            if record_fd >= 0 {
+            if !kept && record_fd >= 0 {
                 (real().close)(record_fd);
             }
             if aux >= 0 {

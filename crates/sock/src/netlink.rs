@@ -51,6 +51,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use openvia_core::descriptor::{status, DataSegment, DescPtr};
+use openvia_core::mem::PtagId;
 use openvia_core::nic::Nic;
 use openvia_core::spin::{Window, MAX_SPIN_NS};
 
@@ -68,6 +69,7 @@ mod linger;
 pub mod page;
 mod reader;
 mod sandboxed;
+pub mod spare;
 pub mod switched;
 mod writer;
 
@@ -138,6 +140,7 @@ impl State {
 
 pub struct NetLink {
     nic: Nic,
+    ptag: PtagId,
     vi: Arc<Vi>,
     region: Region,
     owner_pid: u32,
@@ -380,35 +383,21 @@ impl NetLink {
 
     fn create(record: Option<Arc<crate::inherit::Inherit>>) -> Result<NetLink, ViaError> {
         let (nic, ptag) = process_nic(Medium::Network)?;
-        // The page in the record if there is one, else a memfd of its own
-        // (then offered in a record of its own at the handshake's end).
-        let in_record = record.as_ref().and_then(|r| {
-            let (fd, at) = r.net_page()?;
-            Some((page::Page::create_in(fd, at)?, fd, at))
-        });
-        let (page, shared, record) = match in_record {
-            Some((p, fd, at)) => (Some(Arc::new(p)), Some((fd, at + page::REGION_AT)), record),
-            None => {
-                let page = page::Page::create().map(Arc::new);
-                // The registered memory lies in the page: see `page`.
-                let shared = page
-                    .as_ref()
-                    .and_then(|p| p.kept_fd())
-                    .map(|fd| (fd, page::REGION_AT));
-                (page, shared, None)
-            }
+        // A record taken from the pool brings the page and memory of an
+        // earlier connection of ours (`spare`).
+        let spare = record
+            .as_ref()
+            .and_then(|r| r.take_spare())
+            .filter(|s| s.fits(&nic, ptag));
+        let made = match spare {
+            Some(spare) => spare::take_up(spare, &nic, ptag, reliability::RELIABLE_RECEPTION)
+                .map(|(page, region, vi)| (Some(Arc::new(page)), region, vi, record)),
+            None => NetLink::make_memory(&nic, ptag, record),
         };
-        let (region, vi) = Region::open(
-            &nic,
-            ptag,
-            // Sends complete once placed: see the module text (close).
-            reliability::RELIABLE_RECEPTION,
-            SEND_SLOTS + RECV_SLOTS,
-            BUF,
-            shared,
-        )?;
+        let (page, region, vi, record) = made?;
         let link = NetLink {
             nic,
+            ptag,
             vi,
             region,
             owner_pid: crate::process::id(),
@@ -445,6 +434,52 @@ impl NetLink {
             link.post_recv(i)?;
         }
         Ok(link)
+    }
+
+    /// A new hand-over page and registered memory, with their VI: in the
+    /// record if there is one, else in a memfd of the page's own.
+    #[allow(clippy::type_complexity)]
+    fn make_memory(
+        nic: &Nic,
+        ptag: PtagId,
+        record: Option<Arc<crate::inherit::Inherit>>,
+    ) -> Result<
+        (
+            Option<Arc<page::Page>>,
+            Region,
+            Arc<Vi>,
+            Option<Arc<crate::inherit::Inherit>>,
+        ),
+        ViaError,
+    > {
+        // The page in the record if there is one, else a memfd of its own
+        // (then offered in a record of its own at the handshake's end).
+        let in_record = record.as_ref().and_then(|r| {
+            let (fd, at) = r.net_page()?;
+            Some((page::Page::create_in(fd, at)?, fd, at))
+        });
+        let (page, shared, record) = match in_record {
+            Some((p, fd, at)) => (Some(Arc::new(p)), Some((fd, at + page::REGION_AT)), record),
+            None => {
+                let page = page::Page::create().map(Arc::new);
+                // The registered memory lies in the page: see `page`.
+                let shared = page
+                    .as_ref()
+                    .and_then(|p| p.kept_fd())
+                    .map(|fd| (fd, page::REGION_AT));
+                (page, shared, None)
+            }
+        };
+        let (region, vi) = Region::open(
+            nic,
+            ptag,
+            // Sends complete once placed: see the module text (close).
+            reliability::RELIABLE_RECEPTION,
+            SEND_SLOTS + RECV_SLOTS,
+            BUF,
+            shared,
+        )?;
+        Ok((page, region, vi, record))
     }
 
     fn fill(&self, slot: usize, len: usize) -> DescPtr {
@@ -747,7 +782,9 @@ pub fn wait_acknowledgements() {
 impl Drop for NetLink {
     fn drop(&mut self) {
         if self.owner_pid == crate::process::id() {
-            self.region.release(&self.nic, &self.vi);
+            if !self.keep_memory() {
+                self.region.release(&self.nic, &self.vi);
+            }
             handover::count_link(-1);
         }
     }

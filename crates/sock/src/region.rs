@@ -233,8 +233,31 @@ impl Region {
         self.give_back(nic);
     }
 
+    /// Ends `vi` and keeps the memory, registered and mapped, for a later
+    /// VI of this process (`netlink::spare`): true once the VI is
+    /// destroyed, after which the device never touches the memory again.
+    pub(crate) fn end_vi(&self, nic: &Nic, vi: &Arc<Vi>) -> bool {
+        let _ = vi.disconnect();
+        nic.destroy_vi(vi).is_ok()
+    }
+
+    /// A new VI with `reliability` for memory kept from an earlier one
+    /// (`end_vi`), on the NIC it is registered with under `ptag`.
+    pub(crate) fn new_vi(
+        &self,
+        nic: &Nic,
+        ptag: PtagId,
+        reliability: u16,
+    ) -> Result<Arc<Vi>, ViaError> {
+        nic.create_vi(
+            Region::attributes(reliability, self.buf_bytes, ptag),
+            None,
+            None,
+        )
+    }
+
     /// Deregisters and unmaps the memory.
-    fn give_back(&self, nic: &Nic) {
+    pub(crate) fn give_back(&self, nic: &Nic) {
         if nic.deregister_mem(self.base as u64, self.handle).is_ok() {
             // SAFETY: unmapping the mapping made in `open`, no longer
             // registered (the device never touches it again).

@@ -22,6 +22,9 @@ fn copy_of(rec: &Inherit) -> RawFd {
 
 #[test]
 fn a_record_is_taken_up_under_every_descriptor_of_its_socket_and_refused_once_claimed() {
+    let _pool = crate::inherit::POOL_TESTS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     let sv = socket_pair();
     // SAFETY: dup of our socket.
     let other = unsafe { libc::dup(sv[0]) };

@@ -128,6 +128,18 @@ impl Page {
         Some(page)
     }
 
+    /// Makes a page kept from an earlier connection of this process
+    /// (`spare`) as a fresh one: a header of zeros, as a new memfd's,
+    /// owned by this process. Only where no other process holds it.
+    pub fn renew(&self) {
+        // SAFETY: the header's bytes in our mapping; nobody else holds the
+        // page (its record was never shared: `spare`).
+        unsafe { std::ptr::write_bytes(self.base, 0, HEADER) };
+        self.header()
+            .owner
+            .store(crate::process::id(), Ordering::Release);
+    }
+
     /// Maps the page at `at` in memfd `fd` (checked to end there), with no
     /// copy of the descriptor.
     pub fn map_in(fd: RawFd, at: usize) -> Option<Page> {

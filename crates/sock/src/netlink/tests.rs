@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use super::*;
 use crate::carried::Carried;
+use crate::inherit::Inherit;
 
 /// Held by the tests that count the device's datagrams (process-wide
 /// counters), so that one's traffic is not counted by the other.
@@ -33,6 +34,85 @@ fn link_pair() -> ((NetLink, UnixStream), (NetLink, UnixStream)) {
     );
     let connector = (link.ok().expect("the connector's end"), stream_c);
     (acceptor.join().unwrap(), connector)
+}
+
+/// As `link_pair`, each end with the exec record the library makes for a
+/// connection between hosts (the page and memory go in it).
+#[allow(clippy::type_complexity)]
+fn link_pair_with_records() -> (
+    (NetLink, UnixStream, Arc<Inherit>),
+    (NetLink, UnixStream, Arc<Inherit>),
+) {
+    crate::link::loopback_network_for_tests();
+    let (nic, _) = process_nic(Medium::Network).unwrap();
+    let host = nic.query().address.to_vec();
+    let (stream_a, stream_c) = UnixStream::pair().unwrap();
+    let token = 0x22cd_0000_0000_0001 ^ u64::from(std::process::id());
+    let record = |fd: RawFd, side: Side| {
+        let what = crate::inherit::Offered::AgreedNet {
+            side,
+            token,
+            host: &[],
+        };
+        Inherit::offer(fd, what).expect("a record")
+    };
+    let rec_a = record(stream_a.as_raw_fd(), Side::Acceptor);
+    let rec_c = record(stream_c.as_raw_fd(), Side::Connector);
+    let held_a = rec_a.clone();
+    let acceptor = std::thread::spawn(move || {
+        let fd = stream_a.as_raw_fd();
+        let link = NetLink::handshake(fd, Side::Acceptor, token, None, Some(held_a));
+        (link.ok().expect("the acceptor's end"), stream_a)
+    });
+    let fd = stream_c.as_raw_fd();
+    let link = NetLink::handshake(fd, Side::Connector, token, Some(&host), Some(rec_c.clone()));
+    let connector = (link.ok().expect("the connector's end"), stream_c, rec_c);
+    let (link_a, stream_a) = acceptor.join().unwrap();
+    ((link_a, stream_a, rec_a), connector)
+}
+
+/// The memfds of a pair's records (their inodes, in order).
+fn record_memfds(records: [&Arc<Inherit>; 2]) -> Vec<u64> {
+    let mut inodes: Vec<u64> = records
+        .iter()
+        .map(|r| kernel::inode(r.net_page().expect("a page in the record").0).expect("an inode"))
+        .collect();
+    inodes.sort_unstable();
+    inodes
+}
+
+/// Writes `out` at one end and reads it whole at the other.
+fn carry(from: (&NetLink, &UnixStream), to: (&NetLink, &UnixStream), out: &[u8]) {
+    assert_eq!(
+        from.0.write(from.1.as_raw_fd(), &[out], false, true),
+        Ok(out.len())
+    );
+    let mut back = vec![0u8; out.len()];
+    read_as_event_loop(to.0, to.1.as_raw_fd(), &mut back);
+    assert_eq!(back, out);
+}
+
+/// A finished connection's record memfd, with its hand-over page and
+/// registered memory, serves the next connection of the process (no
+/// memfd, mapping or registration made, nothing unmapped), and the new
+/// link reads only its own messages.
+#[test]
+fn a_finished_links_memory_serves_the_next_link() {
+    let _pool = crate::inherit::POOL_TESTS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let ((a, sa, ra), (c, sc, rc)) = link_pair_with_records();
+    carry((&c, &sc), (&a, &sa), b"the first connection's request");
+    carry((&a, &sa), (&c, &sc), b"and its answer");
+    let first = record_memfds([&ra, &rc]);
+    // As a close does: the link, then the record's last holder.
+    drop((a, c));
+    drop((ra, rc, sa, sc));
+    let ((a, sa, ra), (c, sc, rc)) = link_pair_with_records();
+    assert_eq!(record_memfds([&ra, &rc]), first, "the first pair's memfds");
+    carry((&c, &sc), (&a, &sa), b"second");
+    carry((&a, &sa), (&c, &sc), b"2nd answer");
+    drop((a, c, ra, rc, sa, sc));
 }
 
 /// An event loop's work between two of its reads and writes: longer
