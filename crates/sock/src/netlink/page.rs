@@ -115,16 +115,16 @@ impl Page {
     /// record (`inherit`), which grows to hold it: every process holding
     /// the record reaches the page, also once this one has gone with its
     /// VI (a shell's second command on a descriptor its first one used).
-    /// Keeps no copy of `fd` (the record holds it).
+    /// Keeps no copy of `fd` (the record holds it). The header is made
+    /// new: the memfd may have served an earlier connection of the
+    /// process that made the record (`spare`), whose page it still holds.
     pub fn create_in(fd: RawFd, at: usize) -> Option<Page> {
         // SAFETY: growing the caller's memfd (pages come as touched).
         if unsafe { libc::ftruncate(fd, (at + LEN) as libc::off_t) } != 0 {
             return None;
         }
         let page = Page::map_in(fd, at)?;
-        page.header()
-            .owner
-            .store(crate::process::id(), Ordering::Release);
+        page.renew();
         Some(page)
     }
 
@@ -434,6 +434,28 @@ impl Drop for Page {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A page made where an earlier connection's page lies (a record's
+    /// memfd kept for the next connection: `spare`) starts as a new one,
+    /// not in the state the earlier one ended in.
+    #[test]
+    fn a_page_made_over_an_old_one_starts_fresh() {
+        // SAFETY: a NUL-terminated name; valid flags.
+        let fd = unsafe { libc::memfd_create(c"page-test".as_ptr(), libc::MFD_CLOEXEC) };
+        assert!(fd >= 0);
+        let old = Page::create_in(fd, 4096).expect("page");
+        old.request();
+        assert!(old.begin());
+        old.publish(&[b"left over"], 9);
+        drop(old);
+        let new = Page::create_in(fd, 4096).expect("page again");
+        assert_eq!(new.state(), LIVE);
+        assert_eq!(new.left(), (0, 0));
+        assert_eq!(new.rx_total(), 0);
+        assert_eq!(new.owner(), crate::process::id());
+        // SAFETY: the memfd made above.
+        unsafe { libc::close(fd) };
+    }
 
     #[test]
     fn a_hand_over_is_begun_once_and_published() {
