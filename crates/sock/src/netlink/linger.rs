@@ -37,9 +37,12 @@ const LINGER: Duration = Duration::from_secs(2);
 /// The longest a closed connection waits for the peer's acknowledgements
 /// (as a close did before: `super::LINGER`).
 const ACKS_LINGER: Duration = super::LINGER;
-/// How often the thread looks at connections waiting for
-/// acknowledgements (the progress thread takes them off the VI).
+/// How often, at most, the thread looks at connections waiting for
+/// acknowledgements (the progress thread takes them off the VI); a
+/// connection just handed over is looked at sooner (`acks_look`).
 const ACKS_LOOK: Duration = Duration::from_millis(1);
+/// The first look at a connection waiting for acknowledgements.
+const ACKS_FIRST_LOOK: Duration = Duration::from_micros(50);
 
 /// What a lingering copy waits for.
 enum Waits {
@@ -56,6 +59,8 @@ struct Lingering {
     fd: RawFd,
     waits: Waits,
     until: Instant,
+    /// When it began to linger.
+    since: Instant,
 }
 
 impl Lingering {
@@ -135,6 +140,17 @@ pub fn shutdown_when_acknowledged(fd: RawFd, link: Arc<dyn Carried>) -> bool {
     linger(fd, Waits::AcksThenShutdown(link), ACKS_LINGER)
 }
 
+/// How long the thread sleeps before it looks again at a connection that
+/// has waited `age` for its acknowledgements: a quarter of that, from
+/// `ACKS_FIRST_LOOK` up to `ACKS_LOOK`. The peer's acknowledgement mostly
+/// comes within a few hundred microseconds (it waits 25 µs for a reply to
+/// carry it), while the program's FIN waits for it; looked at every
+/// millisecond, a close that lingered (nginx between two namespaces: 39 %
+/// of its closes) sent its FIN 1.7 ms late on average.
+fn acks_look(age: Duration) -> Duration {
+    (age / 4).clamp(ACKS_FIRST_LOOK, ACKS_LOOK)
+}
+
 fn linger(fd: RawFd, waits: Waits, limit: Duration) -> bool {
     let copy = crate::kernel::dup_high(fd, true);
     if copy < 0 {
@@ -156,6 +172,7 @@ fn linger(fd: RawFd, waits: Waits, limit: Duration) -> bool {
         fd: copy,
         waits,
         until: Instant::now() + limit,
+        since: Instant::now(),
     });
     true
 }
@@ -206,20 +223,30 @@ fn watch() {
                 })
                 .collect()
         };
-        let acks = {
+        let wait = {
             let held = HELD.lock().unwrap_or_else(|e| e.into_inner());
             held.list
                 .iter()
-                .any(|l| matches!(l.waits, Waits::Acks(_) | Waits::AcksThenShutdown(_)))
+                .filter(|l| matches!(l.waits, Waits::Acks(_) | Waits::AcksThenShutdown(_)))
+                .map(|l| acks_look(l.since.elapsed()))
+                .min()
+                .unwrap_or(Duration::from_millis(20))
         };
-        let ms = if acks {
-            ACKS_LOOK.as_millis() as i32
-        } else {
-            20
+        let ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: wait.as_nanos() as libc::c_long,
         };
         // SAFETY: `fds` is our own array of pollfds (descriptors this
-        // module holds); the C library's poll, not this library's hook.
-        unsafe { (real().poll)(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        // module holds), `ts` ours; the C library's ppoll, not this
+        // library's hook.
+        unsafe {
+            (real().ppoll)(
+                fds.as_mut_ptr(),
+                fds.len() as libc::nfds_t,
+                &ts,
+                std::ptr::null(),
+            )
+        };
     }
 }
 
@@ -271,5 +298,27 @@ pub fn wait_all(limit: Duration) {
             }
         }
         std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A close that waits for its acknowledgements is looked at 50 µs
+    /// after it began to linger (it was a millisecond), then at a quarter
+    /// of its age, never less often than every millisecond.
+    #[test]
+    fn a_lingering_close_is_looked_at_soon_then_less_often() {
+        assert_eq!(acks_look(Duration::ZERO), Duration::from_micros(50));
+        assert_eq!(
+            acks_look(Duration::from_micros(400)),
+            Duration::from_micros(100)
+        );
+        assert_eq!(
+            acks_look(Duration::from_millis(2)),
+            Duration::from_micros(500)
+        );
+        assert_eq!(acks_look(Duration::from_secs(1)), ACKS_LOOK);
     }
 }
