@@ -356,10 +356,7 @@ impl Inherit {
         if host.len() > HOST_MAX {
             return None;
         }
-        let kept = matches!(kind, AGREED_NET | AWAIT_NET)
-            .then(pool::take)
-            .flatten();
-        let mut held = match kept {
+        let mut held = match pool::take(matches!(kind, AGREED_NET | AWAIT_NET)) {
             Some((record_fd, record, spare)) => {
                 let Some(mut held) = Inherit::holding(record_fd, record, socket_inode) else {
                     // SAFETY: the kept record's mapping; its memfd was
@@ -367,7 +364,7 @@ impl Inherit {
                     unsafe { libc::munmap(record.cast(), std::mem::size_of::<Record>()) };
                     return None;
                 };
-                *held.spare.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(spare);
+                *held.spare.get_mut().unwrap_or_else(|e| e.into_inner()) = spare;
                 held
             }
             None => {
@@ -613,26 +610,20 @@ impl Drop for Inherit {
         let record_fd = slot.record_fd.load(Ordering::Acquire);
         note_held(aux, false);
         note_held(record_fd, false);
-        // The memfd goes to the pool with its page and memory where no
-        // other process can hold it (and not from a vfork child, whose
-        // descriptor table is not ours).
+        // The memfd goes to the pool, with its page and memory between
+        // hosts, where no other process can hold it (and not from a vfork
+        // child, whose descriptor table is not ours). A spare not kept is
+        // given back here (`Spare`'s drop says by whom).
         let spare = self
             .spare
             .get_mut()
             .unwrap_or_else(|e| e.into_inner())
             .take();
-        let kept = match spare {
-            Some(spare)
-                if record_fd >= 0
-                    && !self.record.is_null()
-                    && !self.may_be_shared()
-                    && !crate::process::borrowing_parent_memory() =>
-            {
-                pool::put(record_fd, self.record, spare).is_ok()
-            }
-            // Given back here (`Spare`'s drop says by whom).
-            _ => false,
-        };
+        let kept = record_fd >= 0
+            && !self.record.is_null()
+            && !self.may_be_shared()
+            && !crate::process::borrowing_parent_memory()
+            && pool::put(record_fd, self.record, spare).is_ok();
         // SAFETY: our own mapping and descriptors (those the program has
         // not closed itself), used by nothing else in this process once
         // the last holder lets go.

@@ -1,6 +1,9 @@
-//! Record memfds of finished connections between hosts, kept with their
-//! hand-over page and registered memory (`netlink::spare`) for this
-//! process's next connection between hosts.
+//! Record memfds of finished connections, kept for this process's next
+//! connections: between hosts with their hand-over page and registered
+//! memory (`netlink::spare`), for the next connection between hosts; on
+//! one host bare, for the next record there (a memfd made, sized, mapped
+//! and its first page faulted in, then unmapped and closed, at each end
+//! of every connection).
 //!
 //! A kept memfd is close-on-exec and no longer reads as a record (its
 //! magic is cleared), so a program exec'd meanwhile neither inherits nor
@@ -27,7 +30,7 @@ struct Pooled {
     fd: RawFd,
     inode: u64,
     record: *mut Record,
-    spare: Spare,
+    spare: Option<Spare>,
     owner: u32,
 }
 
@@ -48,10 +51,14 @@ pub(super) fn count() -> usize {
     POOLED.load(Ordering::Relaxed)
 }
 
-/// Keeps record memfd `fd` (mapped at `record`) with `spare` for a later
-/// connection; gives them back (Err) when the pool is full or the memfd
-/// cannot be made close-on-exec.
-pub(super) fn put(fd: RawFd, record: *mut Record, spare: Spare) -> Result<(), Spare> {
+/// Keeps record memfd `fd` (mapped at `record`), with `spare` between
+/// hosts, for a later connection; gives the spare back (Err) when the pool
+/// is full or the memfd cannot be made close-on-exec.
+pub(super) fn put(
+    fd: RawFd,
+    record: *mut Record,
+    spare: Option<Spare>,
+) -> Result<(), Option<Spare>> {
     let Some(inode) = inode(fd) else {
         return Err(spare);
     };
@@ -75,12 +82,15 @@ pub(super) fn put(fd: RawFd, record: *mut Record, spare: Spare) -> Result<(), Sp
     Ok(())
 }
 
-/// A kept memfd (no longer close-on-exec), its record mapping and spare.
-pub(super) fn take() -> Option<(RawFd, *mut Record, Spare)> {
+/// A kept memfd (no longer close-on-exec), its record mapping and spare:
+/// one with a spare for a connection between hosts (`net`), a bare one
+/// for a connection on this host.
+pub(super) fn take(net: bool) -> Option<(RawFd, *mut Record, Option<Spare>)> {
     let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
     forget_foreign(&mut pool);
     let taken = loop {
-        let p = pool.pop()?;
+        let i = pool.iter().rposition(|p| p.spare.is_some() == net)?;
+        let p = pool.remove(i);
         // SAFETY: F_SETFD on the number only once it is known to still
         // name our memfd.
         if inode(p.fd) == Some(p.inode) && unsafe { libc::fcntl(p.fd, libc::F_SETFD, 0) } == 0 {

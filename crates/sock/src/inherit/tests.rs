@@ -211,3 +211,33 @@ fn a_descriptor_that_is_not_a_record_is_left_alone() {
         unsafe { libc::close(fd) };
     }
 }
+
+/// A record's memfd, once its connection is gone, serves the next record
+/// of the process (no memfd made, sized, mapped and faulted in), and
+/// reads as that record. Other tests make records meanwhile and may take
+/// the memfd first: a few tries, each of which finds it unless one did.
+#[test]
+fn a_gone_records_memfd_serves_the_next_record() {
+    let sv = socket_pair();
+    let what = || Offered::AwaitAnswer {
+        listener: sv[1],
+        dst_port: 7,
+    };
+    let reused = (0..5).any(|_| {
+        let first = Inherit::offer(sv[0], what()).expect("a record");
+        let ino = inode(first.record_fd());
+        drop(first);
+        let second = Inherit::offer(sv[0], what()).expect("another");
+        let copy = copy_of(&second);
+        assert_eq!(record_kind(copy), Some(AWAIT_ANSWER), "a whole record");
+        // SAFETY: our copy.
+        unsafe { libc::close(copy) };
+        inode(second.record_fd()) == ino
+    });
+    assert!(reused, "the first record's memfd came back");
+    // SAFETY: the pair made above.
+    unsafe {
+        libc::close(sv[0]);
+        libc::close(sv[1]);
+    }
+}
