@@ -107,31 +107,6 @@ impl Threads {
         }
     }
 
-    /// Runs `job` on a thread of its own, which ends with it (here, now,
-    /// where none can be made). Connections between hosts settle so: with
-    /// a kept thread woken for them, nginx and `ab -c 1` between two
-    /// namespaces made fewer requests a second (327–366 against 497–525
-    /// with a thread each, three alternating rounds; cause not found).
-    pub(super) fn run_alone(&'static self, job: Job) {
-        // Shared, so that a spawn that fails leaves the job here to run.
-        let slot = std::sync::Arc::new(Mutex::new(Some(job)));
-        let theirs = slot.clone();
-        let spawned = openvia_core::sys::thread::spawn_quiet("viarun-settle", move || {
-            let job = theirs.lock().unwrap_or_else(|e| e.into_inner()).take();
-            if let Some(job) = job {
-                job();
-            }
-        });
-        if spawned.is_ok() {
-            self.made.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        let job = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(job) = job {
-            job();
-        }
-    }
-
     /// A new pool thread: takes jobs while there are, then waits for more.
     fn work(&self) {
         let mut g = self.lock();
@@ -216,22 +191,5 @@ mod tests {
                 "round {round}: threads made"
             );
         }
-    }
-
-    static ALONE_THREADS: Threads = Threads::new();
-
-    /// A job run alone runs on a new thread, not the caller's.
-    #[test]
-    fn a_job_run_alone_gets_a_thread_of_its_own() {
-        let (tx, rx) = mpsc::channel();
-        let caller = std::thread::current().id();
-        ALONE_THREADS.run_alone(Box::new(move || {
-            tx.send(std::thread::current().id()).unwrap();
-        }));
-        let ran_on = rx
-            .recv_timeout(Duration::from_secs(20))
-            .expect("the job ran");
-        assert_ne!(ran_on, caller);
-        assert_eq!(ALONE_THREADS.made.load(Ordering::Relaxed), 1);
     }
 }

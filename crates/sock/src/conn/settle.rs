@@ -50,7 +50,7 @@ pub(super) fn settle(fd: RawFd) -> Route {
             let net = between_hosts(&conn);
             if unsettled(&conn)
                 && waits_for_peer()
-                && settle_aside(fd, &conn, net)
+                && settle_aside(fd, &conn)
                 && !(net && settled_within(&conn, crate::process::id(), SETTLE_WAIT))
             {
                 return Route::Fail(libc::EAGAIN);
@@ -118,11 +118,10 @@ fn unsettled(conn: &Conn) -> bool {
     }
 }
 
-/// Settles `conn` aside (`aside`: on a kept thread, or between hosts
-/// (`net`) on a new one), through a duplicate of `fd` (the program may
-/// close its descriptor meanwhile); false if there was no descriptor for
-/// that (the caller then settles it itself).
-fn settle_aside(fd: RawFd, conn: &Arc<Conn>, net: bool) -> bool {
+/// Settles `conn` aside (`aside`: on a kept thread), through a duplicate
+/// of `fd` (the program may close its descriptor meanwhile); false if
+/// there was no descriptor for that (the caller then settles it itself).
+fn settle_aside(fd: RawFd, conn: &Arc<Conn>) -> bool {
     let me = crate::process::id();
     if conn
         .settling
@@ -138,23 +137,15 @@ fn settle_aside(fd: RawFd, conn: &Arc<Conn>, net: bool) -> bool {
         return false;
     }
     let c = conn.clone();
-    let run = if net {
-        super::aside::Threads::run_alone
-    } else {
-        super::aside::Threads::run
-    };
-    run(
-        &super::aside::SETTLERS,
-        Box::new(move || {
-            let g = c.setup.lock().unwrap_or_else(|e| e.into_inner());
-            let _ = settle_locked(dup, g);
-            c.settling.store(0, Ordering::Release);
-            openvia_core::sys::futex::wake_all(&c.settling);
-            crate::room::poke(dup);
-            // SAFETY: closing the duplicate this job was given.
-            unsafe { (real().close)(dup) };
-        }),
-    );
+    super::aside::SETTLERS.run(Box::new(move || {
+        let g = c.setup.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = settle_locked(dup, g);
+        c.settling.store(0, Ordering::Release);
+        openvia_core::sys::futex::wake_all(&c.settling);
+        crate::room::poke(dup);
+        // SAFETY: closing the duplicate this job was given.
+        unsafe { (real().close)(dup) };
+    }));
     true
 }
 
