@@ -8,14 +8,10 @@ import socket
 import sys
 import time
 
-from hosts_subprocess import read_exactly
+from hosts_subprocess import listen_local, read_exactly
 
 n = int(sys.argv[1])
-ls = socket.socket()
-ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-ls.bind(("127.0.0.1", 0))
-ls.listen(128)
-port = ls.getsockname()[1]
+ls, port = listen_local(128)
 
 pid = os.fork()
 if pid == 0:

@@ -33,6 +33,15 @@ SPEAKS_FIRST = "import os\nos.write(0, b'first')\nb = b''\nwhile len(b) < 5: b +
 ANSWERS = "import os\nb = b''\nwhile len(b) < 5: b += os.read(0, 5 - len(b))\nassert b == b'first', b\nos.write(0, b'hello')"
 
 
+def listen_local(backlog):
+    """A listening socket on a free loopback port, and the port."""
+    ls = socket.socket()
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(backlog)
+    return ls, ls.getsockname()[1]
+
+
 def read_exactly(c, n):
     got = b""
     while len(got) < n:

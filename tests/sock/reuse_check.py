@@ -15,7 +15,7 @@ import socket
 import struct
 import sys
 
-from hosts_subprocess import read_exactly
+from hosts_subprocess import listen_local, read_exactly
 
 SIZES = [1, 7, 100, 4096, 65535, 65536, 70000, 300000]
 
@@ -84,11 +84,7 @@ def server(ls, n):
 
 def main():
     n = int(sys.argv[1])
-    ls = socket.socket()
-    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    ls.bind(("127.0.0.1", 0))
-    ls.listen(16)
-    port = ls.getsockname()[1]
+    ls, port = listen_local(16)
     pid = os.fork()
     if pid == 0:
         ls.close()

@@ -214,8 +214,7 @@ impl Region {
     }
 
     pub(crate) fn release(&self, nic: &Nic, vi: &Arc<Vi>) {
-        let _ = vi.disconnect();
-        let destroyed = nic.destroy_vi(vi).is_ok();
+        let destroyed = self.end_vi(nic, vi);
         if let (true, Some(ptag)) = (destroyed, self.ptag) {
             let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
             if kept.len() < KEEP_MAX {
